@@ -1,0 +1,102 @@
+// Package conf is doorman's policy model: what one sandbox may reach, how
+// that is written (in a CNI conflist as JSON, or in a plain policy file
+// that live edits rewrite), and how a connection is matched against it.
+//
+// It exists so that the CNI plugin, the OCI hook, the proxy and the CLI
+// read and judge a policy the same way: one parser, one matcher, one
+// canonical form.
+//
+// # Modes
+//
+//   - none: nothing leaves the sandbox.
+//   - allowlist: a connection leaves only if an entry admits it.
+//   - open: everything leaves, and every connection is still logged (the
+//     audit/learning mode).
+//
+// A policy keeps its entries in every mode, so that switching from
+// allowlist to none or open and back does not lose the list.
+//
+// # Entries
+//
+// Entries are case-insensitive; internationalized names are turned to
+// their ASCII (xn--) form with the IDNA lookup profile; one trailing dot
+// is dropped.
+//
+//	example.com          that name only
+//	*.example.com        any name below example.com, at any depth, not example.com itself
+//	203.0.113.7          an IPv4 or IPv6 address
+//	10.0.0.0/8           a CIDR prefix; 2001:db8::/32 for IPv6
+//	example.com:443      any entry may end in :port ...
+//	*.example.com:8000-8999   ... or :lo-hi (inclusive); without a port, every port
+//	[2001:db8::1]:443    IPv6 with a port goes in brackets, also [2001:db8::/32]:443
+//
+// Names are matched against the name a connection carries (TLS SNI, HTTP
+// Host); IP and CIDR entries against its original destination address, and
+// they are the only entries that can admit a connection that carries no
+// name. Every entry also checks the original destination port.
+//
+// Choices the grammar makes, and why:
+//
+//   - A bare "*" is an error that points to "mode: open". A wildcard that
+//     admits everything would hide, in a list that looks restrictive, the
+//     one decision that matters; "mode: open" says it plainly and keeps
+//     logging.
+//   - "*.example.com" does not admit example.com: the apex is often a
+//     different service, and listing it is one more line.
+//   - A wildcard is allowed only as the whole first label ("*.x.com"), not
+//     "a*.x.com" or "*.*.x.com": partial-label patterns are easy to get
+//     wrong and "*." already covers every depth.
+//   - '_' is allowed in names (_acme-challenge, _dmarc and some cloud
+//     hosts use it); hyphens are not checked beyond being allowed, since
+//     names like "r3---sn-abc.googlevideo.com" and labels ending in '-'
+//     exist. Other characters than letters, digits, '-', '_' and the dots
+//     are errors.
+//   - A name whose last label is numeric ("1.2.3", "010.0.0.1", "0x7f.1")
+//     is read as an IPv4 address, and is an error if it is not a valid one:
+//     no top-level domain is numeric, and some resolvers read such names
+//     as addresses.
+//   - A CIDR prefix with host bits set ("10.1.2.3/8") is an error that
+//     suggests the masked prefix: masking silently would widen the
+//     allowlist on a guess about what the writer meant.
+//   - An IPv4-mapped IPv6 address or prefix (::ffff:10.0.0.0/104) is
+//     stored as IPv4 (10.0.0.0/8), and addresses are unmapped before
+//     matching, so one rule covers both spellings. An IPv6 prefix that only
+//     partly covers the mapped range (::/0) does not match IPv4.
+//   - A bare IPv6 address has no port: "2001:db8::1:443" is the address
+//     2001:db8::1:443. A port needs brackets.
+//   - Addresses with a zone (fe80::1%eth0), URLs ("https://x.com/"),
+//     whitespace inside an entry and empty entries are errors.
+//
+// An invalid entry is an error that names the entry and says why (see
+// EntryError). A policy with any invalid entry is not loaded at all
+// (NewPolicy, ParseJSON and ParseFile return nil and every error), and the
+// caller falls back to DenyAll: doorman fails closed.
+//
+// # Empty means deny
+//
+// An empty allowlist in allowlist mode admits nothing. The opposite reading
+// ("no list means no restriction") turns a missing key, a typo or a failed
+// template into full access; one version of gost, the proxy Harbor uses,
+// shipped exactly that bug.
+//
+// # Forms
+//
+// The JSON form is part of a CNI conflist entry:
+//
+//	{"type": "doorman", "mode": "allowlist", "allowedHosts": ["api.example.com", "*.github.com"]}
+//
+// Other keys are ignored; a missing mode means allowlist.
+//
+// The file form holds one entry per line, '#' comments (at the start of a
+// line or after whitespace), blank lines, and at most one "mode: X" line
+// (default allowlist):
+//
+//	# phase 2: the task itself
+//	mode: allowlist
+//	api.example.com
+//	*.github.com:443   # git over https only
+//
+// MarshalFile renders it with canonical entries and WriteFileAtomic
+// replaces a file with it atomically; the canonical form of every entry
+// (Entry.String) parses back to an equal entry.
+package conf
