@@ -1,0 +1,95 @@
+// Package enforce installs, checks and removes the nftables ruleset that
+// doorman puts into a sandbox's network namespace: table inet doorman,
+// which sends all outbound TCP to the sandbox's transparent proxy and
+// rejects everything else but DNS to the sandbox's resolvers, ICMP (by
+// policy), IPv6 neighbour discovery, loopback and replies. The CNI plugin
+// and the OCI hook both call it, so the two entry points enforce the very
+// same rules.
+//
+// The package talks netlink through google/nftables with
+// nftables.WithNetNSFd: it needs neither the nft binary nor setns in the
+// caller. Apply sends the whole table in one batch (add table, delete
+// table, add table, chains, rules), so a namespace holds the old ruleset
+// or the new one, never a mix and never none, and re-applying is
+// idempotent. Other tools' tables in the namespace (Docker's nat rules for
+// its embedded DNS at 127.0.0.11, for example) are never touched.
+//
+// # Chain layout
+//
+//	table inet doorman
+//	chain nat-output      type nat hook output priority -100, policy accept
+//	    oifname "lo" return                               loopback stays local
+//	    ip[6] daddr RESOLVER tcp dport 53 return          TCP DNS is not proxied
+//	    meta nfproto ipv4 meta l4proto tcp redirect to :Port4
+//	    meta nfproto ipv6 meta l4proto tcp redirect to :Port6
+//	chain nat-prerouting  type nat hook prerouting priority -100, policy accept
+//	    ip[6] daddr RESOLVER tcp dport 53 return
+//	    meta nfproto ipv4 meta l4proto tcp fib daddr type != local redirect to :Port4
+//	    meta nfproto ipv6 meta l4proto tcp fib daddr type != local redirect to :Port6
+//	chain filter-input    type filter hook input priority 0, policy accept
+//	    tcp dport PORT ct status dnat accept              redirected: to the proxy
+//	    tcp dport PORT reject with tcp reset              direct: refused
+//	chain filter-output   type filter hook output priority 0, policy drop
+//	    ct state invalid drop
+//	    ct state established,related accept
+//	    oifname "lo" accept
+//	    ip daddr 127.0.0.1 tcp dport Port4 ct status dnat accept
+//	    ip6 daddr ::1 tcp dport Port6 ct status dnat accept
+//	    icmpv6 type {nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert} ip6 hoplimit 255 accept
+//	    icmpv6 type {mld-listener-report, mld-listener-done, mld2-listener-report} ip6 hoplimit 1 accept
+//	    ip[6] daddr RESOLVER udp|tcp dport 53 accept
+//	    meta l4proto icmp|ipv6-icmp accept                only if AllowICMP
+//	    meta l4proto tcp reject with tcp reset
+//	    reject with icmpx admin-prohibited
+//	chain filter-forward  type filter hook forward priority 0, policy drop
+//	    as filter-output, without the loopback, redirect and neighbour rules
+//
+// A family whose port is 0 gets no redirect and no input or accept rule:
+// its TCP is reset. nat-prerouting catches TCP that a daemon inside the
+// sandbox forwards for its own containers, so they go through the proxy
+// too; `fib daddr type != local` leaves connections to the sandbox itself
+// (published ports, the nested daemon's own traffic) alone. Apply probes
+// for the fib expression in a scratch table first and fails with "kernel
+// lacks nft fib" rather than install weaker rules.
+//
+// The redirected connections need their own accept rule in filter-output:
+// the redirect reroutes them to lo, but the output hook keeps reporting
+// the interface the packet started with, so `oifname "lo"` does not match
+// them. The rule names exactly what the redirect writes: the loopback
+// address, the listener port, and ct status dnat.
+//
+// Mode none (Spec.DenyAll) has only filter-output and filter-forward, with
+// no DNS, ICMP or redirect rules: loopback, neighbour discovery and replies
+// to inbound connections pass; everything else is rejected.
+//
+// # No exemption inside the sandbox
+//
+// Nothing in the ruleset says "but let this one through". The proxy's
+// listening sockets are created in the sandbox netns, but the proxy
+// process lives outside it and its upstream connections leave from its own
+// namespace, so the sandbox never has to pass proxy traffic. Exemptions by
+// packet mark or socket uid, as gost sidecars and istio-cni use, would be
+// forgeable here: the workload is root in its container and holds
+// CAP_NET_RAW, which is enough to set SO_MARK on Linux >= 5.17, and it can
+// run as any uid.
+//
+// # Reject, not drop
+//
+// Everything the ruleset refuses is rejected, so that clients fail at once
+// with a clear error instead of hanging until their timeouts: TCP gets a
+// reset (ECONNREFUSED), other packets ICMP or ICMPv6 admin-prohibited
+// (EHOSTUNREACH or EACCES on a forwarded flow; a local sender already gets
+// EPERM from its send). Dropping would hide nothing, since the workload is
+// assumed to know the ruleset. Only ct state invalid is dropped (there is
+// no one to answer), and the drop policy of the filter chains is a
+// fail-closed backstop that the final reject rule keeps from being used.
+//
+// # Limits
+//
+// Rules inside the sandbox cannot hold against a workload with
+// CAP_NET_ADMIN in it (it can flush them), nor against AF_PACKET frames,
+// which bypass the namespace's IP hooks; only a layer outside the sandbox
+// covers those. Neighbour discovery, always allowed, could carry a few
+// bytes to any IPv6 address as well. Applying a narrower ruleset does not
+// cut flows already established (conntrack keeps them).
+package enforce

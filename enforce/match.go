@@ -1,0 +1,136 @@
+package enforce
+
+import (
+	"net/netip"
+
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// This file builds the nftables expressions of the ruleset, the same ones
+// the nft command generates for the matches named in each function's
+// comment. Everything loads into register 1 and compares it at once.
+
+const (
+	// reg is the register every match loads into.
+	reg = 1
+
+	// ipsDstNAT is IPS_DST_NAT of linux/netfilter/nf_conntrack_common.h,
+	// set on a conntrack entry by redirect and dnat.
+	ipsDstNAT = 1 << 5
+
+	// ifNameSize is IFNAMSIZ: nft compares interface names as 16 bytes.
+	ifNameSize = 16
+)
+
+// ICMPv6 types (RFC 4443, 4861, 3810) that IPv6 needs on the link.
+const (
+	icmpv6MLDReport     = 131
+	icmpv6MLDDone       = 132
+	icmpv6RouterSolicit = 133
+	icmpv6NeighSolicit  = 135
+	icmpv6NeighAdvert   = 136
+	icmpv6MLDv2Report   = 143
+)
+
+func load(e expr.Any, cmp ...*expr.Cmp) []expr.Any {
+	out := []expr.Any{e}
+	for _, c := range cmp {
+		out = append(out, c)
+	}
+	return out
+}
+
+func cmp(op expr.CmpOp, data []byte) *expr.Cmp {
+	return &expr.Cmp{Op: op, Register: reg, Data: data}
+}
+
+// matchNFProto is `meta nfproto ipv4|ipv6`.
+func matchNFProto(a netip.Addr) []expr.Any {
+	proto := byte(unix.NFPROTO_IPV6)
+	if a.Is4() {
+		proto = unix.NFPROTO_IPV4
+	}
+	return load(&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg}, cmp(expr.CmpOpEq, []byte{proto}))
+}
+
+// matchL4Proto is `meta l4proto tcp|udp|icmp|ipv6-icmp`.
+func matchL4Proto(proto byte) []expr.Any {
+	return load(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}, cmp(expr.CmpOpEq, []byte{proto}))
+}
+
+// matchDport is `th dport N`; it must follow matchL4Proto of TCP or UDP.
+func matchDport(port uint16) []expr.Any {
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		cmp(expr.CmpOpEq, binaryutil.BigEndian.PutUint16(port)))
+}
+
+// matchDaddr is `ip daddr A` or `ip6 daddr A`, with its nfproto match.
+func matchDaddr(a netip.Addr) []expr.Any {
+	offset, size := uint32(16), uint32(4) // struct iphdr daddr
+	if !a.Is4() {
+		offset, size = 24, 16 // struct ipv6hdr daddr
+	}
+	return append(matchNFProto(a),
+		load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size},
+			cmp(expr.CmpOpEq, a.AsSlice()))...)
+}
+
+// matchOifname is `meta oifname NAME`.
+func matchOifname(name string) []expr.Any {
+	b := make([]byte, ifNameSize)
+	copy(b, name)
+	return load(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: reg}, cmp(expr.CmpOpEq, b))
+}
+
+// matchCtBits is `ct state|status B1,B2...`: the key's bits masked with
+// bits are not all zero.
+func matchCtBits(key expr.CtKey, bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: key, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		cmp(expr.CmpOpNeq, make([]byte, 4)),
+	}
+}
+
+// matchFibDaddrNotLocal is `fib daddr type != local`.
+func matchFibDaddrNotLocal() []expr.Any {
+	return load(&expr.Fib{Register: reg, FlagDADDR: true, ResultADDRTYPE: true},
+		cmp(expr.CmpOpNeq, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)))
+}
+
+// matchICMPv6Type is `icmpv6 type T`; it must follow matchL4Proto(IPPROTO_ICMPV6).
+func matchICMPv6Type(typ byte) []expr.Any {
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		cmp(expr.CmpOpEq, []byte{typ}))
+}
+
+// matchHopLimit is `ip6 hoplimit N`.
+func matchHopLimit(n byte) []expr.Any {
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 7, Len: 1},
+		cmp(expr.CmpOpEq, []byte{n}))
+}
+
+// redirectTo is `redirect to :PORT`. The proto-max register and the
+// PROTO_SPECIFIED flag are what the kernel fills in itself, spelled out so
+// that the rule reads back exactly as written (see Check).
+func redirectTo(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Immediate{Register: reg, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Redir{RegisterProtoMin: reg, RegisterProtoMax: reg, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+	}
+}
+
+// rejectTCPReset is `reject with tcp reset`.
+func rejectTCPReset() expr.Any {
+	return &expr.Reject{Type: unix.NFT_REJECT_TCP_RST}
+}
+
+// rejectAdminProhibited is `reject with icmpx admin-prohibited`.
+func rejectAdminProhibited() expr.Any {
+	return &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+}
+
+func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }

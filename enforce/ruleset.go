@@ -1,0 +1,238 @@
+package enforce
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the name of doorman's table (family inet) in a sandbox netns.
+const TableName = "doorman"
+
+// Chain names inside table inet doorman.
+const (
+	chainNATOutput     = "nat-output"
+	chainNATPrerouting = "nat-prerouting"
+	chainInput         = "filter-input"
+	chainOutput        = "filter-output"
+	chainForward       = "filter-forward"
+)
+
+// dnsPort is the port resolvers are queried on, over UDP and TCP.
+const dnsPort = 53
+
+// chainSpec is one base chain of the ruleset as Apply installs it.
+type chainSpec struct {
+	name     string
+	typ      nftables.ChainType
+	hook     nftables.ChainHook
+	priority nftables.ChainPriority
+	policy   nftables.ChainPolicy
+	rules    []ruleSpec
+}
+
+// ruleSpec is one rule: its expressions and a comment that names it in
+// `nft list ruleset` and in the errors of Check.
+type ruleSpec struct {
+	comment string
+	exprs   []expr.Any
+}
+
+func rule(comment string, parts ...[]expr.Any) ruleSpec {
+	return ruleSpec{comment: comment, exprs: slices.Concat(parts...)}
+}
+
+func accept() []expr.Any      { return []expr.Any{verdict(expr.VerdictAccept)} }
+func drop() []expr.Any        { return []expr.Any{verdict(expr.VerdictDrop)} }
+func ret() []expr.Any         { return []expr.Any{verdict(expr.VerdictReturn)} }
+func tcp() []expr.Any         { return matchL4Proto(unix.IPPROTO_TCP) }
+func udp() []expr.Any         { return matchL4Proto(unix.IPPROTO_UDP) }
+func nfproto4() []expr.Any    { return matchNFProto(netip.IPv4Unspecified()) }
+func nfproto6() []expr.Any    { return matchNFProto(netip.IPv6Unspecified()) }
+func loopback() []expr.Any    { return matchOifname("lo") }
+func fibNonLocal() []expr.Any { return matchFibDaddrNotLocal() }
+
+// buildRuleset returns the chains of table inet doorman for a normalized
+// spec, in the order Apply creates them. See doc.go for the layout.
+func buildRuleset(s Spec) []chainSpec {
+	var chains []chainSpec
+	if !s.DenyAll {
+		chains = append(chains, natOutput(s), natPrerouting(s))
+		if in := input(s); len(in.rules) > 0 {
+			chains = append(chains, in)
+		}
+	}
+	return append(chains, output(s), forward(s))
+}
+
+func natChain(name string, hook *nftables.ChainHook) chainSpec {
+	return chainSpec{name: name, typ: nftables.ChainTypeNAT, hook: *hook,
+		priority: *nftables.ChainPriorityNATDest, policy: nftables.ChainPolicyAccept}
+}
+
+func filterChain(name string, hook *nftables.ChainHook, policy nftables.ChainPolicy) chainSpec {
+	return chainSpec{name: name, typ: nftables.ChainTypeFilter, hook: *hook,
+		priority: *nftables.ChainPriorityFilter, policy: policy}
+}
+
+// dnsTCPNotRedirected keeps TCP DNS to the resolvers away from the proxy,
+// so that the filter chains' DNS rules, not the proxy, decide on it.
+func dnsTCPNotRedirected(s Spec) []ruleSpec {
+	var rules []ruleSpec
+	for _, r := range s.Resolvers {
+		rules = append(rules, rule(fmt.Sprintf("dns tcp to resolver %s is not redirected", r),
+			matchDaddr(r), tcp(), matchDport(dnsPort), ret()))
+	}
+	return rules
+}
+
+// redirects sends each family's TCP to its listener; extra narrows which
+// packets are redirected (prerouting: only those not for this netns).
+func redirects(s Spec, extra []expr.Any) []ruleSpec {
+	var rules []ruleSpec
+	if s.Port4 != 0 {
+		rules = append(rules, rule(fmt.Sprintf("redirect ipv4 tcp to the proxy on port %d", s.Port4),
+			nfproto4(), tcp(), extra, redirectTo(s.Port4)))
+	}
+	if s.Port6 != 0 {
+		rules = append(rules, rule(fmt.Sprintf("redirect ipv6 tcp to the proxy on port %d", s.Port6),
+			nfproto6(), tcp(), extra, redirectTo(s.Port6)))
+	}
+	return rules
+}
+
+func natOutput(s Spec) chainSpec {
+	c := natChain(chainNATOutput, nftables.ChainHookOutput)
+	c.rules = append(c.rules, rule("loopback is not redirected", loopback(), ret()))
+	c.rules = append(c.rules, dnsTCPNotRedirected(s)...)
+	c.rules = append(c.rules, redirects(s, nil)...)
+	return c
+}
+
+func natPrerouting(s Spec) chainSpec {
+	c := natChain(chainNATPrerouting, nftables.ChainHookPrerouting)
+	c.rules = append(c.rules, dnsTCPNotRedirected(s)...)
+	c.rules = append(c.rules, redirects(s, fibNonLocal())...)
+	return c
+}
+
+// input lets only redirected connections reach the listener ports.
+func input(s Spec) chainSpec {
+	c := filterChain(chainInput, nftables.ChainHookInput, nftables.ChainPolicyAccept)
+	ports := slices.Compact([]uint16{min(s.Port4, s.Port6), max(s.Port4, s.Port6)})
+	for _, p := range ports {
+		if p == 0 {
+			continue
+		}
+		c.rules = append(c.rules,
+			rule(fmt.Sprintf("redirected tcp reaches the proxy on port %d", p),
+				tcp(), matchDport(p), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()),
+			rule(fmt.Sprintf("direct tcp to the proxy on port %d is refused", p),
+				tcp(), matchDport(p), []expr.Any{rejectTCPReset()}))
+	}
+	return c
+}
+
+func output(s Spec) chainSpec {
+	c := filterChain(chainOutput, nftables.ChainHookOutput, nftables.ChainPolicyDrop)
+	c.rules = append(c.rules, conntrackRules()...)
+	c.rules = append(c.rules, rule("loopback is accepted", loopback(), accept()))
+	c.rules = append(c.rules, redirectedToProxy(s)...)
+	c.rules = append(c.rules, neighbourDiscovery()...)
+	c.rules = append(c.rules, dnsRules(s)...)
+	c.rules = append(c.rules, icmpRules(s)...)
+	c.rules = append(c.rules, rejectRest()...)
+	return c
+}
+
+func forward(s Spec) chainSpec {
+	c := filterChain(chainForward, nftables.ChainHookForward, nftables.ChainPolicyDrop)
+	c.rules = append(c.rules, conntrackRules()...)
+	c.rules = append(c.rules, dnsRules(s)...)
+	c.rules = append(c.rules, icmpRules(s)...)
+	c.rules = append(c.rules, rejectRest()...)
+	return c
+}
+
+// redirectedToProxy accepts the connections nat-output redirected. The
+// redirect reroutes them to lo, but the output hook keeps the interface it
+// started with, so `oifname "lo"` does not see them: match the loopback
+// address and listener port the redirect wrote instead.
+func redirectedToProxy(s Spec) []ruleSpec {
+	var rules []ruleSpec
+	for _, l := range []struct {
+		addr netip.Addr
+		port uint16
+	}{{netip.AddrFrom4([4]byte{127, 0, 0, 1}), s.Port4}, {netip.IPv6Loopback(), s.Port6}} {
+		if l.port == 0 {
+			continue
+		}
+		rules = append(rules, rule(fmt.Sprintf("redirected tcp to the proxy on port %d is accepted", l.port),
+			matchDaddr(l.addr), tcp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()))
+	}
+	return rules
+}
+
+func conntrackRules() []ruleSpec {
+	return []ruleSpec{
+		rule("invalid is dropped", matchCtBits(expr.CtKeySTATE, expr.CtStateBitINVALID), drop()),
+		rule("replies are accepted",
+			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept()),
+	}
+}
+
+// neighbourDiscovery keeps IPv6 working on the link whatever AllowICMP
+// says: router and neighbour solicitations and advertisements carry hop
+// limit 255 (RFC 4861 7.1), MLD reports hop limit 1 (RFC 3810 5).
+func neighbourDiscovery() []ruleSpec {
+	nd := []struct {
+		name     string
+		typ      byte
+		hopLimit byte
+	}{
+		{"router solicitation", icmpv6RouterSolicit, 255},
+		{"neighbour solicitation", icmpv6NeighSolicit, 255},
+		{"neighbour advertisement", icmpv6NeighAdvert, 255},
+		{"mld report", icmpv6MLDReport, 1},
+		{"mld done", icmpv6MLDDone, 1},
+		{"mldv2 report", icmpv6MLDv2Report, 1},
+	}
+	var rules []ruleSpec
+	for _, m := range nd {
+		rules = append(rules, rule("ipv6 "+m.name+" is accepted",
+			nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(m.typ), matchHopLimit(m.hopLimit), accept()))
+	}
+	return rules
+}
+
+func dnsRules(s Spec) []ruleSpec {
+	var rules []ruleSpec
+	for _, r := range s.Resolvers {
+		rules = append(rules,
+			rule(fmt.Sprintf("dns udp to resolver %s is accepted", r), matchDaddr(r), udp(), matchDport(dnsPort), accept()),
+			rule(fmt.Sprintf("dns tcp to resolver %s is accepted", r), matchDaddr(r), tcp(), matchDport(dnsPort), accept()))
+	}
+	return rules
+}
+
+func icmpRules(s Spec) []ruleSpec {
+	if !s.AllowICMP {
+		return nil
+	}
+	return []ruleSpec{
+		rule("icmp is accepted", nfproto4(), matchL4Proto(unix.IPPROTO_ICMP), accept()),
+		rule("icmpv6 is accepted", nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6), accept()),
+	}
+}
+
+// rejectRest makes every client fail at once instead of timing out.
+func rejectRest() []ruleSpec {
+	return []ruleSpec{
+		rule("other tcp is reset", tcp(), []expr.Any{rejectTCPReset()}),
+		rule("everything else is rejected", []expr.Any{rejectAdminProhibited()}),
+	}
+}

@@ -1,0 +1,59 @@
+package enforce
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Spec says what to enforce in one sandbox netns.
+type Spec struct {
+	// Port4 and Port6 are the proxy's listener ports inside the sandbox
+	// (bound by the caller on 0.0.0.0:Port4 and [::]:Port6). 0 means that
+	// family has no listener: its TCP is rejected, not redirected.
+	Port4, Port6 uint16
+	// Resolvers are the DNS servers the sandbox may query (UDP and TCP 53).
+	// IPv4-mapped IPv6 addresses count as IPv4.
+	Resolvers []netip.Addr
+	// AllowICMP lets ICMP and ICMPv6 out. IPv6 neighbour discovery is
+	// allowed either way.
+	AllowICMP bool
+	// DenyAll is mode none: no redirects, no DNS, no ICMP; only loopback
+	// and replies to inbound connections leave the sandbox.
+	DenyAll bool
+}
+
+// normalized returns a copy of s with the resolvers unmapped, sorted and
+// deduplicated, or an error naming the first resolver that cannot be
+// expressed as an nftables destination match.
+func (s Spec) normalized() (Spec, error) {
+	out := s
+	out.Resolvers = make([]netip.Addr, 0, len(s.Resolvers))
+	for i, a := range s.Resolvers {
+		if err := checkResolver(a); err != nil {
+			return Spec{}, fmt.Errorf("resolver #%d %q: %w", i+1, a, err)
+		}
+		out.Resolvers = append(out.Resolvers, a.Unmap())
+	}
+	slices.SortFunc(out.Resolvers, netip.Addr.Compare)
+	out.Resolvers = slices.Compact(out.Resolvers)
+	if s.DenyAll {
+		// Mode none ignores listeners and resolvers: nothing leaves.
+		out.Port4, out.Port6, out.Resolvers, out.AllowICMP = 0, 0, nil, false
+	}
+	return out, nil
+}
+
+func checkResolver(a netip.Addr) error {
+	switch {
+	case !a.IsValid():
+		return fmt.Errorf("not an IP address")
+	case a.Zone() != "":
+		return fmt.Errorf("scoped address: nftables cannot match an IPv6 zone, give the address without %%%s", a.Zone())
+	case a.IsUnspecified():
+		return fmt.Errorf("unspecified address cannot be a DNS server")
+	case a.IsMulticast():
+		return fmt.Errorf("multicast address cannot be a DNS server")
+	}
+	return nil
+}
