@@ -1,0 +1,42 @@
+package sniff
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrIncomplete means the bytes seen so far are a valid beginning but more
+// are needed to decide. Once a function has returned anything else for a
+// prefix of a stream, it returns the same for every longer prefix.
+var ErrIncomplete = errors.New("sniff: incomplete, more bytes are needed")
+
+// ErrNotTLS means the stream does not begin with a TLS handshake record.
+var ErrNotTLS = errors.New("sniff: not a TLS handshake record")
+
+// ErrNotHTTP means the stream does not begin with an HTTP/1.x request line.
+var ErrNotHTTP = errors.New("sniff: not an HTTP/1.x request")
+
+// ErrMalformedHello is wrapped by every error [ServerName] returns for a
+// stream that starts like TLS but holds no valid ClientHello.
+var ErrMalformedHello = errors.New("sniff: malformed TLS ClientHello")
+
+// ErrMalformedRequest is wrapped by every error returned for a stream that
+// starts like an HTTP/1.x request but breaks its syntax or framing rules.
+var ErrMalformedRequest = errors.New("sniff: malformed HTTP request")
+
+// ErrHostMismatch is wrapped (together with [ErrMalformedRequest]) when a
+// request's absolute-form or authority-form target names another host or
+// port than its Host header.
+var ErrHostMismatch = errors.New("request target disagrees with Host header")
+
+// ErrBodyPending is returned by [RequestReader.Next] when the previous
+// request has a body that [RequestReader.CopyBody] has not copied yet.
+var ErrBodyPending = errors.New("sniff: body of the previous request not copied yet")
+
+func helloErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrMalformedHello}, args...)...)
+}
+
+func requestErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrMalformedRequest}, args...)...)
+}

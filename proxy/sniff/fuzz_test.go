@@ -1,0 +1,223 @@
+package sniff
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// FuzzServerName checks that ServerName never panics, that its answer for
+// a prefix of a stream is final once it is not ErrIncomplete, and that a
+// hello it accepts gives the same name however it is cut into records.
+func FuzzServerName(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(defaultSpec(hostSNI("a.example"), hostSNI("b.example")).record())
+	f.Add(defaultSpec(sni(sniEntry{0, "a.example"}, sniEntry{0, "b.example"})).record())
+	f.Add(records(message(defaultSpec(hostSNI("split.example")).body()), func(int) int { return 1 }))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ch, err := ParseClientHello(data)
+		if err == nil && ch.ServerName != "" {
+			if _, herr := checkHostName([]byte(ch.ServerName)); herr != nil || strings.ToLower(ch.ServerName) != ch.ServerName {
+				t.Fatalf("returned invalid name %q (%v)", ch.ServerName, herr)
+			}
+		}
+		if err != nil && err != ErrIncomplete && err != ErrNotTLS && !errors.Is(err, ErrMalformedHello) {
+			t.Fatalf("error %v is none of the documented kinds", err)
+		}
+		// Every prefix: ErrIncomplete, or exactly the final answer.
+		step := 1
+		if len(data) > 2048 {
+			step = len(data) / 512
+		}
+		for n := 0; n < len(data); n += step {
+			pch, perr := ParseClientHello(data[:n])
+			if perr == ErrIncomplete {
+				continue
+			}
+			if pch != ch || !sameError(perr, err) {
+				t.Fatalf("first %d of %d bytes gave %+v, %v; all gave %+v, %v", n, len(data), pch, perr, ch, err)
+			}
+		}
+		if goName, ok := goServerName(data); ok && err == nil && !strings.EqualFold(goName, ch.ServerName) {
+			t.Fatalf("crypto/tls reads server name %q, we read %q", goName, ch.ServerName)
+		}
+		if err != nil {
+			return
+		}
+		msg := handshakeBytes(t, data)
+		for _, size := range []int{1, 3, 5 + int(data[len(data)/2])} {
+			split := records(msg, func(int) int { return size })
+			if sch, serr := ParseClientHello(split); serr != nil || sch != ch {
+				t.Fatalf("in records of %d: %+v, %v; in the original: %+v", size, sch, serr, ch)
+			}
+		}
+	})
+}
+
+// goServerName feeds data to a crypto/tls server and returns the server
+// name it parsed, ok false if it did not get as far as a parsed ClientHello.
+func goServerName(data []byte) (name string, ok bool) {
+	client, server := net.Pipe()
+	go func() {
+		client.Write(data)
+		client.Close()
+	}()
+	stop := errors.New("stop after the ClientHello")
+	srv := tls.Server(server, &tls.Config{GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+		name, ok = chi.ServerName, true
+		return nil, stop
+	}})
+	srv.Handshake()
+	server.Close()
+	return name, ok
+}
+
+func sameError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Error() == b.Error()
+}
+
+// FuzzParseRequestHead checks that ParseRequestHead never panics, that its
+// answer for a prefix is final once it is not ErrIncomplete, and that Go's
+// own HTTP server reads a head it accepts the same way: same method,
+// target and host.
+func FuzzParseRequestHead(f *testing.F) {
+	for _, r := range seedRequests {
+		f.Add([]byte(r))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := ParseRequestHead(data)
+		if err != nil && err != ErrIncomplete && !errors.Is(err, ErrNotHTTP) && !errors.Is(err, ErrMalformedRequest) {
+			t.Fatalf("error %v is none of the documented kinds", err)
+		}
+		step := 1
+		if len(data) > 2048 {
+			step = len(data) / 512
+		}
+		for n := 0; n < len(data); n += step {
+			ph, perr := ParseRequestHead(data[:n])
+			if perr == ErrIncomplete {
+				continue
+			}
+			if ph != h || !sameError(perr, err) {
+				t.Fatalf("first %d of %d bytes gave %+v, %v; all gave %+v, %v", n, len(data), ph, perr, h, err)
+			}
+		}
+		if err != nil {
+			return
+		}
+		if h.Len > len(data) || h.Len > MaxHeadSize || string(data[h.Len-4:h.Len]) != "\r\n\r\n" {
+			t.Fatalf("Len %d does not end a head in %q", h.Len, data)
+		}
+		if h.Host != strings.ToLower(h.Host) || h.TargetHost != strings.ToLower(h.TargetHost) {
+			t.Fatalf("names not lowercased: %+v", h)
+		}
+		if h.Chunked && h.ContentLength >= 0 {
+			t.Fatalf("both chunked and Content-Length: %+v", h)
+		}
+		compareWithNetHTTP(t, data[:h.Len], h)
+	})
+}
+
+// compareWithNetHTTP parses head with net/http's server-side reader and
+// checks that it agrees on what matters to the proxy.
+func compareWithNetHTTP(t *testing.T, head []byte, h RequestHead) {
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		if netHTTPStricter(err) {
+			return
+		}
+		t.Fatalf("we accept %q, net/http does not: %v", head, err)
+	}
+	host := req.Host // net/http: the target's host for absolute-form, else the Host header
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		host = hh
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if name := h.Name(); name != host && !(strings.Contains(name, ":") && sameIPv6(name, host)) {
+		t.Fatalf("%q: we read host %q, net/http %q", head, name, host)
+	}
+	if req.Method != h.Method {
+		t.Fatalf("%q: method %q vs net/http %q", head, h.Method, req.Method)
+	}
+	if !h.Chunked && req.ContentLength != max(h.ContentLength, 0) {
+		t.Fatalf("%q: Content-Length %d vs net/http %d", head, h.ContentLength, req.ContentLength)
+	}
+	if h.Chunked != (len(req.TransferEncoding) > 0) {
+		t.Fatalf("%q: chunked %v vs net/http %v", head, h.Chunked, req.TransferEncoding)
+	}
+}
+
+// netHTTPStricter reports whether net/http refused a request for a reason
+// where it is stricter than RFC 9112 and this package.
+func netHTTPStricter(err error) bool {
+	for _, s := range []string{
+		"unsupported transfer encoding", // net/http knows only "chunked"; we accept codings before it
+	} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameIPv6(a, b string) bool {
+	pa, ea := parseAddr(a)
+	pb, eb := parseAddr(b)
+	return ea == nil && eb == nil && pa == pb
+}
+
+func parseAddr(s string) (string, error) {
+	ip := net.ParseIP(s)
+	if ip == nil {
+		return "", errors.New("not an IP")
+	}
+	return ip.String(), nil
+}
+
+// FuzzRequestReader checks that RequestReader never panics, passes on
+// exactly a prefix of the stream, frames it the same whatever the read
+// sizes, and that Go's server reads every request it passed (bodies
+// included) without error.
+func FuzzRequestReader(f *testing.F) {
+	f.Add([]byte(pipelinedStream))
+	for _, r := range seedRequests {
+		f.Add([]byte(r))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		results, passed, err := readAll(t, bytes.NewReader(data))
+		if !strings.HasPrefix(string(data), passed) {
+			t.Fatalf("passed on %q, which is not a prefix of the stream", passed)
+		}
+		results1, passed1, err1 := readAll(t, iotest.OneByteReader(bytes.NewReader(data)))
+		if passed1 != passed || len(results1) != len(results) || !sameError(err, err1) {
+			t.Fatalf("read a byte at a time: %d requests, %v; at once: %d requests, %v", len(results1), err1, len(results), err)
+		}
+		// Go's server must read the requests we passed on, bodies and all.
+		br := bufio.NewReader(strings.NewReader(passed))
+		for i := range results {
+			req, rerr := http.ReadRequest(br)
+			if rerr != nil {
+				if i == len(results)-1 && err != nil && err != io.EOF {
+					break // the last head passed, but its body failed
+				}
+				if netHTTPStricter(rerr) {
+					break
+				}
+				t.Fatalf("request %d: net/http cannot read what we passed: %v\n%q", i, rerr, passed)
+			}
+			if _, berr := io.Copy(io.Discard, req.Body); berr != nil && !(i == len(results)-1 && err != nil && err != io.EOF) {
+				t.Fatalf("request %d: net/http cannot read the body we passed: %v\n%q", i, berr, passed)
+			}
+		}
+	})
+}
