@@ -1,0 +1,27 @@
+// Package proxy is doorman's per-sandbox transparent proxy.
+//
+// nftables in the sandbox's network namespace redirects every outbound TCP
+// connection to listeners that were created inside that namespace but are
+// held by this proxy, which lives in the runtime's namespace. For each
+// connection the proxy reads the original destination from conntrack, peeks
+// (without consuming) at the first bytes for the TLS SNI or the HTTP Host,
+// decides by the sandbox's policy, and then either relays the connection or
+// refuses it in the client's own protocol: a fatal access_denied alert for
+// TLS, a 403 naming the host and sandbox for HTTP, a reset for anything else.
+//
+// Three rules keep the proxy from being a way around its own policy:
+//
+//   - A name rule is honoured by dialing the name, never the client's choice
+//     of IP: the proxy resolves the name itself and connects to those
+//     addresses at the original port, so an allowed SNI sent to an
+//     attacker's IP reaches the real host instead.
+//   - Upstreams that are loopback, link-local, unspecified, multicast or the
+//     proxy host's own addresses are refused unless an entry names them.
+//   - A policy that cannot be loaded means deny-all, and a tightened policy
+//     closes established connections that lost their permission.
+//
+// Because the bytes were only peeked, an admitted TLS (or unknown) stream is
+// relayed from its first byte by splice(2) between two bare *net.TCPConn.
+// Plaintext HTTP is the exception: its requests pass through a parser so
+// that the Host of every request on a keep-alive connection is checked.
+package proxy

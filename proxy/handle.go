@@ -1,0 +1,221 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/sniff"
+)
+
+// VerdictError marks a connection the policy allowed but that failed
+// upstream (the name did not resolve, the host refused): the client gets a
+// reset, as if the host itself had refused.
+const VerdictError Verdict = "error"
+
+var peekBufs = sync.Pool{New: func() any { b := make([]byte, maxPeek); return &b }}
+
+// sniffed is what the first bytes of a stream say.
+type sniffed struct {
+	proto sniff.Protocol
+	name  string // normalized name, "" if none
+	head  *sniff.RequestHead
+	err   error // why the bytes did not yield a name, if they did not
+}
+
+// sniffBytes classifies the bytes peeked so far. It returns
+// sniff.ErrIncomplete while more bytes could change the answer.
+func sniffBytes(b []byte) (sniffed, error) {
+	proto, err := sniff.Detect(b)
+	if err != nil {
+		return sniffed{}, err
+	}
+	s := sniffed{proto: proto}
+	switch proto {
+	case sniff.ProtoTLS:
+		name, err := sniff.ServerName(b)
+		if errors.Is(err, sniff.ErrIncomplete) {
+			return s, err
+		}
+		if err != nil {
+			s.err = fmt.Errorf("ClientHello: %w", err)
+			break
+		}
+		s.name, s.err = normalizeSniffed(name)
+	case sniff.ProtoHTTP:
+		head, err := sniff.ParseRequestHead(b)
+		if errors.Is(err, sniff.ErrIncomplete) {
+			return s, err
+		}
+		if err != nil {
+			s.err = fmt.Errorf("HTTP request: %w", err)
+			break
+		}
+		s.head = &head
+		s.name, s.err = normalizeSniffed(requestHost(head))
+	}
+	return s, nil
+}
+
+// requestHost is the host an HTTP request names: the absolute-form target's
+// host if there is one (the parser has checked it agrees with Host), else
+// the Host header.
+func requestHost(h sniff.RequestHead) string {
+	if h.TargetHost != "" {
+		return h.TargetHost
+	}
+	return h.Host
+}
+
+// normalizeSniffed turns a sniffed SNI or Host into a policy name. IP
+// literals are not names: such connections are decided by address.
+func normalizeSniffed(name string) (string, error) {
+	if name == "" {
+		return "", nil
+	}
+	if _, err := netip.ParseAddr(trimBrackets(name)); err == nil {
+		return "", nil
+	}
+	n, err := conf.NormalizeName(name)
+	if err != nil {
+		return "", fmt.Errorf("name %q: %w", name, err)
+	}
+	return n, nil
+}
+
+func trimBrackets(s string) string {
+	if len(s) > 1 && s[0] == '[' && s[len(s)-1] == ']' {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// handle serves one redirected connection from accept to close.
+func (p *Proxy) handle(c *net.TCPConn) {
+	rec := Record{Sandbox: p.sandbox, Start: time.Now(), Proto: "unknown"}
+	rec.Client, _ = netip.ParseAddrPort(c.RemoteAddr().String())
+	rec.Client = netip.AddrPortFrom(rec.Client.Addr().Unmap(), rec.Client.Port())
+	dst, err := p.origDst(c)
+	if err != nil {
+		rec.Verdict, rec.Reason = Deny, err.Error()
+		p.log(rec)
+		denyReset(c)
+		return
+	}
+	rec.Dst = dst
+	c.SetKeepAlive(true)
+
+	pol := p.Policy()
+	// Sniff unless the name cannot change the verdict: in mode none, and
+	// where an address rule admits the destination whatever the name
+	// (server-speaks-first protocols would otherwise wait out the sniff
+	// deadline). Mode open sniffs so that the log names every host.
+	var s sniffed
+	_, addrAllowed := pol.MatchAddr(dst.Addr(), dst.Port())
+	if pol.Mode == conf.ModeOpen || (pol.Mode == conf.ModeAllowlist && !addrAllowed) {
+		s = p.sniff(c)
+	}
+	rec.Proto, rec.Name = s.proto.String(), s.name
+
+	d := decide(pol, s.name, dst)
+	if d.verdict == Deny && s.err != nil {
+		d.reason += " (" + s.err.Error() + ")"
+	}
+	rec.Verdict, rec.Rule, rec.Reason = d.verdict, d.rule, d.reason
+	if d.verdict == Deny {
+		p.log(rec)
+		p.refuse(c, s, d.reason)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout)
+	up, err := p.dialUpstream(ctx, pol, d, dst)
+	cancel()
+	if err != nil {
+		rec.Reason = err.Error()
+		if errors.Is(err, errForbiddenUpstream) {
+			rec.Verdict = Deny
+			p.log(rec)
+			p.refuse(c, s, "upstream not permitted")
+			return
+		}
+		rec.Verdict = VerdictError
+		p.log(rec)
+		denyReset(c)
+		return
+	}
+	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
+
+	t := &tracked{client: c, upstream: up, dst: dst, name: s.name}
+	p.track(t)
+	defer p.untrack(t)
+	// A policy change between the decision and track would have missed
+	// this connection: decide again against the policy now in force.
+	if now := p.Policy(); now != pol && decide(now, s.name, dst).verdict == Deny {
+		t.kill("policy changed: " + decide(now, s.name, dst).reason)
+	}
+
+	if s.proto == sniff.ProtoHTTP && s.head != nil && !s.head.Upgrade {
+		r := p.relayHTTP(t)
+		rec.BytesUp, rec.BytesDn = r.up, r.down
+		if r.denied != "" {
+			rec.Verdict, rec.Reason, rec.Name = Deny, r.denied, r.deniedName
+		}
+	} else {
+		rec.BytesUp, rec.BytesDn = relay(c, up)
+	}
+	c.Close()
+	up.Close()
+	if why := t.killReason(); why != "" {
+		rec.Verdict, rec.Reason = Deny, why
+	}
+	p.log(rec)
+}
+
+// sniff peeks at the first bytes until they name a host, prove there is none,
+// or the deadline passes.
+func (p *Proxy) sniff(c *net.TCPConn) sniffed {
+	bp := peekBufs.Get().(*[]byte)
+	defer peekBufs.Put(bp)
+	var s sniffed
+	var serr error = sniff.ErrIncomplete
+	_, err := peek(c, *bp, time.Now().Add(p.sniffTimeout), func(b []byte) bool {
+		s, serr = sniffBytes(b)
+		return !errors.Is(serr, sniff.ErrIncomplete)
+	})
+	if err == nil {
+		return s
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.err = fmt.Errorf("no name within %v", p.sniffTimeout)
+	case errors.Is(err, errPeekFull):
+		s.err = fmt.Errorf("no name in the first %d bytes", maxPeek)
+	default:
+		s.err = fmt.Errorf("reading the first bytes: %w", err)
+	}
+	s.name = ""
+	return s
+}
+
+// refuse makes a denial visible in the client's own protocol.
+func (p *Proxy) refuse(c *net.TCPConn, s sniffed, reason string) {
+	switch s.proto {
+	case sniff.ProtoTLS:
+		denyTLS(c)
+	case sniff.ProtoHTTP:
+		host := s.name
+		if s.head != nil && host == "" {
+			host = requestHost(*s.head)
+		}
+		denyHTTP(c, host, p.sandbox, reason)
+	default:
+		denyReset(c)
+	}
+}

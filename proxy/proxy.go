@@ -1,0 +1,288 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// Config configures a Proxy. The zero value of every field but Sandbox has a
+// sensible default.
+type Config struct {
+	// Sandbox names the sandbox this proxy serves, for logs and 403 pages.
+	Sandbox string
+	// Policy is the initial policy; nil means deny everything until
+	// SetPolicy is called.
+	Policy *conf.Policy
+	// SniffTimeout bounds how long the proxy waits for the first bytes
+	// that carry the name (default 10 s). A client that stays silent
+	// that long is decided as a connection without a name.
+	SniffTimeout time.Duration
+	// DialTimeout bounds resolving and connecting upstream (default 10 s).
+	DialTimeout time.Duration
+	// Resolver resolves names admitted by name rules. nil: the Go
+	// resolver with the host's /etc/resolv.conf. A *net.Resolver
+	// satisfies it; see NewResolver for one aimed at a given server.
+	Resolver Resolver
+	// ResolveCacheTTL is how long a name's addresses are reused (default
+	// 5 s; negative disables the cache).
+	ResolveCacheTTL time.Duration
+	// Logger receives one record per connection. nil discards them.
+	Logger *slog.Logger
+	// OriginalDst reads a redirected connection's original destination.
+	// nil: SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST (see OriginalDst).
+	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
+	// OwnAddrs lists the addresses of the proxy's host, which are never
+	// dialed unless an entry names them. nil: the addresses of the
+	// interfaces in the proxy's network namespace.
+	OwnAddrs func() ([]netip.Addr, error)
+}
+
+// Resolver looks up the addresses of a name.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Stats counts connections by verdict since the proxy started.
+type Stats struct {
+	Allowed, Denied int64
+	Active          int
+}
+
+// Proxy is a transparent proxy for one sandbox: it accepts connections that
+// nftables redirected to its listeners, sniffs the name each asks for,
+// decides by the policy, and relays or refuses them. Its methods are safe
+// for concurrent use.
+type Proxy struct {
+	sandbox      string
+	sniffTimeout time.Duration
+	dialTimeout  time.Duration
+	origDst      func(*net.TCPConn) (netip.AddrPort, error)
+	logger       *slog.Logger
+	dialer       net.Dialer
+	resolver     *cachingResolver
+	guard        upstreamGuard
+
+	policy  atomic.Pointer[conf.Policy]
+	allowed atomic.Int64
+	denied  atomic.Int64
+
+	mu        sync.Mutex
+	conns     map[*tracked]struct{}
+	listeners map[net.Listener]struct{}
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+// New returns a proxy configured by cfg. It does not listen: call Serve with
+// each listener.
+func New(cfg Config) *Proxy {
+	p := &Proxy{
+		sandbox:      cfg.Sandbox,
+		sniffTimeout: cfg.SniffTimeout,
+		dialTimeout:  cfg.DialTimeout,
+		origDst:      cfg.OriginalDst,
+		logger:       cfg.Logger,
+		guard:        upstreamGuard{ownAddrs: cfg.OwnAddrs},
+		conns:        make(map[*tracked]struct{}),
+		listeners:    make(map[net.Listener]struct{}),
+	}
+	if p.sniffTimeout <= 0 {
+		p.sniffTimeout = 10 * time.Second
+	}
+	if p.dialTimeout <= 0 {
+		p.dialTimeout = 10 * time.Second
+	}
+	if p.origDst == nil {
+		p.origDst = OriginalDst
+	}
+	if p.logger == nil {
+		p.logger = slog.New(slog.DiscardHandler)
+	}
+	p.dialer = net.Dialer{KeepAlive: 15 * time.Second}
+	ttl := cfg.ResolveCacheTTL
+	if ttl == 0 {
+		ttl = 5 * time.Second
+	}
+	p.resolver = newCachingResolver(cfg.Resolver, ttl)
+	pol := cfg.Policy
+	if pol == nil {
+		pol = conf.DenyAll()
+	}
+	p.policy.Store(pol)
+	return p
+}
+
+// Policy returns the policy in force.
+func (p *Proxy) Policy() *conf.Policy { return p.policy.Load() }
+
+// SetPolicy puts pol in force for new connections and closes established
+// connections (and plaintext keep-alive connections) that it no longer
+// admits. A nil pol means deny everything.
+func (p *Proxy) SetPolicy(pol *conf.Policy) {
+	if pol == nil {
+		pol = conf.DenyAll()
+	}
+	p.policy.Store(pol)
+	p.mu.Lock()
+	var lost []*tracked
+	for t := range p.conns {
+		if d := decide(pol, t.currentName(), t.dst); d.verdict == Deny {
+			lost = append(lost, t)
+		}
+	}
+	p.mu.Unlock()
+	for _, t := range lost {
+		t.kill("policy changed: " + decide(pol, t.currentName(), t.dst).reason)
+	}
+}
+
+// Stats returns the connection counters.
+func (p *Proxy) Stats() Stats {
+	p.mu.Lock()
+	active := len(p.conns)
+	p.mu.Unlock()
+	return Stats{Allowed: p.allowed.Load(), Denied: p.denied.Load(), Active: active}
+}
+
+// ErrClosed is returned by Serve after Shutdown.
+var ErrClosed = errors.New("proxy: shut down")
+
+// Serve accepts connections on ln until ln is closed or Shutdown is
+// called. ln must yield *net.TCPConn (a TCP listener, possibly made from a
+// file descriptor created inside the sandbox's network namespace).
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return ErrClosed
+	}
+	p.listeners[ln] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.listeners, ln)
+		p.mu.Unlock()
+	}()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return ErrClosed
+			}
+			// Out of file descriptors and the like: back off, keep serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.logger.Error("accept", "sandbox", p.sandbox, "err", err)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		tc, ok := c.(*net.TCPConn)
+		if !ok {
+			c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(tc)
+		}()
+	}
+}
+
+// Shutdown stops accepting, waits for the connections in flight to end
+// until ctx is done, then closes the rest.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	for ln := range p.listeners {
+		ln.Close()
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	var all []*tracked
+	for t := range p.conns {
+		all = append(all, t)
+	}
+	p.mu.Unlock()
+	for _, t := range all {
+		t.kill("proxy shutting down")
+	}
+	<-done
+	return ctx.Err()
+}
+
+// tracked is an established, relayed connection, kept so that a policy
+// change can close it.
+type tracked struct {
+	client, upstream *net.TCPConn
+	dst              netip.AddrPort
+
+	mu     sync.Mutex
+	name   string
+	killed string // why it was closed by the proxy, "" if not
+}
+
+func (t *tracked) currentName() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.name
+}
+
+func (t *tracked) setName(name string) {
+	t.mu.Lock()
+	t.name = name
+	t.mu.Unlock()
+}
+
+// kill closes both ends; the relay goroutines then return.
+func (t *tracked) kill(reason string) {
+	t.mu.Lock()
+	if t.killed == "" {
+		t.killed = reason
+	}
+	t.mu.Unlock()
+	t.client.SetLinger(0)
+	t.client.Close()
+	t.upstream.Close()
+}
+
+func (t *tracked) killReason() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.killed
+}
+
+func (p *Proxy) track(t *tracked) {
+	p.mu.Lock()
+	p.conns[t] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *Proxy) untrack(t *tracked) {
+	p.mu.Lock()
+	delete(p.conns, t)
+	p.mu.Unlock()
+}

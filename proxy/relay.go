@@ -1,0 +1,30 @@
+package proxy
+
+import (
+	"io"
+	"net"
+)
+
+// pipe copies src to dst until src reaches EOF or fails, then half-closes:
+// dst gets a FIN so the other side sees the end of the stream while the
+// opposite direction keeps flowing. Both ends are bare *net.TCPConn, so
+// io.Copy uses splice(2) and the bytes never enter user space.
+func pipe(dst, src *net.TCPConn) (int64, error) {
+	n, err := io.Copy(dst, src)
+	dst.CloseWrite()
+	return n, err
+}
+
+// relay runs both directions of an established connection until both have
+// ended, and returns the bytes sent upstream (client to server) and
+// downstream.
+func relay(client, upstream *net.TCPConn) (up, down int64) {
+	done := make(chan int64, 1)
+	go func() {
+		n, _ := pipe(client, upstream)
+		done <- n
+	}()
+	up, _ = pipe(upstream, client)
+	down = <-done
+	return up, down
+}

@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// pollInterval is how often the policy file is also checked without an
+// inotify event, in case an event was missed (a replaced directory, a
+// filesystem without inotify). It keeps the one-second promise.
+const pollInterval = 500 * time.Millisecond
+
+// PolicyWatcher keeps a proxy's policy in line with a policy file in the
+// plain allowlist form (see conf.ParseFile). A file that cannot be read or
+// parsed puts the proxy in deny-all, never back on an older, wider policy.
+type PolicyWatcher struct {
+	path   string
+	proxy  *Proxy
+	logger *slog.Logger
+	last   []byte
+	failed bool
+}
+
+// NewPolicyWatcher loads path into p now and returns a watcher for Run. The
+// returned error reports a file that did not load; p is then in deny-all.
+func NewPolicyWatcher(p *Proxy, path string, logger *slog.Logger) (*PolicyWatcher, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	w := &PolicyWatcher{path: path, proxy: p, logger: logger}
+	return w, w.reload()
+}
+
+// reload reads the file and applies it if it changed.
+func (w *PolicyWatcher) reload() error {
+	data, err := os.ReadFile(w.path)
+	if err == nil && !w.failed && w.last != nil && bytes.Equal(data, w.last) {
+		return nil
+	}
+	var pol *conf.Policy
+	if err == nil {
+		pol, err = conf.ParseFile(data)
+	}
+	if err != nil {
+		err = fmt.Errorf("policy file %s: %w", w.path, err)
+		if !w.failed {
+			w.logger.Error("policy rejected, denying everything", "sandbox", w.proxy.sandbox, "path", w.path, "err", err.Error())
+		}
+		w.failed, w.last = true, nil
+		w.proxy.SetPolicy(conf.DenyAll())
+		return err
+	}
+	w.failed, w.last = false, data
+	w.proxy.SetPolicy(pol)
+	w.logger.Info("policy loaded", "sandbox", w.proxy.sandbox, "path", w.path, "mode", string(pol.Mode), "entries", len(pol.Entries))
+	return nil
+}
+
+// Run watches the file until ctx is done. Editors and `doorman allow`
+// replace the file by rename, so the directory is watched, not the inode.
+func (w *PolicyWatcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch policy file: %w", err)
+	}
+	defer fw.Close()
+	if err := fw.Add(filepath.Dir(w.path)); err != nil {
+		w.logger.Warn("cannot watch policy directory, polling only", "path", w.path, "err", err.Error())
+	}
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	base := filepath.Base(w.path)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if ok && filepath.Base(ev.Name) == base {
+				w.reload()
+			}
+		case err, ok := <-fw.Errors:
+			if ok {
+				w.logger.Warn("policy watch", "path", w.path, "err", err.Error())
+			}
+		case <-tick.C:
+			w.reload()
+		}
+	}
+}
