@@ -1,0 +1,78 @@
+// Command doorman is the one doorman binary. Called by a container runtime
+// with CNI_COMMAND set, it is the CNI plugin; otherwise its first argument
+// names a subcommand: the per-sandbox proxy, the OCI hook, the runc wrapper
+// and the operator CLI.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/doorman-net/doorman/plugin"
+)
+
+// command is one subcommand: it parses its own flags from args and returns
+// the process exit status.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"proxy":   {"serve one sandbox's transparent proxy (started by the plugin and the hook)", runProxy},
+		"version": {"print the version", runVersion},
+	}
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	// A runtime calls CNI plugins with CNI_COMMAND set and the network
+	// configuration on stdin; the arguments carry nothing.
+	if os.Getenv("CNI_COMMAND") != "" {
+		plugin.Main(version)
+		return
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "doorman: unknown command %q\n\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: doorman COMMAND [FLAGS]")
+	fmt.Fprintln(w, "\nWith CNI_COMMAND set in the environment, doorman runs as a CNI plugin.")
+	fmt.Fprintln(w, "\nCommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "doorman %s\n", version)
+	return 0
+}

@@ -1,0 +1,17 @@
+// Package sandbox is the one enforcement core that both of doorman's entry
+// points call: the CNI plugin (ADD/DEL/CHECK/GC) and the OCI hook
+// (createRuntime/poststop). Enforcing a sandbox means, in this order:
+//
+//  1. create the proxy's listening sockets inside the sandbox's network
+//     namespace (they stay bound to it after the thread leaves);
+//  2. start one detached `doorman proxy` in the caller's namespace, hand it
+//     those sockets, and wait until it says it is serving;
+//  3. install the nftables ruleset (package enforce) that redirects the
+//     sandbox's TCP to those sockets and rejects everything else;
+//  4. record the sandbox's state (ports, proxy pid and start time, policy,
+//     label) under the state directory.
+//
+// Any failure undoes what was done, so a container never starts with a
+// half-applied policy. Because plugin and hook call the same Enforce and
+// Teardown, their enforcement is the same by construction.
+package sandbox

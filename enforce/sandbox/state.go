@@ -1,0 +1,140 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"time"
+)
+
+// DefaultStateDir is where sandbox state lives unless configured otherwise.
+const DefaultStateDir = "/run/doorman"
+
+// DefaultLogDir is where decision logs go unless configured otherwise.
+// Logs outlive their sandbox: they are the record of what it did.
+const DefaultLogDir = "/var/log/doorman"
+
+// Files inside one sandbox's state directory.
+const (
+	stateFile  = "state.json"
+	PolicyFile = "policy" // the policy in the plain allowlist form; the proxy watches it
+)
+
+// State is what doorman records about one enforced sandbox. It is written
+// as state.json in the sandbox's directory under the state dir.
+type State struct {
+	Key       string       `json:"key"`                 // directory name: unique per attachment
+	ID        string       `json:"id"`                  // container id
+	Name      string       `json:"name,omitempty"`      // container name, where known
+	Runtime   string       `json:"runtime"`             // "cni" or "hook"
+	Network   string       `json:"network,omitempty"`   // CNI network name
+	IfName    string       `json:"ifName,omitempty"`    // CNI interface name
+	NetNS     string       `json:"netns"`               // path of the sandbox's network namespace
+	Mode      string       `json:"mode"`                // policy mode when enforced
+	Port4     uint16       `json:"port4"`               // proxy listener ports inside the sandbox
+	Port6     uint16       `json:"port6"`               //
+	Resolvers []netip.Addr `json:"resolvers"`           // DNS servers the sandbox may query
+	AllowICMP bool         `json:"allowICMP"`           //
+	Label     string       `json:"label"`               // what the enforcement covers: full, partial (...), n/a
+	PID       int          `json:"pid"`                 // proxy process
+	PIDStart  uint64       `json:"pidStart"`            // its start time (clock ticks since boot), to never signal a reused pid
+	LogFile   string       `json:"logFile"`             // decision log
+	Created   time.Time    `json:"created"`             //
+	Dir       string       `json:"-"`                   // the sandbox's state directory
+}
+
+// PolicyPath is the path of the sandbox's live policy file.
+func (s *State) PolicyPath() string { return filepath.Join(s.Dir, PolicyFile) }
+
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$`)
+
+// ValidKey reports whether key can name a state directory: no path
+// separators, no dot-dot, nothing a runtime could use to escape the state dir.
+func ValidKey(key string) error {
+	if !keyPattern.MatchString(key) || key == "." || key == ".." {
+		return fmt.Errorf("sandbox key %q: want letters, digits, '_', '.', '-' (at most 201), starting with a letter or digit", key)
+	}
+	return nil
+}
+
+// Load reads the state of sandbox key under stateDir. A sandbox that is not
+// there yields an error matching os.ErrNotExist.
+func Load(stateDir, key string) (*State, error) {
+	if err := ValidKey(key); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(stateDir, key)
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", key, err)
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("sandbox %s: state file %s: %w", key, filepath.Join(dir, stateFile), err)
+	}
+	s.Dir = dir
+	return &s, nil
+}
+
+// List returns every sandbox recorded under stateDir, oldest first.
+// Directories without a readable state file are skipped.
+func List(stateDir string) ([]*State, error) {
+	ents, err := os.ReadDir(stateDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var out []*State
+	for _, e := range ents {
+		if !e.IsDir() || ValidKey(e.Name()) != nil {
+			continue
+		}
+		if s, err := Load(stateDir, e.Name()); err == nil {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// save writes the state atomically.
+func (s *State) save() error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(s.Dir, stateFile), data, 0o600)
+}
+
+func writeAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

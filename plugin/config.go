@@ -1,0 +1,226 @@
+package plugin
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/sandbox"
+)
+
+// NetConf is doorman's entry in a conflist.
+type NetConf struct {
+	types.PluginConf
+	// Mode and AllowedHosts are the network-wide policy (see conf).
+	Mode         string   `json:"mode,omitempty"`
+	AllowedHosts []string `json:"allowedHosts,omitempty"`
+	// Resolvers are the DNS servers containers may query. Default: the
+	// DNS servers in prevResult or the runtime's dns capability, else the
+	// host's /etc/resolv.conf.
+	Resolvers []string `json:"resolvers,omitempty"`
+	// AllowICMP lets ICMP out (default true).
+	AllowICMP *bool `json:"allowICMP,omitempty"`
+	// PolicyDir holds per-container policy files (plain allowlist form)
+	// named by container id or name; one there overrides the network's.
+	PolicyDir string `json:"policyDir,omitempty"`
+	// StateDir (default /run/doorman) and LogDir (default /var/log/doorman).
+	StateDir string `json:"stateDir,omitempty"`
+	LogDir   string `json:"logDir,omitempty"`
+	// UpstreamResolver is the DNS server ("addr" or "addr:port") the
+	// proxy uses to resolve allowed names; default the host's resolv.conf.
+	UpstreamResolver string `json:"upstreamResolver,omitempty"`
+
+	RuntimeConfig struct {
+		DNS *struct {
+			Servers []string `json:"servers,omitempty"`
+		} `json:"dns,omitempty"`
+	} `json:"runtimeConfig,omitempty"`
+}
+
+// hostResolvConf is read when nothing else names the resolvers.
+const hostResolvConf = "/etc/resolv.conf"
+
+// parseNetConf reads the conflist entry. It does not require prevResult:
+// DEL and GC may come without one.
+func parseNetConf(data []byte) (*NetConf, error) {
+	var n NetConf
+	if err := json.Unmarshal(data, &n); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
+	}
+	if n.StateDir == "" {
+		n.StateDir = sandbox.DefaultStateDir
+	}
+	if n.LogDir == "" {
+		n.LogDir = sandbox.DefaultLogDir
+	}
+	return &n, nil
+}
+
+// prevResult returns the previous plugin's result, required for ADD and
+// CHECK: doorman enforces a namespace an interface plugin has wired.
+func (n *NetConf) prevResult() (*current.Result, error) {
+	if n.RawPrevResult == nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig,
+			"prevResult missing: doorman must be chained after an interface plugin", "")
+	}
+	if err := version.ParsePrevResult(&n.PluginConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse prevResult", err.Error())
+	}
+	res, err := current.NewResultFromResult(n.PrevResult)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot convert prevResult", err.Error())
+	}
+	return res, nil
+}
+
+// policy is the policy for this container: a policy file in PolicyDir named
+// by the container's id or name if there is one, else the network's. Any
+// error here refuses the ADD (fail closed).
+func (n *NetConf) policy(raw []byte, args *skel.CmdArgs) (*conf.Policy, string, error) {
+	if n.PolicyDir != "" {
+		for _, name := range policyNames(args) {
+			path := filepath.Join(n.PolicyDir, name)
+			p, err := conf.LoadFile(path)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "doorman: per-container policy file", err.Error())
+			}
+			return p, path, nil
+		}
+	}
+	p, err := conf.ParseJSON(raw)
+	if err != nil {
+		return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "doorman: invalid policy in network "+quote(n.Name), err.Error())
+	}
+	return p, "", nil
+}
+
+// policyNames are the file names a container's policy may have in
+// PolicyDir: its id, then the pod/container name a runtime passed in
+// CNI_ARGS (Podman and Kubernetes pass K8S_POD_NAME). Names that could
+// leave the directory are skipped.
+func policyNames(args *skel.CmdArgs) []string {
+	names := []string{args.ContainerID}
+	kv := cniArgs(args.Args)
+	if ns, name := kv["K8S_POD_NAMESPACE"], kv["K8S_POD_NAME"]; name != "" {
+		if ns != "" {
+			names = append(names, ns+"_"+name)
+		}
+		names = append(names, name)
+	}
+	var out []string
+	for _, s := range names {
+		if s != "" && sandbox.ValidKey(s) == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// cniArgs parses CNI_ARGS ("K=V;K=V").
+func cniArgs(s string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// containerName is the name the runtime passed, if any.
+func containerName(args *skel.CmdArgs) string {
+	return cniArgs(args.Args)["K8S_POD_NAME"]
+}
+
+// resolvers picks the DNS servers containers may query.
+func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
+	if len(n.Resolvers) > 0 {
+		return parseAddrs(n.Resolvers, "resolvers")
+	}
+	if prev != nil && len(prev.DNS.Nameservers) > 0 {
+		return parseAddrs(prev.DNS.Nameservers, "prevResult dns.nameservers")
+	}
+	if n.RuntimeConfig.DNS != nil && len(n.RuntimeConfig.DNS.Servers) > 0 {
+		return parseAddrs(n.RuntimeConfig.DNS.Servers, "runtimeConfig dns.servers")
+	}
+	if len(n.DNS.Nameservers) > 0 {
+		return parseAddrs(n.DNS.Nameservers, "dns.nameservers")
+	}
+	data, err := os.ReadFile(hostResolvConf)
+	if err != nil {
+		return nil, fmt.Errorf("no resolvers configured and %s unreadable: %w", hostResolvConf, err)
+	}
+	return parseResolvConf(data), nil
+}
+
+func parseAddrs(ss []string, what string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range ss {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("doorman: %s: %q is not an IP address", what, s), "")
+		}
+		out = append(out, a.Unmap())
+	}
+	return out, nil
+}
+
+// parseResolvConf returns the nameserver addresses of a resolv.conf.
+func parseResolvConf(data []byte) []netip.Addr {
+	var out []netip.Addr
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil && a.Zone() == "" {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// upstreamResolver normalizes UpstreamResolver to addr:port.
+func (n *NetConf) upstreamResolver() (string, error) {
+	s := n.UpstreamResolver
+	if s == "" {
+		return "", nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(a, 53).String(), nil
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.String(), nil
+	}
+	return "", types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("doorman: upstreamResolver %q: want an IP address or addr:port", s), "")
+}
+
+// sandboxKey names an attachment's state: container id and interface.
+// Ids that cannot name a directory are hashed.
+func sandboxKey(containerID, ifName string) string {
+	k := containerID + "-" + ifName
+	if sandbox.ValidKey(k) == nil {
+		return k
+	}
+	sum := sha256.Sum256([]byte(containerID + "\x00" + ifName))
+	return "h" + hex.EncodeToString(sum[:16])
+}
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
