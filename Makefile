@@ -1,0 +1,51 @@
+# doorman: build, test, install. Tests need root (they create network
+# namespaces and nftables rules); see README.md.
+
+GO          ?= go
+PREFIX      ?= /usr/local
+CNI_BIN_DIR ?= /opt/cni/bin
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+FUZZTIME    ?= 20s
+
+.PHONY: all build test vet fuzz bench install uninstall clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/doorman ./cmd/doorman
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+# The whole suite: unit tests, fuzz seed corpora, and the end-to-end tests
+# against real namespaces and runtimes. Run as root.
+test: vet
+	$(GO) test -count=1 -timeout 30m ./...
+
+# Short coverage-guided fuzzing of every parser (seed corpora live in
+# */testdata/fuzz and run as part of `make test`).
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzParseEntry$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseJSON$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseFile$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzServerName$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRequestHead$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+	$(GO) test -run='^$$' -fuzz='^FuzzRequestReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+
+# Benchmarks print tables; they are never pass/fail.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./proxy/sniff
+	$(GO) test -run='^$$' -bench=. -benchtime=3x ./proxy
+
+install: build
+	install -D -m 0755 bin/doorman $(DESTDIR)$(PREFIX)/bin/doorman
+	install -d $(DESTDIR)$(CNI_BIN_DIR)
+	ln -sf $(PREFIX)/bin/doorman $(DESTDIR)$(CNI_BIN_DIR)/doorman
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/doorman $(DESTDIR)$(CNI_BIN_DIR)/doorman
+
+clean:
+	rm -rf bin

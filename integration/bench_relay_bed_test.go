@@ -1,0 +1,442 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/integration/testnet"
+)
+
+// The relay benchmarks' host on the fake internet: testnet's usual servers
+// plus two of the benchmark's own (see benchServer).
+const (
+	benchName    = "bench.example.test"
+	benchRawPort = 7000 // ClientHello, then raw bytes
+	benchTLSPort = 7443 // real TLS, then bulk application data
+)
+
+var benchAddr = netip.MustParseAddr("203.0.113.80")
+
+// relayBed is the world of the relay benchmarks: a fake internet holding
+// benchName, and two sandboxes routed to it the same way, one left alone
+// (the direct path) and one enforced by sandbox.Enforce with the real
+// doorman binary (the proxied path).
+type relayBed struct {
+	net     *testnet.Net
+	direct  *side
+	doorman *side
+	state   *sandbox.State // the enforced sandbox: its proxy's pid
+	server  *benchServer
+	hello   []byte // a real ClientHello from crypto/tls, SNI benchName
+	raw     netip.AddrPort
+	tls     netip.AddrPort
+	tlsConf *tls.Config // trusts the TLS server's certificate
+
+	freshRSS int64 // the proxy's VmRSS right after it started
+}
+
+// side is one path: a sandbox and a handle to move threads into it.
+type side struct {
+	name string
+	sb   *testnet.Sandbox
+	ns   ns.NetNS
+}
+
+func newRelayBed(b *testing.B) *relayBed {
+	b.Helper()
+	n := testnet.New(b)
+	n.AddHost(benchName, benchAddr)
+	bed := &relayBed{
+		net: n,
+		raw: netip.AddrPortFrom(benchAddr, benchRawPort),
+		tls: netip.AddrPortFrom(benchAddr, benchTLSPort),
+	}
+	bed.direct = newSide(b, "direct", n.NewSandbox(b))
+	bed.doorman = newSide(b, "doorman", n.NewSandbox(b))
+
+	cert, pool, err := selfSignedCert(benchName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bed.tlsConf = &tls.Config{ServerName: benchName, RootCAs: pool}
+	if bed.hello, err = captureClientHello(benchName); err != nil {
+		b.Fatal(err)
+	}
+	bed.server = startBenchServer(b, n.InetNS(), bed.raw, bed.tls, cert)
+
+	// Enforce the doorman side exactly as the CNI plugin would, from the
+	// host namespace (the proxy runs and dials from there).
+	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{benchName})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	req := sandbox.Request{
+		Key: bed.doorman.sb.Name(), Runtime: "cni", NetNS: bed.doorman.sb.Path(),
+		Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, Label: "full",
+		StateDir: filepath.Join(dir, "state"), LogDir: filepath.Join(dir, "log"),
+		ProxyBinary: doormanBin(), ProxyResolver: netip.AddrPortFrom(n.DNS, 53).String(),
+	}
+	err = n.InHost(func() error {
+		var err error
+		bed.state, err = sandbox.Enforce(req)
+		return err
+	})
+	if err != nil {
+		b.Fatalf("enforce the doorman sandbox: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := n.InHost(func() error { return sandbox.Teardown(req.StateDir, req.Key) }); err != nil {
+			b.Errorf("teardown: %v", err)
+		}
+	})
+	time.Sleep(200 * time.Millisecond) // let the new proxy settle
+	if bed.freshRSS, _, err = procRSS(bed.state.PID); err != nil {
+		b.Fatalf("proxy memory: %v", err)
+	}
+	bed.checkPaths(b)
+	return bed
+}
+
+func newSide(b *testing.B, name string, sb *testnet.Sandbox) *side {
+	b.Helper()
+	h, err := ns.GetNS(sb.Path())
+	if err != nil {
+		b.Fatalf("open %s: %v", sb.Path(), err)
+	}
+	b.Cleanup(func() { h.Close() })
+	return &side{name: name, sb: sb, ns: h}
+}
+
+// checkPaths proves that each side takes the path it is named for: the
+// server sees the direct side's own address, and the doorman side's
+// connections arriving from the host namespace, where the proxy dials.
+func (bed *relayBed) checkPaths(b *testing.B) {
+	b.Helper()
+	want := map[*side]netip.Addr{bed.direct: bed.direct.sb.Addr4, bed.doorman: bed.net.HostAddr4}
+	for s, addr := range want {
+		var seen string
+		err := s.parallel(1, func(int) error {
+			c, err := s.dial(bed.raw)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(bed.request(0, modePeer)); err != nil {
+				return err
+			}
+			out, err := io.ReadAll(c)
+			seen = string(out)
+			return err
+		})
+		if err != nil {
+			b.Fatalf("%s path: %v", s.name, err)
+		}
+		if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr().Unmap() != addr {
+			b.Fatalf("%s path: the server saw the client as %q, want %s", s.name, seen, addr)
+		}
+	}
+}
+
+// parallel runs fn(0..n-1) on n goroutines whose threads are moved into
+// the side's namespace, and waits for them. The threads are never
+// unlocked: each dies with its goroutine, so no other goroutine ever runs in
+// the sandbox's namespace by accident. Sockets fn creates belong to the
+// namespace; any goroutine may use them.
+func (s *side) parallel(n int, fn func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			if err := s.ns.Set(); err != nil {
+				errs[i] = fmt.Errorf("enter %s: %w", s.sb.Name(), err)
+				return
+			}
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// dial connects to a literal address, so the socket is created on the
+// calling thread (see parallel).
+func (s *side) dial(a netip.AddrPort) (*net.TCPConn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", a.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// Modes of the raw server, the last byte of a request.
+const (
+	modeClose = 'c' // send count bytes, then FIN, then wait for the client's FIN
+	modeHold  = 'h' // send count bytes, then wait for the client's FIN
+	modePeer  = 'p' // send the client's address as the server saw it, then FIN
+)
+
+// forever is a count the server never reaches.
+const forever = 1 << 62
+
+// request is what a raw client sends: the ClientHello, then the count of
+// bytes it wants back (8 bytes, big-endian) and the mode.
+func (bed *relayBed) request(count uint64, mode byte) []byte {
+	out := bytes.Clone(bed.hello)
+	out = binary.BigEndian.AppendUint64(out, count)
+	return append(out, mode)
+}
+
+// captureClientHello records the first flight of a real crypto/tls client
+// (default settings: ~1.5 KB with the post-quantum key share, so it spans
+// two segments) asking for serverName.
+func captureClientHello(serverName string) ([]byte, error) {
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	go tls.Client(client, &tls.Config{ServerName: serverName}).Handshake()
+	server.SetDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(server, hdr); err != nil {
+		return nil, fmt.Errorf("capture ClientHello: %w", err)
+	}
+	if hdr[0] != 22 { // handshake record
+		return nil, fmt.Errorf("capture ClientHello: record type %d, want 22", hdr[0])
+	}
+	body := make([]byte, binary.BigEndian.Uint16(hdr[3:5]))
+	if _, err := io.ReadFull(server, body); err != nil {
+		return nil, fmt.Errorf("capture ClientHello: %w", err)
+	}
+	if body[0] != 1 {
+		return nil, fmt.Errorf("capture ClientHello: handshake type %d, want 1", body[0])
+	}
+	return append(hdr, body...), nil
+}
+
+// selfSignedCert makes a throwaway certificate for name and a pool that
+// trusts it.
+func selfSignedCert(name string) (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		DNSNames:              []string{name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
+}
+
+// payloadSize is the size of the file the raw server streams with
+// sendfile(2), over and over.
+const payloadSize = 8 << 20
+
+// benchServer is the far end of the relay benchmarks, in inet. Its raw
+// port reads a TLS ClientHello record and a request (see request), then
+// streams bytes by sendfile(2) from a file in the page cache: the proxy
+// sniffs a real SNI and then relays raw bytes, so the comparison shows the
+// relay's own cost, not TLS's. Its TLS port is a real TLS server that
+// streams application data after the handshake.
+type benchServer struct {
+	payload string // path of the streamed file
+	small   []byte // the first bytes of it, for short answers
+	cert    tls.Certificate
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func startBenchServer(b *testing.B, inet *testnet.Netns, raw, tlsAddr netip.AddrPort, cert tls.Certificate) *benchServer {
+	b.Helper()
+	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{}}
+	data := make([]byte, payloadSize)
+	rand.Read(data)
+	if err := os.WriteFile(s.payload, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	s.small = data[:64<<10]
+	var rawLn, tlsLn net.Listener
+	err := inet.Do(func() error {
+		var err error
+		if rawLn, err = net.Listen("tcp", raw.String()); err != nil {
+			return err
+		}
+		tlsLn, err = net.Listen("tcp", tlsAddr.String())
+		return err
+	})
+	if err != nil {
+		if rawLn != nil {
+			rawLn.Close()
+		}
+		b.Fatalf("bench server in %s: %v", inet.Name(), err)
+	}
+	s.wg.Go(func() { s.accept(rawLn, s.serveRaw) })
+	s.wg.Go(func() { s.accept(tlsLn, s.serveTLS) })
+	b.Cleanup(func() {
+		rawLn.Close()
+		tlsLn.Close()
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *benchServer) accept(ln net.Listener, serve func(*net.TCPConn) error) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // out of fds and the like
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Go(func() {
+			serve(c.(*net.TCPConn))
+			c.Close()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		})
+	}
+}
+
+func (s *benchServer) serveRaw(c *net.TCPConn) error {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(c, hdr); err != nil {
+		return err
+	}
+	if hdr[0] != 22 {
+		return fmt.Errorf("not a TLS handshake record")
+	}
+	rest := make([]byte, int(binary.BigEndian.Uint16(hdr[3:5]))+9)
+	if _, err := io.ReadFull(c, rest); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Time{})
+	req := rest[len(rest)-9:]
+	count, mode := binary.BigEndian.Uint64(req), req[8]
+	switch mode {
+	case modePeer:
+		_, err := io.WriteString(c, c.RemoteAddr().String())
+		return err
+	case modeClose, modeHold:
+		if err := s.stream(c, count); err != nil {
+			return err
+		}
+		if mode == modeClose {
+			c.CloseWrite()
+		}
+		_, err := io.Copy(io.Discard, c)
+		return err
+	default:
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+}
+
+// stream sends count bytes: short answers from memory, long ones by
+// sendfile(2) (TCPConn.ReadFrom of a limited *os.File).
+func (s *benchServer) stream(c *net.TCPConn, count uint64) error {
+	if count <= uint64(len(s.small)) {
+		_, err := c.Write(s.small[:count])
+		return err
+	}
+	f, err := os.Open(s.payload)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for count > 0 {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		n, err := c.ReadFrom(io.LimitReader(f, int64(min(count, payloadSize))))
+		count -= uint64(n)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+	}
+	return nil
+}
+
+// serveTLS completes a TLS handshake and streams application data until
+// the client goes away.
+func (s *benchServer) serveTLS(c *net.TCPConn) error {
+	tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{s.cert}})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	tc.SetDeadline(time.Time{})
+	buf := s.small
+	for {
+		if _, err := tc.Write(buf); err != nil {
+			if strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "reset by peer") {
+				return nil
+			}
+			return err
+		}
+	}
+}

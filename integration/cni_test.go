@@ -1,0 +1,344 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/miekg/dns"
+
+	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/integration/testnet"
+)
+
+func TestCNIAllowedAndDenied(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(nil))
+
+	// HTTPS: real curl, allowed and denied.
+	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {
+		t.Fatalf("allowed HTTPS: %v", r)
+	}
+	r := curl(t, c.ns, e.caFile, "https://"+evilName+"/")
+	if r.exit == 0 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
+		t.Fatalf("denied HTTPS: want a TLS access_denied alert, got %v", r)
+	}
+	e.waitDecision(c, decided(evilName, "deny"))
+	if n := e.evil.Requests(); n != 0 {
+		t.Fatalf("evil host served %d requests", n)
+	}
+
+	// HTTP: allowed, and a 403 naming host and sandbox.
+	if r := curl(t, c.ns, e.caFile, "http://"+apiName+"/plain"); r.exit != 0 || !strings.Contains(r.stdout, "GET /plain") {
+		t.Fatalf("allowed HTTP: %v", r)
+	}
+	r = curl(t, c.ns, e.caFile, "-w", "%{http_code}", "http://"+evilName+"/")
+	if !strings.HasSuffix(r.stdout, "403") || !strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, c.rt.ContainerID) {
+		t.Fatalf("denied HTTP: want 403 naming %s and %s, got %v", evilName, c.rt.ContainerID, r)
+	}
+
+	// A Go client: its default ClientHello carries a post-quantum key share.
+	client := c.ns.HTTPClient()
+	resp, err := client.Get("https://" + apiName + "/go")
+	if err != nil {
+		t.Fatalf("Go client, allowed: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.TLS == nil || resp.TLS.CurveID != tls.X25519MLKEM768 {
+		t.Fatalf("Go client: key exchange %v, want X25519MLKEM768", resp.TLS)
+	}
+	if _, err := client.Get("https://" + evilName + "/go"); err == nil || !strings.Contains(err.Error(), "access denied") {
+		t.Fatalf("Go client, denied: err = %v, want access denied", err)
+	}
+
+	// IPv6 behaves like IPv4.
+	if r := curl(t, c.ns, e.caFile, "-6", "https://"+apiName+"/"); r.exit != 0 || !strings.Contains(r.stdout, "["+apiAddr6.String()+"]:443") {
+		t.Fatalf("allowed HTTPS over IPv6: %v", r)
+	}
+	if r := curl(t, c.ns, e.caFile, "-6", "https://"+evilName+"/"); r.exit == 0 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
+		t.Fatalf("denied HTTPS over IPv6: %v", r)
+	}
+}
+
+func TestCNISNISpoofingReachesNamedHost(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(nil))
+	r := curl(t, c.ns, e.caFile, "--resolve", apiName+":443:"+evilAddr4.String(), "https://"+apiName+"/spoof")
+	real := []string{apiAddr4.String() + ":443", "[" + apiAddr6.String() + "]:443"}
+	if r.exit != 0 || !(strings.HasPrefix(r.stdout, apiName+" "+real[0]) || strings.HasPrefix(r.stdout, apiName+" "+real[1])) {
+		t.Fatalf("spoofed SNI: want the real %s (%v) to answer, got %v", apiName, real, r)
+	}
+	if n := e.evil.Requests(); n != 0 {
+		t.Fatalf("the spoofed IP's server saw %d requests", n)
+	}
+	d := e.waitDecision(c, decided(apiName, "allow"))
+	if d["dst"] != evilAddr4.String()+":443" || (d["upstream"] != real[0] && d["upstream"] != real[1]) {
+		t.Fatalf("decision %v", d)
+	}
+}
+
+func TestCNINoNameNeedsAddressRule(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(map[string]any{"allowedHosts": []string{apiName, otherAddr.String()}}))
+	// A bare IP: no SNI, so only address rules can admit it.
+	if r := curl(t, c.ns, e.caFile, "-k", "https://"+apiAddr4.String()+"/"); r.exit == 0 {
+		t.Fatalf("bare IP of an allowed name without SNI got through: %v", r)
+	}
+	if r := curl(t, c.ns, e.caFile, "-k", "https://"+otherAddr.String()+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, otherName+" "+otherAddr.String()) {
+		t.Fatalf("address rule: %v", r)
+	}
+	// Any TCP port of a host that is not allowed: refused, nothing arrives.
+	for _, port := range []uint16{testnet.PortRecorder, testnet.PortSSH, testnet.PortPostgres} {
+		if err := tcpSendRecv(c.ns, netip.AddrPortFrom(evilAddr4, port), "hello\r\n"); err == nil {
+			t.Errorf("TCP to %v:%d got a reply", evilAddr4, port)
+		}
+		if n := e.evil.Received(int(port)); n != 0 {
+			t.Errorf("evil received %d bytes on port %d", n, port)
+		}
+	}
+}
+
+func TestCNIUDPDNSAndICMP(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(nil))
+	ctx := context.Background()
+
+	if err := udpEcho(c.ns, netip.AddrPortFrom(evilAddr4, testnet.PortUDPEcho)); err == nil {
+		t.Error("UDP to a non-resolver was echoed")
+	}
+	if err := udpEcho(c.ns, netip.AddrPortFrom(apiAddr4, testnet.PortHTTPS)); err == nil {
+		t.Error("UDP (QUIC port) to an allowed host was echoed")
+	}
+	if n := e.evil.UDPDatagrams(testnet.PortUDPEcho) + e.api.UDPDatagrams(testnet.PortHTTPS); n != 0 {
+		t.Errorf("%d UDP datagrams arrived", n)
+	}
+
+	for _, srv := range []netip.Addr{e.net.DNS, e.net.DNS6} {
+		m, err := c.ns.QueryDNS(ctx, srv, apiName, dns.TypeA)
+		if err != nil || len(m.Answer) == 0 {
+			t.Errorf("DNS to the resolver %v: %v %v", srv, m, err)
+		}
+	}
+	before := e.net.QueriesSeen(e.net.RogueDNS) + e.net.QueriesSeen(e.net.RogueDNS6)
+	for _, srv := range []netip.Addr{e.net.RogueDNS, e.net.RogueDNS6} {
+		if _, err := c.ns.QueryDNS(ctx, srv, apiName, dns.TypeA); err == nil {
+			t.Errorf("DNS to a server that is not the resolver (%v) answered", srv)
+		}
+	}
+	if n := e.net.QueriesSeen(e.net.RogueDNS) + e.net.QueriesSeen(e.net.RogueDNS6) - before; n != 0 {
+		t.Errorf("rogue DNS saw %d queries", n)
+	}
+
+	if err := ping(c.ns, evilAddr4); err != nil {
+		t.Errorf("ICMP with allowICMP default (true): %v", err)
+	}
+	if err := ping(c.ns, evilAddr6); err != nil {
+		t.Errorf("ICMPv6 with allowICMP default (true): %v", err)
+	}
+	noICMP := e.newContainer()
+	e.mustAdd(noICMP, e.conflist(map[string]any{"allowICMP": false}))
+	if err := ping(noICMP.ns, evilAddr4); err == nil {
+		t.Error("ICMP got through with allowICMP false")
+	}
+	if err := ping(noICMP.ns, evilAddr6); err == nil {
+		t.Error("ICMPv6 got through with allowICMP false")
+	}
+}
+
+func TestCNILifecycle(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	list := e.conflist(nil)
+	e.mustAdd(c, list)
+	first := e.state(c)
+	prev := e.bridgeResult(c)
+	if _, err := e.doormanVerb(c, list, "ADD", prev); err != nil {
+		t.Fatalf("second ADD: %v", err)
+	}
+	if again := e.state(c); again.PID != first.PID {
+		t.Errorf("second ADD replaced the proxy (pid %d → %d)", first.PID, again.PID)
+	}
+	if err := e.check(c); err != nil {
+		t.Fatalf("CHECK on a healthy sandbox: %v", err)
+	}
+
+	// CHECK notices a missing table...
+	if err := enforce.Remove(c.ns.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.check(c); err == nil {
+		t.Fatal("CHECK passed without the table")
+	}
+	if _, err := e.doormanVerb(c, list, "ADD", prev); err != nil { // ADD repairs
+		t.Fatalf("ADD after the table was removed: %v", err)
+	}
+	if err := e.check(c); err != nil {
+		t.Fatalf("CHECK after repair: %v", err)
+	}
+
+	// ...and a dead proxy; with the proxy dead, no TCP gets out.
+	s := e.state(c)
+	if err := syscall.Kill(s.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, s.PID)
+	if err := e.check(c); err == nil {
+		t.Fatal("CHECK passed with the proxy killed")
+	}
+	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit == 0 {
+		t.Fatalf("with the proxy dead, an allowed connection still got out: %v", r)
+	}
+
+	// DEL leaves nothing; DEL again is fine.
+	if _, err := e.doormanVerb(c, list, "ADD", prev); err != nil {
+		t.Fatalf("ADD with a dead proxy: %v", err)
+	}
+	s = e.state(c)
+	if err := e.del(c); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	waitGone(t, s.PID)
+	if tablePresent(t, c) {
+		t.Error("table left after DEL")
+	}
+	if _, err := os.Stat(filepath.Join(e.stateDir, c.key)); !os.IsNotExist(err) {
+		t.Errorf("state dir left after DEL: %v", err)
+	}
+	if err := e.del(c); err != nil {
+		t.Fatalf("second DEL: %v", err)
+	}
+}
+
+func TestCNIGC(t *testing.T) {
+	e := newCNIEnv(t)
+	list := e.conflist(nil)
+	keep, drop := e.newContainer(), e.newContainer()
+	e.mustAdd(keep, list)
+	e.mustAdd(drop, list)
+	dropState := e.state(drop)
+	if err := e.gc(list, []types.GCAttachment{{ContainerID: keep.rt.ContainerID, IfName: "eth0"}}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	waitGone(t, dropState.PID)
+	if tablePresent(t, drop) {
+		t.Error("GC left the table of a stale attachment")
+	}
+	if _, err := os.Stat(filepath.Join(e.stateDir, drop.key)); !os.IsNotExist(err) {
+		t.Error("GC left the state of a stale attachment")
+	}
+	if err := e.check(keep); err != nil {
+		t.Errorf("GC harmed a valid attachment: %v", err)
+	}
+}
+
+func TestCNIBadInput(t *testing.T) {
+	e := newCNIEnv(t)
+	cases := []struct {
+		name   string
+		extra  map[string]any
+		policy string // per-container policy file content, if any
+		want   string
+	}{
+		{name: "bad entry", extra: map[string]any{"allowedHosts": []string{apiName, "a*b.example.test"}}, want: `"a*b.example.test"`},
+		{name: "unknown mode", extra: map[string]any{"mode": "permissive"}, want: "permissive"},
+		{name: "bare star", extra: map[string]any{"allowedHosts": []string{"*"}}, want: "mode"},
+		{name: "bad resolver", extra: map[string]any{"resolvers": []string{"dns.example"}}, want: "dns.example"},
+		{name: "bad policy file", policy: "api.example.test\nnot a host!\n", want: "not a host!"},
+		{name: "unreadable policy file", policy: "<dir>", want: "policy"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.newContainer()
+			if tc.policy == "<dir>" {
+				os.Mkdir(filepath.Join(e.policyDir, c.rt.ContainerID), 0o755)
+			} else if tc.policy != "" {
+				os.WriteFile(filepath.Join(e.policyDir, c.rt.ContainerID), []byte(tc.policy), 0o644)
+			}
+			_, err := e.add(c, e.conflist(tc.extra))
+			defer e.del(c) // the runtime's cleanup of the bridge's part
+			if err == nil {
+				t.Fatal("ADD succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ADD error %q does not mention %q", err, tc.want)
+			}
+			assertNoTrace(t, e, c)
+		})
+	}
+	t.Run("missing prevResult", func(t *testing.T) {
+		c := e.newContainer()
+		full := e.conflist(nil)
+		alone := *full
+		alone.Plugins = full.Plugins[1:]
+		_, err := e.add(c, &alone)
+		if err == nil || !strings.Contains(err.Error(), "prevResult missing") {
+			t.Fatalf("ADD without an interface plugin: %v", err)
+		}
+		assertNoTrace(t, e, c)
+	})
+}
+
+// assertNoTrace checks that a failed ADD left no state, table or proxy.
+func assertNoTrace(t *testing.T, e *cniEnv, c *container) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(e.stateDir, c.key)); !os.IsNotExist(err) {
+		t.Errorf("state left after a failed ADD: %v", err)
+	}
+	if tablePresent(t, c) {
+		t.Error("table left after a failed ADD")
+	}
+	if pids := proxiesFor(c.rt.ContainerID); len(pids) > 0 {
+		t.Errorf("proxy processes left after a failed ADD: %v", pids)
+	}
+}
+
+// proxiesFor lists doorman proxy processes serving sandbox id.
+func proxiesFor(id string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, d := range ents {
+		var pid int
+		if _, err := fmtSscan(d.Name(), &pid); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && args[1] == "proxy" && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitGone waits until pid has exited (or is a zombie).
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		data, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat"))
+		if err != nil {
+			return
+		}
+		if i := strings.LastIndexByte(string(data), ')'); i > 0 && i+2 < len(data) && data[i+2] == 'Z' {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("process %d still running", pid)
+}

@@ -1,0 +1,467 @@
+package integration
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// debianCNIDir is where Debian's containernetworking-plugins package puts
+// the reference plugins; Podman's conflist uses its bridge and host-local.
+const debianCNIDir = "/usr/lib/cni"
+
+// probeImage is the image every Podman test container runs: a rootfs holding
+// only the static probe binary (integration/probe) and the test CA.
+const probeImage = "localhost/dm-probe:test"
+
+// podmanEnv is one test's Podman: a private configuration (CNI backend, the
+// test's conflist, vfs storage and all state in the test's temp dir) and a
+// "host session", a shell inside testnet's host namespace with its own mount
+// namespace, in which every podman command runs. Nothing is read from or
+// written to the machine's Podman configuration or storage.
+//
+// Why a session: `ip netns exec` gives each command a new mount namespace,
+// and Podman keeps mounts there (the container's netns bind mount under
+// /run/netns, its shm). Commands of one container's life (run -d, exec, rm)
+// must see the same mounts, as they would on a real host, so they all enter
+// the one mount namespace the session holds (nsenter --mount --net).
+type podmanEnv struct {
+	t            *testing.T
+	e            *cniEnv
+	network      string   // the CNI network's name
+	cgroupParent string   // a cgroup of this test's own, under each hierarchy's root
+	env          []string // podman's environment: CONTAINERS_CONF, CONTAINERS_STORAGE_CONF
+	sessionPID   int      // the shell holding the host session
+}
+
+// podmanResult is what one podman command did.
+type podmanResult struct {
+	args           []string
+	exit           int
+	stdout, stderr string
+}
+
+func (r podmanResult) String() string {
+	return fmt.Sprintf("podman %s: exit %d, stdout %q, stderr %q", strings.Join(r.args, " "), r.exit, r.stdout, r.stderr)
+}
+
+// newPodmanEnv writes the configuration, starts the host session and
+// imports the probe image. t.Cleanup removes every container and image,
+// ends the session, and removes the test's cgroups.
+func newPodmanEnv(t *testing.T, e *cniEnv) *podmanEnv {
+	t.Helper()
+	dir := t.TempDir()
+	id := filepath.Base(e.net.HostNS().Name()) // dm-host-<hex>: unique per test
+	p := &podmanEnv{
+		t:            t,
+		e:            e,
+		network:      "dm-podman",
+		cgroupParent: "/" + strings.Replace(id, "dm-host-", "dm-podman-", 1),
+	}
+	confFile, storageFile := p.writeConfig(dir)
+	p.env = append(envWithoutProxy(),
+		"CONTAINERS_CONF="+confFile,
+		"CONTAINERS_STORAGE_CONF="+storageFile,
+	)
+
+	t.Cleanup(p.removeCgroups) // after the session and every container are gone
+	p.startSession()
+	t.Cleanup(p.removeAll)
+
+	p.importProbeImage(dir)
+	return p
+}
+
+// writeConfig writes containers.conf, storage.conf and the network's
+// conflist under dir and returns the paths of the first two.
+func (p *podmanEnv) writeConfig(dir string) (confFile, storageFile string) {
+	p.t.Helper()
+	netDir := filepath.Join(dir, "net.d")
+	for _, d := range []string{netDir, filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	// Debian's plugin directory first: its bridge and host-local (v1.1.1)
+	// are the ones a Debian host runs; doorman comes from binDir.
+	conf := fmt.Sprintf(`[containers]
+# Podman's default nofile limit is above what this VM allows.
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+
+[network]
+network_backend = "cni"
+cni_plugin_dirs = [%q, %q]
+network_config_dir = %q
+
+[engine]
+# No systemd, no journald: plain cgroupfs and a file for events.
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = %q
+tmp_dir = %q
+# File locks under tmp_dir instead of the machine-wide /dev/shm/libpod_lock.
+lock_type = "file"
+`, debianCNIDir, binDir, netDir, filepath.Join(dir, "tmp", "events.log"), filepath.Join(dir, "tmp"))
+	storage := fmt.Sprintf(`[storage]
+driver = "vfs"
+graphroot = %q
+runroot = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "runroot"))
+
+	confFile, storageFile = filepath.Join(dir, "containers.conf"), filepath.Join(dir, "storage.conf")
+	files := map[string][]byte{
+		confFile:    []byte(conf),
+		storageFile: []byte(storage),
+		filepath.Join(netDir, p.network+".conflist"): p.conflist(),
+	}
+	for path, data := range files {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	return confFile, storageFile
+}
+
+// conflist is the test's network: a bridge in the host namespace with
+// host-local IPAM on the range testnet keeps free for it, and doorman
+// chained after it with the same policy as the libcni tests. cniVersion is
+// 1.0.0, the newest that Podman 4.3's libcni and Debian's plugins speak.
+func (p *podmanEnv) conflist() []byte {
+	e := p.e
+	list := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       p.network,
+		"plugins": []any{
+			map[string]any{
+				"type":      "bridge",
+				"bridge":    "dmbr0",
+				"isGateway": true,
+				"ipMasq":    false,
+				"ipam": map[string]any{
+					"type":    "host-local",
+					"dataDir": e.ipamDir,
+					"ranges": []any{
+						[]any{map[string]any{"subnet": "198.51.100.128/26", "gateway": "198.51.100.129"}},
+						[]any{map[string]any{"subnet": "2001:db8:3::/64", "gateway": "2001:db8:3::1"}},
+					},
+					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
+				},
+				"dns": map[string]any{"nameservers": []string{e.net.DNS.String(), e.net.DNS6.String()}},
+			},
+			map[string]any{
+				"type":             "doorman",
+				"mode":             "allowlist",
+				"allowedHosts":     []string{apiName},
+				"stateDir":         e.stateDir,
+				"logDir":           e.logDir,
+				"policyDir":        e.policyDir,
+				"upstreamResolver": e.net.DNS.String(),
+			},
+		},
+	}
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return data
+}
+
+// startSession starts the shell that holds the host session: inside the
+// host namespace (`ip netns exec`, so /etc/resolv.conf is the Net's too),
+// it mounts the cgroup hierarchies the OCI runtime needs (ip netns exec
+// mounts a fresh /sys, which hides them), reports its pid, and waits for
+// its stdin to close.
+func (p *podmanEnv) startSession() {
+	p.t.Helper()
+	mounts, err := cgroupMountScript()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	script := "set -e\n" + mounts + "echo ready $$\nread -r _ || true\n"
+	cmd := p.e.net.HostCommand(context.Background(), "sh", "-c", script)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start the host session: %v", err)
+	}
+	p.t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			p.t.Errorf("the host session did not end when its stdin closed")
+		}
+	})
+
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(s, "ready ")))
+		if err != nil {
+			p.t.Fatalf("host session: got %q, want \"ready <pid>\"; stderr: %s\nscript:\n%s", s, stderr.String(), script)
+		}
+		p.sessionPID = pid
+	case <-time.After(10 * time.Second):
+		p.t.Fatalf("host session not ready after 10s; stderr: %s", stderr.String())
+	}
+}
+
+// podman runs podman with args inside the host session.
+func (p *podmanEnv) podman(args ...string) podmanResult {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	full := append([]string{"--target", strconv.Itoa(p.sessionPID), "--mount", "--net", "--", "podman"}, args...)
+	cmd := exec.CommandContext(ctx, "nsenter", full...)
+	cmd.Env = p.env
+	// Should a process podman leaves behind hold the pipes, do not wait
+	// for it beyond podman's own exit.
+	cmd.WaitDelay = 5 * time.Second
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := podmanResult{args: args, stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		r.exit = ee.ExitCode()
+	default:
+		p.t.Fatalf("podman %s: %v (stderr %q)", strings.Join(args, " "), err, errb.String())
+	}
+	return r
+}
+
+// mustPodman is podman that fails the test unless the command succeeds, and
+// returns its trimmed stdout.
+func (p *podmanEnv) mustPodman(args ...string) string {
+	p.t.Helper()
+	r := p.podman(args...)
+	if r.exit != 0 {
+		p.t.Fatal(r)
+	}
+	return strings.TrimSpace(r.stdout)
+}
+
+// runArgs are the `podman run` options every test container gets: the
+// test's network and resolvers, the test's cgroup parent, and no pulls.
+func (p *podmanEnv) runArgs() []string {
+	return []string{
+		"--network", p.network,
+		"--dns", p.e.net.DNS.String(), "--dns", p.e.net.DNS6.String(),
+		"--cgroup-parent", p.cgroupParent,
+		"--pull", "never",
+	}
+}
+
+// importProbeImage builds the probe statically and imports a rootfs holding
+// it (/probe) and the test CA (/ca.pem) as probeImage.
+func (p *podmanEnv) importProbeImage(dir string) {
+	p.t.Helper()
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "probe"), "github.com/doorman-net/doorman/integration/probe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		p.t.Fatalf("build the probe: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "ca.pem"), p.e.net.CAPEM, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "rootfs.tar")
+	if err := writeTar(archive, rootfs); err != nil {
+		p.t.Fatalf("archive the probe rootfs: %v", err)
+	}
+	p.mustPodman("import", "--quiet", archive, probeImage)
+}
+
+// writeTar writes the tree under dir to the tar file path.
+func writeTar(path, dir string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	err = tw.AddFS(os.DirFS(dir))
+	if cerr := tw.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// removeAll removes every container and image of the test's storage.
+func (p *podmanEnv) removeAll() {
+	for _, args := range [][]string{{"rm", "--all", "--force", "--time", "0"}, {"rmi", "--all", "--force"}} {
+		if r := p.podman(args...); r.exit != 0 {
+			p.t.Errorf("cleanup: %v", r)
+		}
+	}
+	if left := p.podman("ps", "--all", "--quiet"); left.exit != 0 || strings.TrimSpace(left.stdout) != "" {
+		p.t.Errorf("cleanup: containers left: %v", left)
+	}
+}
+
+// removeCgroups removes the test's cgroup parent (conmon's and the
+// containers' cgroups below it, all empty by now) from every hierarchy.
+func (p *podmanEnv) removeCgroups() {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		p.t.Errorf("cleanup: %v", err)
+		return
+	}
+	for _, m := range mounts {
+		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
+			continue
+		}
+		top := filepath.Join(m.mountpoint, p.cgroupParent)
+		var err error
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if err = removeCgroupTree(top); err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			p.t.Errorf("cleanup: %v", err)
+		}
+	}
+}
+
+// removeCgroupTree removes the cgroup dir and those below it, deepest
+// first. Cgroup directories hold only virtual files, so rmdir is all it takes.
+func removeCgroupTree(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, d := range ents {
+		if d.IsDir() {
+			if err := removeCgroupTree(filepath.Join(dir, d.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountInfo is one line of /proc/self/mountinfo, the fields used here.
+type mountInfo struct {
+	mountpoint, fstype, superOpts string
+}
+
+// cgroupMounts lists the mounts at and below /sys/fs/cgroup of this
+// process's mount namespace, in mount order.
+func cgroupMounts() ([]mountInfo, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("list the cgroup mounts: %w", err)
+	}
+	var out []mountInfo
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		if mp := f[4]; mp == "/sys/fs/cgroup" || strings.HasPrefix(mp, "/sys/fs/cgroup/") {
+			out = append(out, mountInfo{mountpoint: mp, fstype: g[0], superOpts: g[2]})
+		}
+	}
+	return out, nil
+}
+
+// cgroupMountScript returns shell commands that mount, under a fresh
+// /sys/fs/cgroup, the cgroup hierarchies this machine has: cgroup2 alone on
+// a unified host; on a legacy or hybrid host a tmpfs with each v1 hierarchy
+// (same controllers, so the same hierarchy) but not the v2 "unified" one:
+// crun refuses hybrid mode as soon as cgroup2 holds a controller (here
+// hugetlb), and runs fine on the v1 controllers alone.
+func cgroupMountScript() (string, error) {
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return "", err
+	}
+	var root *mountInfo
+	for i := range mounts {
+		if mounts[i].mountpoint == "/sys/fs/cgroup" {
+			root = &mounts[i] // the last one mounted there is the visible one
+		}
+	}
+	if root == nil {
+		return "", errors.New("nothing is mounted at /sys/fs/cgroup: the OCI runtime needs a cgroup hierarchy")
+	}
+	var b strings.Builder
+	switch root.fstype {
+	case "cgroup2":
+		b.WriteString("mount -t cgroup2 cgroup2 /sys/fs/cgroup\n")
+	case "tmpfs":
+		b.WriteString("mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup\n")
+		for _, m := range mounts {
+			if m.fstype != "cgroup" {
+				continue
+			}
+			var opts []string
+			for _, o := range strings.Split(m.superOpts, ",") {
+				if o != "rw" && o != "ro" && !strings.HasPrefix(o, "release_agent=") {
+					opts = append(opts, o)
+				}
+			}
+			fmt.Fprintf(&b, "mkdir -p %s\nmount -t cgroup -o %s cgroup %s\n",
+				shellQuote(m.mountpoint), shellQuote(strings.Join(opts, ",")), shellQuote(m.mountpoint))
+		}
+	default:
+		return "", fmt.Errorf("/sys/fs/cgroup is a %s, neither cgroup2 nor a tmpfs of v1 hierarchies", root.fstype)
+	}
+	return b.String(), nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// envWithoutProxy is the process environment minus *_proxy variables.
+func envWithoutProxy() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		key, _, _ := strings.Cut(kv, "=")
+		if !strings.HasSuffix(strings.ToLower(key), "_proxy") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
