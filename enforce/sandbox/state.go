@@ -28,24 +28,24 @@ const (
 // State is what doorman records about one enforced sandbox. It is written
 // as state.json in the sandbox's directory under the state dir.
 type State struct {
-	Key       string       `json:"key"`                 // directory name: unique per attachment
-	ID        string       `json:"id"`                  // container id
-	Name      string       `json:"name,omitempty"`      // container name, where known
-	Runtime   string       `json:"runtime"`             // "cni" or "hook"
-	Network   string       `json:"network,omitempty"`   // CNI network name
-	IfName    string       `json:"ifName,omitempty"`    // CNI interface name
-	NetNS     string       `json:"netns"`               // path of the sandbox's network namespace
-	Mode      string       `json:"mode"`                // policy mode when enforced
-	Port4     uint16       `json:"port4"`               // proxy listener ports inside the sandbox
-	Port6     uint16       `json:"port6"`               //
-	Resolvers []netip.Addr `json:"resolvers"`           // DNS servers the sandbox may query
-	AllowICMP bool         `json:"allowICMP"`           //
-	Label     string       `json:"label"`               // what the enforcement covers: full, partial (...), n/a
-	PID       int          `json:"pid"`                 // proxy process
-	PIDStart  uint64       `json:"pidStart"`            // its start time (clock ticks since boot), to never signal a reused pid
-	LogFile   string       `json:"logFile"`             // decision log
-	Created   time.Time    `json:"created"`             //
-	Dir       string       `json:"-"`                   // the sandbox's state directory
+	Key       string       `json:"key"`               // directory name: unique per attachment
+	ID        string       `json:"id"`                // container id
+	Name      string       `json:"name,omitempty"`    // container name, where known
+	Runtime   string       `json:"runtime"`           // "cni" or "hook"
+	Network   string       `json:"network,omitempty"` // CNI network name
+	IfName    string       `json:"ifName,omitempty"`  // CNI interface name
+	NetNS     string       `json:"netns"`             // path of the sandbox's network namespace
+	Mode      string       `json:"mode"`              // policy mode when enforced
+	Port4     uint16       `json:"port4"`             // proxy listener ports inside the sandbox
+	Port6     uint16       `json:"port6"`             //
+	Resolvers []netip.Addr `json:"resolvers"`         // DNS servers the sandbox may query
+	AllowICMP bool         `json:"allowICMP"`         //
+	Label     string       `json:"label"`             // what the enforcement covers: full, partial (...), n/a
+	PID       int          `json:"pid"`               // proxy process
+	PIDStart  uint64       `json:"pidStart"`          // its start time (clock ticks since boot), to never signal a reused pid
+	LogFile   string       `json:"logFile"`           // decision log
+	Created   time.Time    `json:"created"`           //
+	Dir       string       `json:"-"`                 // the sandbox's state directory
 }
 
 // PolicyPath is the path of the sandbox's live policy file.
