@@ -51,7 +51,7 @@ func BenchmarkProxyRelay(b *testing.B) {
 	b.Run("connrate", func(b *testing.B) { bed.benchConnRate(b, table) })
 	b.Run("latency", func(b *testing.B) { bed.benchLatency(b, table) })
 	b.Run("memory", func(b *testing.B) { bed.benchMemory(b, table) })
-	table.log(b)
+	table.print()
 }
 
 // benchBulk compares bulk throughput from the server to the client over

@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"testing"
 	"text/tabwriter"
 )
 
@@ -185,8 +184,8 @@ func (t *benchTable) Markdown() string {
 	return sb.String()
 }
 
-// log prints the table once, in both forms, to the benchmark's log.
-func (t *benchTable) log(b *testing.B) {
-	b.Helper()
-	b.Log(t.String() + "\nmarkdown:\n" + t.Markdown())
+// print writes the table once, in both forms, to standard output (the log
+// of a benchmark that has sub-benchmarks is not shown).
+func (t *benchTable) print() {
+	fmt.Print(t.String() + "\n" + t.Markdown() + "\n")
 }

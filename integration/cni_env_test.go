@@ -310,3 +310,18 @@ func (e *cniEnv) doormanVerb(c *container, list *libcni.NetworkConfigList, verb 
 	})
 	return out.Bytes(), err
 }
+
+// reparse rebuilds a conflist after its fields were changed, so that the
+// bytes libcni sends match (the version lives in the bytes too).
+func (e *cniEnv) reparse(l *libcni.NetworkConfigList) *libcni.NetworkConfigList {
+	e.t.Helper()
+	var raw map[string]any
+	json.Unmarshal(l.Bytes, &raw)
+	raw["cniVersion"] = l.CNIVersion
+	data, _ := json.Marshal(raw)
+	out, err := libcni.ConfListFromBytes(data)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}

@@ -342,3 +342,38 @@ func waitGone(t *testing.T, pid int) {
 	}
 	t.Fatalf("process %d still running", pid)
 }
+
+func TestCNIVersionsAndStatus(t *testing.T) {
+	e := newCNIEnv(t)
+	for _, v := range []string{"0.4.0", "1.0.0", "1.1.0"} {
+		t.Run(v, func(t *testing.T) {
+			list := e.conflist(nil)
+			list.CNIVersion = v
+			list = e.reparse(list)
+			if v != "0.4.0" { // STATUS exists from 1.1.0; libcni skips older
+				if err := e.net.InHost(func() error { return e.cni.GetStatusNetworkList(context.Background(), list) }); err != nil {
+					t.Fatalf("STATUS: %v", err)
+				}
+			}
+			c := e.newContainer()
+			res := e.mustAdd(c, list)
+			if res.Version() != v {
+				t.Errorf("result version %s, want %s", res.Version(), v)
+			}
+			if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 {
+				t.Fatalf("allowed HTTPS with cniVersion %s: %v", v, r)
+			}
+			if err := e.check(c); err != nil {
+				t.Fatalf("CHECK with cniVersion %s: %v", v, err)
+			}
+			if err := e.del(c); err != nil {
+				t.Fatalf("DEL with cniVersion %s: %v", v, err)
+			}
+		})
+	}
+	// STATUS fails when the state directory cannot be written.
+	bad := e.conflist(map[string]any{"stateDir": "/proc/doorman-cannot-exist"})
+	if err := e.net.InHost(func() error { return e.cni.GetStatusNetworkList(context.Background(), bad) }); err == nil {
+		t.Fatal("STATUS passed with an unusable state directory")
+	}
+}
