@@ -4,6 +4,7 @@
 GO          ?= go
 PREFIX      ?= /usr/local
 CNI_BIN_DIR ?= /opt/cni/bin
+HOOKS_DIR   ?= /usr/share/containers/oci/hooks.d
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_BUILD = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 FUZZTIME    ?= 20s
@@ -39,13 +40,21 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./proxy/sniff
 	$(GO) test -run='^$$' -bench=. -benchtime=3x ./proxy
 
+# The binary; its CNI plugin name in CNI_BIN_DIR; doorman-runtime, the runc
+# wrapper for dockerd's daemon.json; and the OCI hooks for Podman and CRI-O
+# (applied to containers that carry the doorman.io/mode annotation).
 install: build
 	install -D -m 0755 bin/doorman $(DESTDIR)$(PREFIX)/bin/doorman
-	install -d $(DESTDIR)$(CNI_BIN_DIR)
+	ln -sf doorman $(DESTDIR)$(PREFIX)/bin/doorman-runtime
+	install -d $(DESTDIR)$(CNI_BIN_DIR) $(DESTDIR)$(HOOKS_DIR)
 	ln -sf $(PREFIX)/bin/doorman $(DESTDIR)$(CNI_BIN_DIR)/doorman
+	for f in hook/hooks.d/*.json; do \
+		sed 's#/usr/local/bin/doorman#$(PREFIX)/bin/doorman#' $$f > $(DESTDIR)$(HOOKS_DIR)/$$(basename $$f); \
+	done
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/doorman $(DESTDIR)$(CNI_BIN_DIR)/doorman
+	rm -f $(DESTDIR)$(PREFIX)/bin/doorman $(DESTDIR)$(PREFIX)/bin/doorman-runtime $(DESTDIR)$(CNI_BIN_DIR)/doorman
+	rm -f $(DESTDIR)$(HOOKS_DIR)/doorman-create.json $(DESTDIR)$(HOOKS_DIR)/doorman-poststop.json
 
 clean:
 	rm -rf bin

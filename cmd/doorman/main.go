@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/doorman-net/doorman/plugin"
@@ -23,6 +24,8 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"proxy":   {"serve one sandbox's transparent proxy (started by the plugin and the hook)", runProxy},
+		"hook":    {"OCI hook: enforce at createRuntime/prestart, tear down at poststop", runHook},
+		"runtime": {"runc wrapper for dockerd: adds doorman's hooks, then execs runc", runRuntime},
 		"version": {"print the version", runVersion},
 	}
 }
@@ -36,6 +39,11 @@ func main() {
 	if os.Getenv("CNI_COMMAND") != "" {
 		plugin.Main(version)
 		return
+	}
+	// Installed as "doorman-runtime" (a link), doorman is the runc
+	// wrapper dockerd calls with runc's arguments.
+	if filepath.Base(os.Args[0]) == runtimeLinkName {
+		os.Exit(runRuntime(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

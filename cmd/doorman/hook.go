@@ -1,0 +1,68 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/doorman-net/doorman/hook"
+)
+
+// runtimeLinkName is the name under which doorman acts as the runc wrapper.
+const runtimeLinkName = "doorman-runtime"
+
+// runHook is `doorman hook [FLAGS] STAGE`, run by an OCI runtime with the
+// container's state JSON on stdin.
+func runHook(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("doorman hook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts hook.Options
+	fs.StringVar(&opts.StateDir, "state-dir", "", "sandbox state directory (default /run/doorman)")
+	fs.StringVar(&opts.LogDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
+	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
+	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (addr:port) the proxy resolves allowed names with; default the host's")
+	fs.BoolVar(&opts.AllowICMP, "allow-icmp", true, "let ICMP out of the container")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: doorman hook [FLAGS] createRuntime|prestart|poststop   (state JSON on stdin)")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	if err := hook.Run(fs.Arg(0), os.Stdin, opts); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// runRuntime is the runc wrapper: every argument is runc's.
+func runRuntime(args []string, stdout, stderr io.Writer) int {
+	cfgPath := os.Getenv("DOORMAN_RUNTIME_CONFIG")
+	if cfgPath == "" {
+		cfgPath = hook.RuntimeConfigFile
+	}
+	cfg, err := hook.LoadRuntimeConfig(cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "doorman:", err)
+		return 1
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "doorman: cannot find its own binary:", err)
+		return 1
+	}
+	runc, err := hook.Wrap(args, cfg, self)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	err = hook.ExecRunc(runc, args)
+	fmt.Fprintf(stderr, "doorman: exec %s: %v\n", runc, err)
+	return 1
+}

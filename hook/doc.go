@@ -1,0 +1,20 @@
+// Package hook gives containers that never see a CNI plugin the same
+// enforcement as those that do: Podman 5+ and CRI-O (through hooks.d),
+// Docker and the inner daemons of Docker-in-Docker (through a runc wrapper,
+// since dockerd has no hooks directory), and plain runc (hooks in
+// config.json).
+//
+// The OCI hook (Hook.Run) reads the runtime's state on stdin and the bundle's
+// config.json, finds the container's network namespace, works out its
+// policy and enforcement label, and calls the same enforcement core as the
+// CNI plugin (package sandbox). Any failure exits non-zero, so the runtime
+// refuses to start the container: an unenforced container never runs.
+//
+// The runtime wrapper (Wrap) sits where dockerd expects runc. On `create`
+// and `run` it adds doorman's hooks to config.json (once), copies
+// doorman.io/* container labels from Docker's own container config into
+// annotations (Docker 20.10 passes neither labels nor annotations to the
+// runtime), sets DOORMAN_NETWORK_MODE and DOORMAN_ENFORCEMENT in the
+// container's environment, and then execs the real runc with the arguments
+// untouched.
+package hook

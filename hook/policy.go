@@ -1,0 +1,102 @@
+package hook
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// The annotations (and, on Docker, container labels) that carry a policy.
+const (
+	AnnotationMode         = "doorman.io/mode"
+	AnnotationAllowedHosts = "doorman.io/allowed-hosts"
+)
+
+// DefaultPolicyFile is the policy for containers that carry no doorman
+// annotation, in the plain allowlist form.
+const DefaultPolicyFile = "/etc/doorman/default.policy"
+
+// errNoPolicy means a container has neither annotations nor a default.
+var errNoPolicy = errors.New("no doorman policy")
+
+// policyFor returns the policy a container's annotations give it, or else
+// the default policy file's. It never falls back to "allow everything".
+func policyFor(annotations map[string]string, defaultFile string) (*conf.Policy, string, error) {
+	mode, hasMode := annotations[AnnotationMode]
+	hosts, hasHosts := annotations[AnnotationAllowedHosts]
+	if hasMode || hasHosts {
+		m := conf.ModeAllowlist
+		if hasMode {
+			var err error
+			if m, err = conf.ParseMode(mode); err != nil {
+				return nil, "", fmt.Errorf("annotation %s: %w", AnnotationMode, err)
+			}
+		}
+		var entries []string
+		for _, h := range strings.Split(hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				entries = append(entries, h)
+			}
+		}
+		p, err := conf.NewPolicy(m, entries)
+		if err != nil {
+			return nil, "", fmt.Errorf("annotation %s: %w", AnnotationAllowedHosts, err)
+		}
+		return p, "annotations", nil
+	}
+	if defaultFile == "" {
+		defaultFile = DefaultPolicyFile
+	}
+	p, err := conf.LoadFile(defaultFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("%w: set the %s (and %s) annotation or label, or write a default policy to %s",
+			errNoPolicy, AnnotationMode, AnnotationAllowedHosts, defaultFile)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("default policy: %w", err)
+	}
+	return p, defaultFile, nil
+}
+
+// Label says what doorman's enforcement covers for a container with spec,
+// under policy mode m. Rules inside the sandbox do not hold against a
+// workload that can rewrite them (CAP_NET_ADMIN) or send frames past them
+// (CAP_NET_RAW: AF_PACKET, SO_MARK), until a layer outside exists.
+func Label(spec *specs.Spec, m conf.Mode) string {
+	if m == conf.ModeOpen {
+		return "n/a"
+	}
+	switch {
+	case hasCap(spec, "CAP_NET_ADMIN"):
+		return "partial (container holds CAP_NET_ADMIN)"
+	case hasCap(spec, "CAP_NET_RAW"):
+		return "partial (container holds CAP_NET_RAW)"
+	}
+	return "full"
+}
+
+// hasCap reports whether the container's process can hold capability c:
+// it is in its bounding set (or, without one, in any other set).
+func hasCap(spec *specs.Spec, c string) bool {
+	if spec == nil || spec.Process == nil || spec.Process.Capabilities == nil {
+		return false
+	}
+	caps := spec.Process.Capabilities
+	sets := [][]string{caps.Bounding}
+	if len(caps.Bounding) == 0 {
+		sets = [][]string{caps.Effective, caps.Permitted, caps.Inheritable, caps.Ambient}
+	}
+	for _, set := range sets {
+		for _, have := range set {
+			if strings.EqualFold(have, c) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,345 @@
+package hook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/doorman-net/doorman/enforce"
+)
+
+// RuntimeConfigFile configures the runtime wrapper; it is optional.
+const RuntimeConfigFile = "/etc/doorman/runtime.json"
+
+// annotationDockerName carries a Docker container's name into the hook.
+const annotationDockerName = "doorman.io/container-name"
+
+// Environment variables the wrapper sets in every container it starts.
+const (
+	EnvNetworkMode = "DOORMAN_NETWORK_MODE"
+	EnvEnforcement = "DOORMAN_ENFORCEMENT"
+)
+
+// RuntimeConfig is the wrapper's configuration (RuntimeConfigFile, JSON).
+// dockerd starts the wrapper with runc's arguments only, so this file is
+// where the wrapper learns everything else.
+type RuntimeConfig struct {
+	// Runc is the real runc (default: "runc" on PATH, not this binary).
+	Runc string `json:"runc,omitempty"`
+	// DockerRoot is dockerd's data root, where containers/<id>/config.v2.json
+	// holds a container's labels (default /var/lib/docker).
+	DockerRoot       string `json:"dockerRoot,omitempty"`
+	StateDir         string `json:"stateDir,omitempty"`
+	LogDir           string `json:"logDir,omitempty"`
+	DefaultPolicy    string `json:"defaultPolicy,omitempty"`
+	UpstreamResolver string `json:"upstreamResolver,omitempty"`
+	AllowICMP        *bool  `json:"allowICMP,omitempty"`
+}
+
+// LoadRuntimeConfig reads path; a missing file means the defaults.
+func LoadRuntimeConfig(path string) (RuntimeConfig, error) {
+	var c RuntimeConfig
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("runtime config: %w", err)
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("runtime config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// hookArgs are the doorman hook's flags for this configuration.
+func (c RuntimeConfig) hookArgs() []string {
+	var a []string
+	add := func(flag, v string) {
+		if v != "" {
+			a = append(a, flag+"="+v)
+		}
+	}
+	add("--state-dir", c.StateDir)
+	add("--log-dir", c.LogDir)
+	add("--default-policy", c.DefaultPolicy)
+	add("--upstream-resolver", c.UpstreamResolver)
+	if c.AllowICMP != nil {
+		a = append(a, fmt.Sprintf("--allow-icmp=%t", *c.AllowICMP))
+	}
+	return a
+}
+
+// runc's global flags that take a value (the rest are booleans).
+var runcGlobalValueFlags = []string{"--root", "--log", "--log-format", "--criu", "--rootless"}
+
+// runc create/run flags that take a value.
+var runcCreateValueFlags = []string{"--bundle", "-b", "--console-socket", "--pid-file", "--preserve-fds"}
+
+// Wrap prepares one runc invocation: for `create` and `run` it adds
+// doorman's hooks to the bundle's config.json (see PrepareBundle); every
+// verb's arguments pass through untouched. It returns the real runc's path;
+// the caller execs it with args.
+func Wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
+	runc, err := findRunc(cfg.Runc, self)
+	if err != nil {
+		return "", err
+	}
+	verb, rest := splitVerb(args)
+	if verb != "create" && verb != "run" {
+		return runc, nil
+	}
+	bundle, id := parseCreate(rest)
+	if id == "" {
+		return runc, nil // runc will report the missing id itself
+	}
+	if bundle == "" {
+		bundle = "."
+	}
+	if err := PrepareBundle(bundle, id, cfg, self); err != nil {
+		return "", fmt.Errorf("doorman: container %s: %w", id, err)
+	}
+	return runc, nil
+}
+
+// splitVerb skips runc's global flags and returns the command and its args.
+func splitVerb(args []string) (string, []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			return a, args[i+1:]
+		}
+		if !strings.Contains(a, "=") && slices.Contains(runcGlobalValueFlags, a) {
+			i++
+		}
+	}
+	return "", nil
+}
+
+// parseCreate finds the bundle (--bundle, -b, with a space or '=') and the
+// container id (the positional argument) of runc create/run.
+func parseCreate(args []string) (bundle, id string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
+			if name == "--bundle" || name == "-b" {
+				bundle = v
+			}
+			continue
+		}
+		if slices.Contains(runcCreateValueFlags, a) {
+			if i+1 < len(args) && (a == "--bundle" || a == "-b") {
+				bundle = args[i+1]
+			}
+			i++
+			continue
+		}
+		if !strings.HasPrefix(a, "-") {
+			id = a
+		}
+	}
+	return bundle, id
+}
+
+// findRunc returns the runc to exec: configured, or the first "runc" on
+// PATH (then /usr/sbin, /usr/bin) that is not this binary.
+func findRunc(configured, self string) (string, error) {
+	if configured == "" {
+		configured = os.Getenv("DOORMAN_RUNC")
+	}
+	if configured != "" {
+		if _, err := os.Stat(configured); err != nil {
+			return "", fmt.Errorf("doorman: runc %s: %w", configured, err)
+		}
+		return configured, nil
+	}
+	selfInfo, _ := os.Stat(self)
+	dirs := append(filepath.SplitList(os.Getenv("PATH")), "/usr/local/sbin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+	for _, d := range dirs {
+		p := filepath.Join(d, "runc")
+		fi, err := os.Stat(p)
+		if err != nil || fi.IsDir() || (selfInfo != nil && os.SameFile(fi, selfInfo)) {
+			continue
+		}
+		return p, nil
+	}
+	return "", errors.New("doorman: no runc found on PATH; set \"runc\" in " + RuntimeConfigFile)
+}
+
+// PrepareBundle rewrites bundle/config.json of container id: doorman's
+// createRuntime and poststop hooks (once), doorman.io/* labels from
+// Docker's container config as annotations where the spec has none, and the
+// DOORMAN_* environment. It fails, and the container does not start, when
+// the container has no valid policy.
+func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
+	path := filepath.Join(bundle, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var raw map[string]any // every field kept as the engine wrote it
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+
+	annotations := spec.Annotations
+	if _, ok := annotations[AnnotationMode]; !ok {
+		if _, ok := annotations[AnnotationAllowedHosts]; !ok {
+			labels, name := dockerLabels(orDefault(cfg.DockerRoot, "/var/lib/docker"), id)
+			added := map[string]string{}
+			for _, k := range []string{AnnotationMode, AnnotationAllowedHosts} {
+				if v, ok := labels[k]; ok {
+					added[k] = v
+				}
+			}
+			if name != "" {
+				added[annotationDockerName] = name
+			}
+			if len(added) > 0 {
+				annotations = mergeAnnotations(annotations, added)
+				rawAnn, _ := raw["annotations"].(map[string]any)
+				if rawAnn == nil {
+					rawAnn = map[string]any{}
+				}
+				for k, v := range added {
+					rawAnn[k] = v
+				}
+				raw["annotations"] = rawAnn
+			}
+		}
+	}
+	pol, _, err := policyFor(annotations, cfg.DefaultPolicy)
+	if err != nil {
+		return err
+	}
+
+	label := Label(&spec, pol.Mode)
+	if !hasNetNS(&spec) {
+		if inside, _ := enforce.Present("/proc/self/ns/net"); inside {
+			label = "inherited (the enclosing sandbox's rules)"
+		}
+	}
+	setEnv(raw, EnvNetworkMode, string(pol.Mode))
+	setEnv(raw, EnvEnforcement, label)
+	addHooks(raw, self, cfg.hookArgs())
+
+	out, err := json.Marshal(raw)
+	if err != nil {
+		return err
+	}
+	return writeFileKeepMode(path, out)
+}
+
+func hasNetNS(spec *specs.Spec) bool {
+	if spec.Linux == nil {
+		return false
+	}
+	for _, n := range spec.Linux.Namespaces {
+		if n.Type == specs.NetworkNamespace {
+			return true
+		}
+	}
+	return false
+}
+
+// dockerLabels reads a container's labels and name from dockerd's own
+// container config, the only place Docker 20.10 keeps them.
+func dockerLabels(root, id string) (map[string]string, string) {
+	if filepath.Base(id) != id {
+		return nil, ""
+	}
+	data, err := os.ReadFile(filepath.Join(root, "containers", id, "config.v2.json"))
+	if err != nil {
+		return nil, ""
+	}
+	var c struct {
+		Name   string
+		Config struct{ Labels map[string]string }
+	}
+	if json.Unmarshal(data, &c) != nil {
+		return nil, ""
+	}
+	return c.Config.Labels, strings.TrimPrefix(c.Name, "/")
+}
+
+// setEnv sets KEY=value in process.env, replacing an earlier KEY.
+func setEnv(raw map[string]any, key, value string) {
+	proc, _ := raw["process"].(map[string]any)
+	if proc == nil {
+		return
+	}
+	env, _ := proc["env"].([]any)
+	kv := key + "=" + value
+	for i, e := range env {
+		if s, _ := e.(string); strings.HasPrefix(s, key+"=") {
+			env[i] = kv
+			proc["env"] = env
+			return
+		}
+	}
+	proc["env"] = append(env, kv)
+}
+
+// addHooks appends doorman's createRuntime and poststop hooks unless
+// already there. Existing hooks (Docker 20.10's libnetwork-setkey prestart
+// hook among them) stay first and untouched; runc runs prestart hooks
+// before createRuntime ones.
+func addHooks(raw map[string]any, self string, flags []string) {
+	hooks, _ := raw["hooks"].(map[string]any)
+	if hooks == nil {
+		hooks = map[string]any{}
+	}
+	for _, stage := range []string{StageCreateRuntime, StagePoststop} {
+		list, _ := hooks[stage].([]any)
+		present := false
+		for _, h := range list {
+			m, _ := h.(map[string]any)
+			args, _ := m["args"].([]any)
+			if m["path"] == self && len(args) > 1 && args[1] == "hook" {
+				present = true
+			}
+		}
+		if present {
+			continue
+		}
+		args := []any{"doorman", "hook"}
+		for _, f := range flags {
+			args = append(args, f)
+		}
+		args = append(args, stage)
+		hooks[stage] = append(list, map[string]any{"path": self, "args": args})
+	}
+	raw["hooks"] = hooks
+}
+
+func writeFileKeepMode(path string, data []byte) error {
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
+	tmp := path + ".doorman-tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// ExecRunc replaces this process with runc.
+func ExecRunc(runc string, args []string) error {
+	return execve(runc, append([]string{runc}, args...), os.Environ())
+}
+
