@@ -10,6 +10,7 @@ require (
 	github.com/google/nftables v0.3.0
 	github.com/miekg/dns v1.1.73
 	github.com/networkplumbing/go-nft v0.4.0
+	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/crypto v0.59.0
@@ -24,7 +25,6 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/mdlayher/netlink v1.11.2 // indirect
 	github.com/mdlayher/socket v0.6.1 // indirect
-	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/safchain/ethtool v0.7.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // FuzzServerName checks that ServerName never panics, that its answer for
@@ -64,20 +65,31 @@ func FuzzServerName(f *testing.F) {
 // goServerName feeds data to a crypto/tls server and returns the server
 // name it parsed, ok false if it did not get as far as a parsed ClientHello.
 func goServerName(data []byte) (name string, ok bool) {
-	client, server := net.Pipe()
-	go func() {
-		client.Write(data)
-		client.Close()
-	}()
 	stop := errors.New("stop after the ClientHello")
-	srv := tls.Server(server, &tls.Config{GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
-		name, ok = chi.ServerName, true
-		return nil, stop
-	}})
+	srv := tls.Server(&replayConn{r: bytes.NewReader(data)}, &tls.Config{
+		GetConfigForClient: func(chi *tls.ClientHelloInfo) (*tls.Config, error) {
+			name, ok = chi.ServerName, true
+			return nil, stop
+		},
+	})
 	srv.Handshake()
-	server.Close()
 	return name, ok
 }
+
+// replayConn is a net.Conn that reads from r and discards what is written.
+type replayConn struct {
+	net.Conn // nil: the methods below are all crypto/tls uses here
+	r        *bytes.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *replayConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *replayConn) Close() error                     { return nil }
+func (c *replayConn) SetDeadline(time.Time) error      { return nil }
+func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *replayConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *replayConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *replayConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 
 func sameError(a, b error) bool {
 	if a == nil || b == nil {

@@ -533,17 +533,19 @@ func lower(c byte) byte {
 	return c
 }
 
-// isTokenChar reports whether c is a tchar (RFC 9110 5.6.2).
+// tchar (RFC 9110 5.6.2) as bit masks of the bytes 0-63 and 64-127:
+// "!#$%&'*+-.^_`|~", digits and letters.
+const (
+	tcharLo = 0x03ff6cfa00000000
+	tcharHi = 0x57ffffffc7fffffe
+)
+
+// isTokenChar reports whether c is a tchar.
 func isTokenChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
+	if c < 64 {
+		return tcharLo&(1<<c) != 0
 	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
+	return c < 128 && tcharHi&(1<<(c-64)) != 0
 }
 
 func isToken(b []byte) bool {

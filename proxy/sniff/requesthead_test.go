@@ -273,3 +273,12 @@ func TestDetectGoldenHellos(t *testing.T) {
 		}
 	}
 }
+
+func TestIsTokenChar(t *testing.T) {
+	const tchars = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	for c := range 256 {
+		if want := strings.IndexByte(tchars, byte(c)) >= 0; isTokenChar(byte(c)) != want {
+			t.Errorf("isTokenChar(0x%02x) = %v, want %v", c, !want, want)
+		}
+	}
+}
