@@ -161,7 +161,7 @@ func (p *podmanEnv) conflist() []byte {
 			map[string]any{
 				"type":             "doorman",
 				"mode":             "allowlist",
-				"allowedHosts":     []string{apiName, evilName},
+				"allowedHosts":     []string{apiName},
 				"stateDir":         e.stateDir,
 				"logDir":           e.logDir,
 				"policyDir":        e.policyDir,

@@ -57,15 +57,25 @@ func TestPodman(t *testing.T) {
 		return p.podman(slices.Concat([]string{"exec", id, "/probe"}, args)...)
 	}
 
-	// HTTPS: allowed over IPv4 and IPv6, denied with a TLS alert.
-	if r := probe("get", "https://"+apiName+"/podman", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
-		t.Errorf("allowed HTTPS: %v", r)
+	// HTTPS: allowed and denied (a TLS alert), by name (Go's client tries
+	// the IPv6 address first) and at each address family's literal address.
+	for _, via := range []netip.Addr{{}, apiAddr4, apiAddr6} {
+		args := []string{"get", "https://" + apiName + "/podman", "--ca", "/ca.pem"}
+		if via.IsValid() {
+			args = append(args, "--resolve", apiName+":"+via.String())
+		}
+		if r := probe(args...); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+			t.Errorf("allowed HTTPS (address %v): %v", via, r)
+		}
 	}
-	if r := probe("get", "https://"+apiName+"/podman6", "--ca", "/ca.pem", "--resolve", apiName+":"+apiAddr6.String()); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
-		t.Errorf("allowed HTTPS to %s's IPv6 address: %v", apiName, r)
-	}
-	if r := probe("get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
-		t.Errorf("denied HTTPS: want the probe's exit 3 with a TLS access_denied alert, got %v", r)
+	for _, via := range []netip.Addr{{}, evilAddr4, evilAddr6} {
+		args := []string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}
+		if via.IsValid() {
+			args = append(args, "--resolve", evilName+":"+via.String())
+		}
+		if r := probe(args...); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+			t.Errorf("denied HTTPS (address %v): want the probe's exit 3 with a TLS access_denied alert, got %v", via, r)
+		}
 	}
 	// HTTP: a 403 naming the host and the sandbox (the container id).
 	if r := probe("get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||

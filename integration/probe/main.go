@@ -21,7 +21,9 @@
 //
 //	0  a response came (HTTP response of any status, TCP connect or reply,
 //	   UDP answer, DNS response)
-//	1  any other error (bad usage, unreachable network, bad certificate…)
+//	1  any other error (unreachable network, bad certificate, a send the
+//	   kernel refused with EPERM because a firewall rule rejects it…)
+//	2  bad usage
 //	3  the server (or doorman) sent a TLS alert, e.g. access_denied
 //	4  the connection was refused, reset, or closed without an answer
 //	5  nothing came back before the timeout
