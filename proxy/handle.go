@@ -58,19 +58,9 @@ func sniffBytes(b []byte) (sniffed, error) {
 			break
 		}
 		s.head = &head
-		s.name, s.err = normalizeSniffed(requestHost(head))
+		s.name, s.err = normalizeSniffed(head.Name())
 	}
 	return s, nil
-}
-
-// requestHost is the host an HTTP request names: the absolute-form target's
-// host if there is one (the parser has checked it agrees with Host), else
-// the Host header.
-func requestHost(h sniff.RequestHead) string {
-	if h.TargetHost != "" {
-		return h.TargetHost
-	}
-	return h.Host
 }
 
 // normalizeSniffed turns a sniffed SNI or Host into a policy name. IP
@@ -161,7 +151,7 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		t.kill("policy changed: " + decide(now, s.name, dst).reason)
 	}
 
-	if s.proto == sniff.ProtoHTTP && s.head != nil && !s.head.Upgrade {
+	if s.proto == sniff.ProtoHTTP && s.head != nil {
 		r := p.relayHTTP(t)
 		rec.BytesUp, rec.BytesDn = r.up, r.down
 		if r.denied != "" {
@@ -212,7 +202,7 @@ func (p *Proxy) refuse(c *net.TCPConn, s sniffed, reason string) {
 	case sniff.ProtoHTTP:
 		host := s.name
 		if s.head != nil && host == "" {
-			host = requestHost(*s.head)
+			host = s.head.Name()
 		}
 		denyHTTP(c, host, p.sandbox, reason)
 	default:

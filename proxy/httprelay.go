@@ -16,6 +16,11 @@ import (
 // responses it owes for the earlier requests before writing the 403.
 const upstreamDrain = 5 * time.Second
 
+// upgradeAnswerTimeout bounds the wait for the server's answer to an
+// Upgrade or CONNECT request before the proxy knows whether the
+// connection stays HTTP.
+const upgradeAnswerTimeout = 30 * time.Second
+
 type httpResult struct {
 	up, down   int64
 	denied     string // why a later request was refused, "" if none was
@@ -32,13 +37,15 @@ func (p *Proxy) relayHTTP(t *tracked) httpResult {
 	c, up := t.client, t.upstream
 	var res httpResult
 
-	// Downstream: bare TCP to TCP, so io.Copy splices. It does not
+	// Downstream: responses are copied as they come, watched only for
+	// the status line that answers an Upgrade request. It does not
 	// half-close the client while a refusal may still have to be written.
 	var mu sync.Mutex
 	refusing := false
+	watch := &statusWatcher{w: c}
 	downDone := make(chan int64, 1)
 	go func() {
-		n, _ := io.Copy(c, up)
+		n, _ := io.Copy(watch, up)
 		mu.Lock()
 		if !refusing {
 			c.CloseWrite()
@@ -59,16 +66,19 @@ func (p *Proxy) relayHTTP(t *tracked) httpResult {
 			}
 			break
 		}
-		name, nerr := normalizeSniffed(requestHost(head))
+		name, nerr := normalizeSniffed(head.Name())
 		if nerr != nil {
-			res.denied, res.deniedName = nerr.Error(), requestHost(head)
+			res.denied, res.deniedName = nerr.Error(), head.Name()
 			break
 		}
 		if d := decide(p.Policy(), name, t.dst); d.verdict == Deny {
-			res.denied, res.deniedName = "request for "+nameOr(name, "no name")+": "+d.reason, nameOr(name, requestHost(head))
+			res.denied, res.deniedName = "request for "+nameOr(name, "no name")+": "+d.reason, nameOr(name, head.Name())
 			break
 		}
 		t.setName(name)
+		if head.Upgrade {
+			watch.arm()
+		}
 		n, err := up.Write(raw)
 		res.up += int64(n)
 		if err != nil {
@@ -80,18 +90,28 @@ func (p *Proxy) relayHTTP(t *tracked) httpResult {
 			break
 		}
 		if head.Upgrade {
-			// After an upgrade (WebSocket, CONNECT) the stream is no
-			// longer HTTP: relay the rest as opaque bytes.
-			n, _ := up.Write(rr.Buffered())
-			res.up += int64(n)
-			bn, _ := io.Copy(up, c)
-			res.up += bn
-			break
+			// Only an upgrade the server accepted (101, or 2xx for
+			// CONNECT) ends HTTP: then the rest is opaque bytes. A
+			// declined one leaves the connection HTTP, and the next
+			// request's Host is checked like any other.
+			code, ok := watch.wait(upgradeAnswerTimeout)
+			if !ok {
+				res.denied, res.deniedName = "no answer to an upgrade request", name
+				break
+			}
+			if code == 101 || (head.Method == "CONNECT" && code/100 == 2) {
+				n, _ := up.Write(rr.Buffered())
+				res.up += int64(n)
+				bn, _ := io.Copy(up, c)
+				res.up += bn
+				break
+			}
 		}
 	}
 
 	if res.denied == "" {
 		up.CloseWrite()
+		watch.disarm()
 		res.down = <-downDone
 		return res
 	}

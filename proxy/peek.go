@@ -7,13 +7,24 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/sniff"
 )
 
-// maxPeek bounds how much of a stream the proxy looks at before deciding.
-// A 16 KiB ClientHello cut into tiny TLS records needs more than 16 KiB on
-// the wire, but everything peeked stays in the socket's receive buffer, which
-// must still have window left for the client to send the rest.
-const maxPeek = 64 << 10
+// maxPeek bounds how much of a stream the proxy looks at before deciding:
+// the largest ClientHello the parser accepts (16 KiB) cut into 1-byte TLS
+// records, which is about 96 KiB on the wire.
+const maxPeek = sniff.MaxHelloWireSize
+
+// growRcvbufAt is how much peeked data makes the proxy enlarge the socket's
+// receive buffer: everything peeked stays in it, and the default buffer's
+// window would close before a hello in tiny records is complete. Only such
+// connections pay for it; the rest keep the kernel's autotuning.
+const growRcvbufAt = 32 << 10
+
+// grownRcvbuf is the receive buffer then asked for (the kernel doubles it
+// for its bookkeeping).
+const grownRcvbuf = 256 << 10
 
 // errPeekFull means the receive buffer held maxPeek bytes and the sniffers
 // still wanted more.
@@ -36,6 +47,7 @@ func peek(c *net.TCPConn, buf []byte, deadline time.Time, enough func([]byte) bo
 	}
 	defer c.SetReadDeadline(time.Time{})
 	have := -1
+	grown := false
 	for {
 		var n int
 		var rerr error
@@ -66,6 +78,12 @@ func peek(c *net.TCPConn, buf []byte, deadline time.Time, enough func([]byte) bo
 		}
 		if n == len(buf) {
 			return n, errPeekFull
+		}
+		if n >= growRcvbufAt && !grown {
+			grown = true
+			rc.Control(func(fd uintptr) {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, grownRcvbuf)
+			})
 		}
 		have = n
 	}
