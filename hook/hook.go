@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -108,7 +109,28 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		return fail(fmt.Errorf("it shares the host's network namespace, where doorman cannot enforce %s mode (run it with its own network, or set %s=open)", pol.Mode, AnnotationMode))
 	}
 	stateDir := orDefault(opts.StateDir, sandbox.DefaultStateDir)
-	if enforcedByCNI(stateDir, netns) {
+	holder, err := heldBy(stateDir, Key(st.ID), netns)
+	if err != nil {
+		return fail(err)
+	}
+	if holder != nil {
+		// Another sandbox holds the namespace: the CNI attachment of
+		// the same container, or a container it shares the namespace
+		// with (a pod, `--network container:`). One namespace has one
+		// ruleset and one proxy: a second sandbox would replace the
+		// first's rules, and its teardown would then leave the first's
+		// container with none. So this container joins the holder's
+		// enforcement, provided it asks for the same policy; the
+		// holder's label then covers it too.
+		if holder.Runtime == "cni" {
+			return nil
+		}
+		if err := samePolicy(holder, pol); err != nil {
+			return fail(err)
+		}
+		if err := joinLabel(holder, pol, Label(spec, pol.Mode), opts); err != nil {
+			return fail(err)
+		}
 		return nil
 	}
 	res, err := resolvers(spec, st.Bundle)
@@ -148,22 +170,88 @@ func teardown(stdin io.Reader, opts Options) {
 	}
 }
 
-// enforcedByCNI reports whether a live CNI sandbox already holds netns: its
-// table is there and its proxy runs. The hook then has nothing to add.
-func enforcedByCNI(stateDir, netns string) bool {
-	if ok, _ := enforce.Present(netns); !ok {
-		return false
-	}
+// heldBy returns the sandbox, other than key, that already holds netns, or
+// nil: a live CNI sandbox (its table there and its proxy running), or any
+// hook sandbox recorded on that namespace. A hook sandbox recorded on it
+// that is not live (table gone, or proxy dead) is an error rather than
+// something to replace: its teardown would remove whatever ruleset the
+// namespace has by then.
+func heldBy(stateDir, key, netns string) (*sandbox.State, error) {
+	present, _ := enforce.Present(netns)
 	states, _ := sandbox.List(stateDir)
 	for _, s := range states {
-		if s.Runtime != "cni" || !s.ProxyAlive() {
+		if s.Key == key {
 			continue
 		}
-		if same, err := sameNetNS(s.NetNS, netns); err == nil && same {
-			return true
+		if same, err := sameNetNS(s.NetNS, netns); err != nil || !same {
+			continue
+		}
+		live := present && (s.Mode == string(conf.ModeNone) || s.ProxyAlive())
+		switch {
+		case s.Runtime == "cni":
+			if live {
+				return s, nil
+			}
+		case !live:
+			return nil, fmt.Errorf("its network namespace %s is held by doorman sandbox %s (container %s, state in %s), whose enforcement is not running: remove that container first", netns, s.Key, s.ID, s.Dir)
+		default:
+			return s, nil
 		}
 	}
-	return false
+	return nil, nil
+}
+
+// samePolicy checks that pol is the policy sandbox s enforces, so that a
+// container sharing s's namespace can join s's enforcement.
+func samePolicy(s *sandbox.State, pol *conf.Policy) error {
+	held, err := conf.LoadFile(s.PolicyPath())
+	if err != nil {
+		return fmt.Errorf("its network namespace %s is held by doorman sandbox %s (container %s): %w", s.NetNS, s.Key, s.ID, err)
+	}
+	if !held.Equal(pol) {
+		return fmt.Errorf("it shares network namespace %s with container %s, which doorman holds to a different policy (%s, not %s): one network namespace has one policy", s.NetNS, s.ID, held, pol)
+	}
+	return nil
+}
+
+// joinLabel lowers the label of holder, whose namespace a container with
+// label is joining, where that container is less covered (it holds
+// CAP_NET_RAW or CAP_NET_ADMIN inside the same namespace): a label is never
+// better than what holds for every container in the sandbox. The holder
+// is re-enforced with its own policy, resolvers and proxy; only its label
+// changes.
+func joinLabel(holder *sandbox.State, pol *conf.Policy, label string, opts Options) error {
+	if labelRank(label) <= labelRank(holder.Label) {
+		return nil
+	}
+	_, err := sandbox.Enforce(sandbox.Request{
+		Key:           holder.Key,
+		ID:            holder.ID,
+		Name:          holder.Name,
+		Runtime:       holder.Runtime,
+		NetNS:         holder.NetNS,
+		Policy:        pol,
+		Resolvers:     holder.Resolvers,
+		AllowICMP:     holder.AllowICMP,
+		Label:         label,
+		StateDir:      filepath.Dir(holder.Dir),
+		LogDir:        filepath.Dir(holder.LogFile),
+		ProxyBinary:   opts.ProxyBinary,
+		ProxyResolver: opts.UpstreamResolver,
+	})
+	return err
+}
+
+// labelRank orders Label's results from the most covered (0) to the
+// least.
+func labelRank(label string) int {
+	switch {
+	case strings.Contains(label, "CAP_NET_ADMIN"):
+		return 2
+	case strings.HasPrefix(label, "partial"):
+		return 1
+	}
+	return 0
 }
 
 // Key names a hook sandbox's state: the container id, hashed if it cannot

@@ -16,6 +16,14 @@ import (
 // containerNetNS returns the path of the container's network namespace, or
 // "" when the container shares the runtime's (no network namespace in its
 // spec, or one that is the runtime's own).
+//
+// Where the spec names the namespace by path (runc joining a namespace
+// prepared for it, Podman, CRI-O), that path is returned: it outlives the
+// container's process, so the state recorded with it still names the
+// namespace at poststop, when /proc/<pid> is gone and the ruleset must be
+// removed from a namespace that lives on. The path must then name the
+// namespace the container's process is in. Without a path, the namespace
+// is the process's (/proc/<pid>/ns/net), which dies with it.
 func containerNetNS(spec *specs.Spec, pid int) (string, error) {
 	var netns *specs.LinuxNamespace
 	if spec.Linux != nil {
@@ -30,7 +38,18 @@ func containerNetNS(spec *specs.Spec, pid int) (string, error) {
 	}
 	path := netns.Path
 	if pid > 0 {
-		path = fmt.Sprintf("/proc/%d/ns/net", pid)
+		procPath := fmt.Sprintf("/proc/%d/ns/net", pid)
+		if path == "" {
+			path = procPath
+		} else {
+			same, err := sameNetNS(path, procPath)
+			if err != nil {
+				return "", fmt.Errorf("network namespace of container process %d (the spec names %s): %w", pid, path, err)
+			}
+			if !same {
+				return "", fmt.Errorf("the spec's network namespace %s is not the one container process %d is in", path, pid)
+			}
+		}
 	}
 	if path == "" {
 		return "", fmt.Errorf("the state has no pid and the spec's network namespace no path: cannot find the container's network namespace")
@@ -67,8 +86,9 @@ var dockerEmbeddedDNS = netip.MustParseAddr("127.0.0.11")
 
 // resolvers returns the DNS servers the container may query: those of the
 // resolv.conf it will see (a bind mount over /etc/resolv.conf, as Docker and
-// Podman make, or the one in its rootfs), plus the runtime's own where the
-// container uses Docker's embedded DNS.
+// Podman make, or the one in its rootfs), plus, where the container uses
+// Docker's embedded DNS, the servers that resolver forwards to (see
+// embeddedDNSUpstreams).
 func resolvers(spec *specs.Spec, bundle string) ([]netip.Addr, error) {
 	path := ""
 	for _, m := range spec.Mounts {
@@ -90,8 +110,7 @@ func resolvers(spec *specs.Spec, bundle string) ([]netip.Addr, error) {
 	addrs := parseResolvConf(data)
 	for _, a := range addrs {
 		if a == dockerEmbeddedDNS {
-			host, _ := os.ReadFile(hostResolvConf)
-			addrs = append(addrs, parseResolvConf(host)...)
+			addrs = append(addrs, embeddedDNSUpstreams(spec.Annotations)...)
 			break
 		}
 	}

@@ -76,22 +76,44 @@ func (c RuntimeConfig) hookArgs() []string {
 	return a
 }
 
-// runc's global flags that take a value (the rest are booleans).
-var runcGlobalValueFlags = []string{"--root", "--log", "--log-format", "--criu", "--rootless"}
+// runc's global flags that take a value (the rest are booleans), by name.
+var runcGlobalValueFlags = []string{"root", "log", "log-format", "criu", "rootless"}
 
-// runc create/run flags that take a value.
-var runcCreateValueFlags = []string{"--bundle", "-b", "--console-socket", "--pid-file", "--preserve-fds"}
+// runc create/run flags that take a value, by name.
+var runcCreateValueFlags = []string{"bundle", "b", "console-socket", "pid-file", "preserve-fds"}
+
+// flagName splits a flag argument into its name (without dashes) and its
+// value, if given with '='. runc parses flags with Go's flag package, to
+// which -root and --root, -bundle and --bundle are the same flag: reading
+// only one form would let a create through unprepared.
+func flagName(a string) (name, value string, hasValue bool) {
+	return strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+}
 
 // Wrap prepares one runc invocation: for `create` and `run` it adds
 // doorman's hooks to the bundle's config.json (see PrepareBundle); every
 // verb's arguments pass through untouched. It returns the real runc's path;
-// the caller execs it with args.
+// the caller execs it with args. An error is also written to the runtime
+// log the engine named with --log (see logRuntimeError): containerd shows
+// the user that log's last error, never the runtime's stderr.
 func Wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
+	runc, err := wrap(args, cfg, self)
+	if err != nil {
+		logRuntimeError(args, err)
+	}
+	return runc, err
+}
+
+func wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
 	runc, err := findRunc(cfg.Runc, self)
 	if err != nil {
 		return "", err
 	}
 	verb, rest := splitVerb(args)
+	if verb == "exec" {
+		prepareExec(args, rest)
+		return runc, nil
+	}
 	if verb != "create" && verb != "run" {
 		return runc, nil
 	}
@@ -112,10 +134,16 @@ func Wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
 func splitVerb(args []string) (string, []string) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if !strings.HasPrefix(a, "-") {
+		if a == "--" { // end of flags: the verb follows
+			if i+1 < len(args) {
+				return args[i+1], args[i+2:]
+			}
+			return "", nil
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
 			return a, args[i+1:]
 		}
-		if !strings.Contains(a, "=") && slices.Contains(runcGlobalValueFlags, a) {
+		if name, _, hasValue := flagName(a); !hasValue && slices.Contains(runcGlobalValueFlags, name) {
 			i++
 		}
 	}
@@ -127,21 +155,28 @@ func splitVerb(args []string) (string, []string) {
 func parseCreate(args []string) (bundle, id string) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if name, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "-") {
-			if name == "--bundle" || name == "-b" {
-				bundle = v
+		if a == "--" { // end of flags: the rest is positional
+			if i+1 < len(args) {
+				id = args[len(args)-1]
 			}
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			id = a
 			continue
 		}
-		if slices.Contains(runcCreateValueFlags, a) {
-			if i+1 < len(args) && (a == "--bundle" || a == "-b") {
+		name, v, hasValue := flagName(a)
+		isBundle := name == "bundle" || name == "b"
+		switch {
+		case hasValue:
+			if isBundle {
+				bundle = v
+			}
+		case slices.Contains(runcCreateValueFlags, name):
+			if isBundle && i+1 < len(args) {
 				bundle = args[i+1]
 			}
 			i++
-			continue
-		}
-		if !strings.HasPrefix(a, "-") {
-			id = a
 		}
 	}
 	return bundle, id
@@ -218,13 +253,23 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 			}
 		}
 	}
+	if dns, ok := dockerDNS(orDefault(cfg.DockerRoot, "/var/lib/docker"), id); ok {
+		// Always Docker's own record, whatever the spec says.
+		annotations = mergeAnnotations(annotations, map[string]string{annotationDockerDNS: dns})
+		rawAnn, _ := raw["annotations"].(map[string]any)
+		if rawAnn == nil {
+			rawAnn = map[string]any{}
+		}
+		rawAnn[annotationDockerDNS] = dns
+		raw["annotations"] = rawAnn
+	}
 	pol, _, err := policyFor(annotations, cfg.DefaultPolicy)
 	if err != nil {
 		return err
 	}
 
 	label := Label(&spec, pol.Mode)
-	if !hasNetNS(&spec) {
+	if sharesRuntimeNetNS(&spec) {
 		if inside, _ := enforce.Present("/proc/self/ns/net"); inside {
 			label = "inherited (the enclosing sandbox's rules)"
 		}
@@ -240,16 +285,24 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 	return writeFileKeepMode(path, out)
 }
 
-func hasNetNS(spec *specs.Spec) bool {
+// sharesRuntimeNetNS reports whether the container will run in the
+// runtime's own network namespace: its spec has no network namespace, or
+// names one by a path that is the runtime's (Docker's --network host names
+// its bind mount of the daemon's namespace, <exec-root>/netns/default).
+func sharesRuntimeNetNS(spec *specs.Spec) bool {
 	if spec.Linux == nil {
-		return false
+		return true
 	}
 	for _, n := range spec.Linux.Namespaces {
 		if n.Type == specs.NetworkNamespace {
-			return true
+			if n.Path == "" {
+				return false
+			}
+			same, err := sameNetNS(n.Path, "/proc/self/ns/net")
+			return err == nil && same
 		}
 	}
-	return false
+	return true
 }
 
 // dockerLabels reads a container's labels and name from dockerd's own
@@ -342,4 +395,3 @@ func writeFileKeepMode(path string, data []byte) error {
 func ExecRunc(runc string, args []string) error {
 	return execve(runc, append([]string{runc}, args...), os.Environ())
 }
-
