@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"net"
 	"net/netip"
 
 	"github.com/google/nftables/binaryutil"
@@ -134,3 +135,26 @@ func rejectAdminProhibited() expr.Any {
 }
 
 func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
+
+// matchDirect is `ip[6] daddr PREFIX meta l4proto P th dport LO-HI` for one
+// allowDirect destination.
+func matchDirect(d Direct, proto byte) []expr.Any {
+	a := d.Prefix.Addr()
+	offset, size := uint32(16), uint32(4)
+	if !a.Is4() {
+		offset, size = 24, 16
+	}
+	mask := net.CIDRMask(d.Prefix.Bits(), int(size)*8)
+	out := append(matchNFProto(a),
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: size, Mask: mask, Xor: make([]byte, size)},
+		cmp(expr.CmpOpEq, d.Prefix.Masked().Addr().AsSlice()))
+	out = append(out, matchL4Proto(proto)...)
+	if d.PortLo != 0 || d.PortHi != 0 {
+		out = append(out,
+			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			cmp(expr.CmpOpGte, binaryutil.BigEndian.PutUint16(d.PortLo)),
+			cmp(expr.CmpOpLte, binaryutil.BigEndian.PutUint16(d.PortHi)))
+	}
+	return out
+}

@@ -79,13 +79,52 @@ func filterChain(name string, hook *nftables.ChainHook, policy nftables.ChainPol
 		priority: *nftables.ChainPriorityFilter, policy: policy}
 }
 
-// dnsTCPNotRedirected keeps TCP DNS to the resolvers away from the proxy,
-// so that the filter chains' DNS rules, not the proxy, decide on it.
-func dnsTCPNotRedirected(s Spec) []ruleSpec {
+// dnsPortFor is the DNS filter port for a resolver's family, 0 if none.
+func dnsPortFor(s Spec, a netip.Addr) uint16 {
+	if a.Is4() {
+		return s.DNSPort4
+	}
+	return s.DNSPort6
+}
+
+// dnsToResolvers sends DNS to the resolvers to the proxy's DNS filter where
+// there is one; otherwise it keeps TCP DNS away from the TCP proxy, so that
+// the filter chains' DNS rules decide on it.
+func dnsToResolvers(s Spec) []ruleSpec {
 	var rules []ruleSpec
 	for _, r := range s.Resolvers {
+		if p := dnsPortFor(s, r); p != 0 {
+			rules = append(rules,
+				rule(fmt.Sprintf("dns udp to resolver %s goes to the filter on port %d", r, p),
+					matchDaddr(r), udp(), matchDport(dnsPort), redirectTo(p)),
+				rule(fmt.Sprintf("dns tcp to resolver %s goes to the filter on port %d", r, p),
+					matchDaddr(r), tcp(), matchDport(dnsPort), redirectTo(p)))
+			continue
+		}
 		rules = append(rules, rule(fmt.Sprintf("dns tcp to resolver %s is not redirected", r),
 			matchDaddr(r), tcp(), matchDport(dnsPort), ret()))
+	}
+	return rules
+}
+
+// directNotRedirected keeps allowDirect destinations away from the proxy.
+func directNotRedirected(s Spec) []ruleSpec {
+	var rules []ruleSpec
+	for _, d := range s.Direct {
+		rules = append(rules, rule(fmt.Sprintf("allowDirect %v is not redirected", d),
+			matchDirect(d, unix.IPPROTO_TCP), ret()))
+	}
+	return rules
+}
+
+// directAccepted lets allowDirect destinations out, TCP and UDP.
+func directAccepted(s Spec) []ruleSpec {
+	var rules []ruleSpec
+	for _, d := range s.Direct {
+		for _, p := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+			rules = append(rules, rule(fmt.Sprintf("allowDirect %v proto %d is accepted", d, p),
+				matchDirect(d, p), accept()))
+		}
 	}
 	return rules
 }
@@ -108,14 +147,16 @@ func redirects(s Spec, extra []expr.Any) []ruleSpec {
 func natOutput(s Spec) chainSpec {
 	c := natChain(chainNATOutput, nftables.ChainHookOutput)
 	c.rules = append(c.rules, rule("loopback is not redirected", loopback(), ret()))
-	c.rules = append(c.rules, dnsTCPNotRedirected(s)...)
+	c.rules = append(c.rules, dnsToResolvers(s)...)
+	c.rules = append(c.rules, directNotRedirected(s)...)
 	c.rules = append(c.rules, redirects(s, nil)...)
 	return c
 }
 
 func natPrerouting(s Spec) chainSpec {
 	c := natChain(chainNATPrerouting, nftables.ChainHookPrerouting)
-	c.rules = append(c.rules, dnsTCPNotRedirected(s)...)
+	c.rules = append(c.rules, dnsToResolvers(s)...)
+	c.rules = append(c.rules, directNotRedirected(s)...)
 	c.rules = append(c.rules, redirects(s, fibNonLocal())...)
 	return c
 }
@@ -134,6 +175,23 @@ func input(s Spec) chainSpec {
 			rule(fmt.Sprintf("direct tcp to the proxy on port %d is refused", p),
 				tcp(), matchDport(p), []expr.Any{rejectTCPReset()}))
 	}
+	dns := slices.Compact([]uint16{min(s.DNSPort4, s.DNSPort6), max(s.DNSPort4, s.DNSPort6)})
+	for _, p := range dns {
+		if p == 0 {
+			continue
+		}
+		for _, proto := range []struct {
+			name string
+			l4   []expr.Any
+			deny expr.Any
+		}{{"udp", udp(), rejectAdminProhibited()}, {"tcp", tcp(), rejectTCPReset()}} {
+			c.rules = append(c.rules,
+				rule(fmt.Sprintf("redirected dns %s reaches the filter on port %d", proto.name, p),
+					proto.l4, matchDport(p), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()),
+				rule(fmt.Sprintf("direct %s to the dns filter on port %d is refused", proto.name, p),
+					proto.l4, matchDport(p), []expr.Any{proto.deny}))
+		}
+	}
 	return c
 }
 
@@ -144,6 +202,7 @@ func output(s Spec) chainSpec {
 	c.rules = append(c.rules, redirectedToProxy(s)...)
 	c.rules = append(c.rules, neighbourDiscovery()...)
 	c.rules = append(c.rules, dnsRules(s)...)
+	c.rules = append(c.rules, directAccepted(s)...)
 	c.rules = append(c.rules, icmpRules(s)...)
 	c.rules = append(c.rules, rejectRest()...)
 	return c
@@ -153,6 +212,7 @@ func forward(s Spec) chainSpec {
 	c := filterChain(chainForward, nftables.ChainHookForward, nftables.ChainPolicyDrop)
 	c.rules = append(c.rules, conntrackRules()...)
 	c.rules = append(c.rules, dnsRules(s)...)
+	c.rules = append(c.rules, directAccepted(s)...)
 	c.rules = append(c.rules, icmpRules(s)...)
 	c.rules = append(c.rules, rejectRest()...)
 	return c
@@ -173,6 +233,19 @@ func redirectedToProxy(s Spec) []ruleSpec {
 		}
 		rules = append(rules, rule(fmt.Sprintf("redirected tcp to the proxy on port %d is accepted", l.port),
 			matchDaddr(l.addr), tcp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()))
+	}
+	for _, l := range []struct {
+		addr netip.Addr
+		port uint16
+	}{{netip.AddrFrom4([4]byte{127, 0, 0, 1}), s.DNSPort4}, {netip.IPv6Loopback(), s.DNSPort6}} {
+		if l.port == 0 {
+			continue
+		}
+		rules = append(rules,
+			rule(fmt.Sprintf("redirected dns udp to the filter on port %d is accepted", l.port),
+				matchDaddr(l.addr), udp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()),
+			rule(fmt.Sprintf("redirected dns tcp to the filter on port %d is accepted", l.port),
+				matchDaddr(l.addr), tcp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()))
 	}
 	return rules
 }

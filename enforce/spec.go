@@ -21,6 +21,27 @@ type Spec struct {
 	// DenyAll is mode none: no redirects, no DNS, no ICMP; only loopback
 	// and replies to inbound connections leave the sandbox.
 	DenyAll bool
+	// DNSPort4 and DNSPort6 are the proxy's DNS filter ports inside the
+	// sandbox (UDP and TCP, bound on 0.0.0.0 and [::]). When set, DNS to
+	// the resolvers goes to the filter instead of straight out; 0 lets
+	// that family's DNS go to the resolvers directly.
+	DNSPort4, DNSPort6 uint16
+	// Direct lists destinations that bypass the proxy (allowDirect):
+	// neither redirected nor rejected, TCP and UDP.
+	Direct []Direct
+}
+
+// Direct is one allowDirect destination: a prefix and a port range.
+type Direct struct {
+	Prefix         netip.Prefix
+	PortLo, PortHi uint16 // inclusive; both 0 means every port
+}
+
+func (d Direct) String() string {
+	if d.PortLo == 0 && d.PortHi == 0 {
+		return d.Prefix.String()
+	}
+	return fmt.Sprintf("%v port %d-%d", d.Prefix, d.PortLo, d.PortHi)
 }
 
 // normalized returns a copy of s with the resolvers unmapped, sorted and
@@ -37,9 +58,18 @@ func (s Spec) normalized() (Spec, error) {
 	}
 	slices.SortFunc(out.Resolvers, netip.Addr.Compare)
 	out.Resolvers = slices.Compact(out.Resolvers)
+	out.Direct = nil
+	for _, d := range s.Direct {
+		if !d.Prefix.IsValid() || d.PortLo > d.PortHi {
+			return Spec{}, fmt.Errorf("allowDirect %v: not a prefix with a port range", d)
+		}
+		d.Prefix = netip.PrefixFrom(d.Prefix.Addr().Unmap(), d.Prefix.Bits()-unmapBits(d.Prefix)).Masked()
+		out.Direct = append(out.Direct, d)
+	}
 	if s.DenyAll {
 		// Mode none ignores listeners and resolvers: nothing leaves.
 		out.Port4, out.Port6, out.Resolvers, out.AllowICMP = 0, 0, nil, false
+		out.DNSPort4, out.DNSPort6, out.Direct = 0, 0, nil
 	}
 	return out, nil
 }
@@ -56,4 +86,13 @@ func checkResolver(a netip.Addr) error {
 		return fmt.Errorf("multicast address cannot be a DNS server")
 	}
 	return nil
+}
+
+// unmapBits is how many prefix bits an IPv4-mapped IPv6 prefix loses when
+// unmapped (96), or 0.
+func unmapBits(p netip.Prefix) int {
+	if p.Addr().Is4In6() {
+		return 96
+	}
+	return 0
 }
