@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -28,6 +29,34 @@ type PolicyWatcher struct {
 	logger *slog.Logger
 	last   []byte
 	failed bool
+
+	mu     sync.Mutex
+	others []PolicySetter
+}
+
+// PolicySetter is anything else that enforces the same policy file as the
+// proxy (the DNS filter).
+type PolicySetter interface {
+	SetPolicy(*conf.Policy)
+}
+
+// Also makes t follow the policy file too, starting with the policy in
+// force now.
+func (w *PolicyWatcher) Also(t PolicySetter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.others = append(w.others, t)
+	t.SetPolicy(w.proxy.Policy())
+}
+
+// set puts pol in force everywhere.
+func (w *PolicyWatcher) set(pol *conf.Policy) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.proxy.SetPolicy(pol)
+	for _, t := range w.others {
+		t.SetPolicy(pol)
+	}
 }
 
 // NewPolicyWatcher loads path into p now and returns a watcher for Run. The
@@ -56,11 +85,11 @@ func (w *PolicyWatcher) reload() error {
 			w.logger.Error("policy rejected, denying everything", "sandbox", w.proxy.sandbox, "path", w.path, "err", err.Error())
 		}
 		w.failed, w.last = true, nil
-		w.proxy.SetPolicy(conf.DenyAll())
+		w.set(conf.DenyAll())
 		return err
 	}
 	w.failed, w.last = false, data
-	w.proxy.SetPolicy(pol)
+	w.set(pol)
 	w.logger.Info("policy loaded", "sandbox", w.proxy.sandbox, "path", w.path, "mode", string(pol.Mode), "entries", len(pol.Entries))
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/dnsfilter"
 )
 
 // listFlag collects a repeatable flag.
@@ -37,9 +39,15 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		readyFD      = fs.Int("ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once serving")
 		listenFDs    listFlag
 		listenAddrs  listFlag
+		dnsUDPFDs    listFlag
+		dnsTCPFDs    listFlag
+		dnsUpstreams listFlag
 	)
 	fs.Var(&listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
 	fs.Var(&listenAddrs, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
+	fs.Var(&dnsUDPFDs, "dns-udp-fd", "inherited UDP socket `fd` the DNS filter serves (repeatable)")
+	fs.Var(&dnsTCPFDs, "dns-tcp-fd", "inherited listening TCP socket `fd` the DNS filter serves (repeatable)")
+	fs.Var(&dnsUpstreams, "dns-upstream", "resolver `addr:port` the DNS filter forwards admitted queries to (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,24 +80,50 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, s := range listenFDs {
-		fd, err := strconv.Atoi(s)
-		if err != nil || fd < 3 {
-			closeAll()
-			return fail("--listen-fd %q: not a file descriptor number above 2", s)
-		}
-		f := os.NewFile(uintptr(fd), "listener-"+s)
-		ln, err := net.FileListener(f)
-		f.Close()
+		ln, err := tcpListenerFD("--listen-fd", s)
 		if err != nil {
 			closeAll()
-			return fail("--listen-fd %d: %v", fd, err)
-		}
-		if _, ok := ln.(*net.TCPListener); !ok {
-			ln.Close()
-			closeAll()
-			return fail("--listen-fd %d: not a TCP listening socket", fd)
+			return fail("%v", err)
 		}
 		listeners = append(listeners, ln)
+	}
+	var dnsTCP []net.Listener
+	var dnsUDP []net.PacketConn
+	closeDNS := func() {
+		for _, ln := range dnsTCP {
+			ln.Close()
+		}
+		for _, pc := range dnsUDP {
+			pc.Close()
+		}
+	}
+	for _, s := range dnsTCPFDs {
+		ln, err := tcpListenerFD("--dns-tcp-fd", s)
+		if err != nil {
+			closeAll()
+			closeDNS()
+			return fail("%v", err)
+		}
+		dnsTCP = append(dnsTCP, ln)
+	}
+	for _, s := range dnsUDPFDs {
+		pc, err := udpConnFD("--dns-udp-fd", s)
+		if err != nil {
+			closeAll()
+			closeDNS()
+			return fail("%v", err)
+		}
+		dnsUDP = append(dnsUDP, pc)
+	}
+	var upstreams []netip.AddrPort
+	for _, s := range dnsUpstreams {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			closeAll()
+			closeDNS()
+			return fail("--dns-upstream %q: want addr:port: %v", s, err)
+		}
+		upstreams = append(upstreams, ap)
 	}
 	for _, a := range listenAddrs {
 		ln, err := net.Listen("tcp", a)
@@ -116,6 +150,12 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "doorman proxy: %v (denying everything until it is fixed)\n", err)
 	}
 
+	var filter *dnsfilter.Filter
+	if len(dnsTCP)+len(dnsUDP) > 0 {
+		filter = dnsfilter.New(dnsfilter.Config{Sandbox: *sandbox, Upstreams: upstreams, Logger: logger}, nil)
+		watcher.Also(filter)
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go watcher.Run(ctx)
@@ -128,6 +168,20 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			p.Serve(ln)
 		}()
 	}
+	for _, ln := range dnsTCP {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			filter.ServeTCP(ln)
+		}()
+	}
+	for _, pc := range dnsUDP {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			filter.ServeUDP(pc)
+		}()
+	}
 	if *readyFD >= 0 {
 		f := os.NewFile(uintptr(*readyFD), "ready")
 		f.Write([]byte("ready\n"))
@@ -137,7 +191,55 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	dctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
+	if filter != nil {
+		filter.Shutdown(dctx)
+	}
 	p.Shutdown(dctx)
 	wg.Wait()
 	return 0
+}
+
+// tcpListenerFD turns an inherited fd (given as flag's value s) into a
+// TCP listener.
+func tcpListenerFD(flag, s string) (net.Listener, error) {
+	f, err := inheritedFile(flag, s)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v", flag, s, err)
+	}
+	if _, ok := ln.(*net.TCPListener); !ok {
+		ln.Close()
+		return nil, fmt.Errorf("%s %s: not a TCP listening socket", flag, s)
+	}
+	return ln, nil
+}
+
+// udpConnFD turns an inherited fd into a UDP socket.
+func udpConnFD(flag, s string) (net.PacketConn, error) {
+	f, err := inheritedFile(flag, s)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	pc, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %v", flag, s, err)
+	}
+	if _, ok := pc.(*net.UDPConn); !ok {
+		pc.Close()
+		return nil, fmt.Errorf("%s %s: not a UDP socket", flag, s)
+	}
+	return pc, nil
+}
+
+func inheritedFile(flag, s string) (*os.File, error) {
+	fd, err := strconv.Atoi(s)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("%s %q: not a file descriptor number above 2", flag, s)
+	}
+	return os.NewFile(uintptr(fd), flag+"-"+s), nil
 }
