@@ -1,0 +1,256 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/integration/testnet"
+)
+
+// The root namespace's way into a test's fake internet. dockerd lives in
+// the root namespace, and so do the proxies its runtime hook starts: their
+// upstream connections, and the DNS and ICMP that containers send, must
+// reach the fake internet, and nothing else. A veth joins the root
+// namespace to testnet's host namespace (which routes on to inet), and the
+// root namespace gets routes for exactly the fake internet's two ranges.
+//
+//	root netns                                 testnet host netns           inet
+//	┌─────────────────────────────────┐      ┌──────────────────────┐     ┌────────┐
+//	│ dockerd, containerd, proxies    │      │ dmr<id>h             │     │servers │
+//	│ dmr<id> 198.51.100.130/30       ├──────┤   198.51.100.129/30  ├─────┤203.0.  │
+//	│         2001:db8:3::2/64        │ veth │   2001:db8:3::1/64   │     │113.0/24│
+//	│ 203.0.113.0/24 via .129         │      │ routes to the docker │     └────────┘
+//	│ 2001:db8:100::/64 via 3::1      │      │ subnets via .130     │
+//	│ bridges: containers' subnets    │      └──────────────────────┘
+//	└─────────────────────────────────┘
+//
+// Containers' addresses are not translated (dockerd runs with
+// --iptables=false and leaves the root namespace's firewall alone), so
+// host routes their subnets back to the root namespace. All of it sits in
+// 198.51.100.128/25, the part of testnet's address plan kept free for the
+// caller; inet already routes 198.51.100.0/24 to host.
+var (
+	rootLinkHost4  = netip.MustParsePrefix("198.51.100.129/30")
+	rootLinkRoot4  = netip.MustParsePrefix("198.51.100.130/30")
+	rootLinkHost6  = netip.MustParsePrefix("2001:db8:3::1/64")
+	rootLinkRoot6  = netip.MustParsePrefix("2001:db8:3::2/64")
+	fakeInternet4  = netip.MustParsePrefix("203.0.113.0/24")
+	fakeInternet6  = netip.MustParsePrefix("2001:db8:100::/64")
+	dockerBridge4  = netip.MustParsePrefix("198.51.100.161/27") // dockerd's default bridge, its gateway
+	dockerUserNet4 = netip.MustParsePrefix("198.51.100.192/27") // a user-defined network
+	dockerUserGw4  = netip.MustParseAddr("198.51.100.193")
+)
+
+// linkRootToNet wires the root namespace to n as drawn above, routing
+// containerNets (the subnets of bridges in the root namespace) back from
+// host. It enables IPv4 forwarding in the root namespace if it is off (the
+// containers' DNS is forwarded there) and restores it at cleanup, where the
+// link and with it every route through it go away. It fails if the root
+// namespace already routes the fake internet's ranges (a Docker test running
+// in parallel, or one that crashed): two tests cannot share them.
+func linkRootToNet(t *testing.T, n *testnet.Net, id string, containerNets ...netip.Prefix) {
+	t.Helper()
+	for _, p := range []netip.Prefix{fakeInternet4, fakeInternet6} {
+		if dev, ok := rootRouteTo(p); ok {
+			t.Fatalf("the root namespace already routes %s (dev %s): another Docker test is running, or one left it behind (ip route del %s)", p, dev, p)
+		}
+	}
+	if hook, ok := rootForwardDropped(); ok {
+		t.Fatalf("the root namespace's %s chain drops forwarded packets (another dockerd, e.g. the system's, set its policy): "+
+			"the test containers' DNS would be dropped there; stop that daemon or run the test on a machine without one", hook)
+	}
+	name := "dmr" + id // the root end; the host end is name+"h"
+	hostNS, err := netns.GetFromPath(n.HostPath())
+	if err != nil {
+		t.Fatalf("open %s: %v", n.HostPath(), err)
+	}
+	defer hostNS.Close()
+
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: name},
+		PeerName:      name + "h",
+		PeerNamespace: netlink.NsFd(int(hostNS)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatalf("add veth %s in the root namespace: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if link, err := netlink.LinkByName(name); err == nil {
+			if err := netlink.LinkDel(link); err != nil {
+				t.Errorf("cleanup: delete %s: %v", name, err)
+			}
+		}
+		for _, p := range []netip.Prefix{fakeInternet4, fakeInternet6} {
+			if dev, ok := rootRouteTo(p); ok {
+				t.Errorf("cleanup: the root namespace still routes %s (dev %s)", p, dev)
+			}
+		}
+	})
+
+	host, err := netlink.NewHandleAt(hostNS)
+	if err != nil {
+		t.Fatalf("netlink handle in %s: %v", n.HostPath(), err)
+	}
+	defer host.Close()
+	if err := setUpLink(host, name+"h", rootLinkHost4, rootLinkHost6); err != nil {
+		t.Fatalf("host end of %s: %v", name, err)
+	}
+	for _, p := range containerNets {
+		if err := host.RouteAdd(&netlink.Route{Dst: ipNet(p.Masked()), Gw: rootLinkRoot4.Addr().AsSlice()}); err != nil {
+			t.Fatalf("route %s to the root namespace in %s: %v", p, n.HostPath(), err)
+		}
+	}
+
+	root, err := netlink.NewHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if err := setUpLink(root, name, rootLinkRoot4, rootLinkRoot6); err != nil {
+		t.Fatalf("root end of %s: %v", name, err)
+	}
+	for _, r := range []*netlink.Route{
+		{Dst: ipNet(fakeInternet4), Gw: rootLinkHost4.Addr().AsSlice()},
+		{Dst: ipNet(fakeInternet6), Gw: rootLinkHost6.Addr().AsSlice()},
+	} {
+		if err := root.RouteAdd(r); err != nil {
+			t.Fatalf("route %s in the root namespace: %v", r.Dst, err)
+		}
+	}
+	enableRootForwarding(t)
+}
+
+// rootForwardDropped reports whether a base chain on the root namespace's
+// IPv4 forward hook has policy drop: what a dockerd with its default
+// --iptables sets (the table "ip filter", chain FORWARD, through
+// iptables-nft). The test's containers reach the fake internet's resolver
+// through that hook, and must not change the root namespace's firewall.
+func rootForwardDropped() (string, bool) {
+	var c nftables.Conn
+	for _, family := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet} {
+		chains, err := c.ListChainsOfTableFamily(family)
+		if err != nil {
+			continue
+		}
+		for _, ch := range chains {
+			if ch.Hooknum != nil && *ch.Hooknum == *nftables.ChainHookForward &&
+				ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
+				return fmt.Sprintf("table %s chain %s", ch.Table.Name, ch.Name), true
+			}
+		}
+	}
+	return "", false
+}
+
+// setUpLink gives a link its addresses (IPv6 without duplicate address
+// detection, so usable at once) and sets it up.
+func setUpLink(h *netlink.Handle, name string, addrs ...netip.Prefix) error {
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	for _, p := range addrs {
+		a := &netlink.Addr{IPNet: ipNet(p)}
+		if p.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := h.AddrAdd(link, a); err != nil {
+			return fmt.Errorf("add %s to %s: %w", p, name, err)
+		}
+	}
+	return h.LinkSetUp(link)
+}
+
+// ipNet converts p, keeping its address bits, to a *net.IPNet.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// rootRouteTo reports whether the root namespace's main table has a route
+// for exactly p, and through which device.
+func rootRouteTo(p netip.Prefix) (string, bool) {
+	family := netlink.FAMILY_V4
+	if p.Addr().Is6() {
+		family = netlink.FAMILY_V6
+	}
+	routes, err := netlink.RouteListFiltered(family, &netlink.Route{Dst: ipNet(p)}, netlink.RT_FILTER_DST)
+	if err != nil || len(routes) == 0 {
+		return "", false
+	}
+	dev := "?"
+	if link, err := netlink.LinkByIndex(routes[0].LinkIndex); err == nil {
+		dev = link.Attrs().Name
+	}
+	return dev, true
+}
+
+// ipForwardSysctl is the root namespace's IPv4 forwarding switch.
+const ipForwardSysctl = "/proc/sys/net/ipv4/ip_forward"
+
+// enableRootForwarding turns IPv4 forwarding on in the root namespace, as
+// dockerd would itself (it runs with --ip-forward=false here so that the
+// test, not dockerd, owns the change), and turns it off again at cleanup if
+// it was off.
+func enableRootForwarding(t *testing.T) {
+	t.Helper()
+	old, err := os.ReadFile(ipForwardSysctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(old)) == "1" {
+		return
+	}
+	if err := os.WriteFile(ipForwardSysctl, []byte("1"), 0o644); err != nil {
+		t.Fatalf("enable IPv4 forwarding: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(ipForwardSysctl, old, 0o644); err != nil {
+			t.Errorf("cleanup: restore %s: %v", ipForwardSysctl, err)
+		}
+	})
+}
+
+// addRootBridge creates a bridge in the root namespace with address gw
+// (whose prefix is the bridge's subnet) for dockerd's --bridge, and
+// deletes it at cleanup.
+func addRootBridge(t *testing.T, name string, gw netip.Prefix) {
+	t.Helper()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatalf("add bridge %s: %v", name, err)
+	}
+	t.Cleanup(func() { deleteRootLink(t, name) })
+	h, err := netlink.NewHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := setUpLink(h, name, gw); err != nil {
+		t.Fatalf("bridge %s: %v", name, err)
+	}
+}
+
+// deleteRootLink deletes a link of the root namespace if it is there.
+func deleteRootLink(t *testing.T, name string) {
+	link, err := netlink.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return
+	}
+	if err == nil {
+		err = netlink.LinkDel(link)
+	}
+	if err != nil {
+		t.Errorf("cleanup: delete %s: %v", name, err)
+	}
+}
