@@ -48,9 +48,10 @@
 // its TCP is reset. nat-prerouting catches TCP that a daemon inside the
 // sandbox forwards for its own containers, so they go through the proxy
 // too; `fib daddr type != local` leaves connections to the sandbox itself
-// (published ports, the nested daemon's own traffic) alone. Apply probes
-// for the fib expression in a scratch table first and fails with "kernel
-// lacks nft fib" rather than install weaker rules.
+// (published ports, the nested daemon's own traffic) alone. A kernel
+// without fib rejects the whole batch; Apply then probes for the fib
+// expression in a scratch table and fails with "kernel lacks nft fib"
+// rather than install weaker rules.
 //
 // The redirected connections need their own accept rule in filter-output:
 // the redirect reroutes them to lo, but the output hook keeps reporting

@@ -11,9 +11,10 @@ import (
 // Apply installs table inet doorman in the netns at nsPath (for example
 // /proc/PID/ns/net or /var/run/netns/NAME), or atomically replaces the one
 // there. The whole table is one netlink batch: the namespace holds either
-// the old ruleset or the new one, never a mix and never none. Unless
-// spec.DenyAll, Apply first checks that the kernel has the nft fib
-// expression and fails if it lacks it rather than install weaker rules.
+// the old ruleset or the new one, never a mix and never none. A kernel
+// without the nft fib expression (the prerouting chain uses it) rejects the
+// whole batch; Apply then probes for fib in a scratch table and says so,
+// rather than install weaker rules.
 // Tables of other tools in the namespace are left alone.
 func Apply(nsPath string, spec Spec) error {
 	if err := apply(nsPath, spec); err != nil {
@@ -32,11 +33,6 @@ func apply(nsPath string, spec Spec) error {
 		return err
 	}
 	defer ns.Close()
-	if !s.DenyAll {
-		if err := probeFib(ns); err != nil {
-			return err
-		}
-	}
 
 	c, t := ns.conn, table()
 	// Adding an existing table is no error; deleting it in the same batch
@@ -62,7 +58,18 @@ func apply(nsPath string, spec Spec) error {
 			})
 		}
 	}
-	return c.Flush()
+	if err := c.Flush(); err != nil {
+		// The batch is atomic and holds the fib rule: a kernel without
+		// fib rejects it whole, nothing weaker is left. Probe (on a
+		// fresh connection) only now, to say why in words.
+		if !s.DenyAll {
+			if perr := ProbeFib(nsPath); perr != nil {
+				return perr
+			}
+		}
+		return err
+	}
+	return nil
 }
 
 // Remove deletes table inet doorman from the netns at nsPath. It is no

@@ -99,7 +99,7 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		return
 	}
 	rec.Dst = dst
-	c.SetKeepAlive(true)
+	// TCP keepalive: net.Listener turns it on for every accepted conn.
 
 	pol := p.Policy()
 	// Sniff unless the name cannot change the verdict: in mode none, and

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,6 +189,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		f.Close()
 	}
 
+	go returnIdleMemory(ctx, p)
+
 	<-ctx.Done()
 	dctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
@@ -242,4 +245,26 @@ func inheritedFile(flag, s string) (*os.File, error) {
 		return nil, fmt.Errorf("%s %q: not a file descriptor number above 2", flag, s)
 	}
 	return os.NewFile(uintptr(fd), flag+"-"+s), nil
+}
+
+// returnIdleMemory gives the heap's free pages back to the kernel once a
+// burst of connections is over. The Go runtime keeps them for minutes
+// otherwise, and a host runs one proxy per sandbox: their idle footprint
+// is what adds up.
+func returnIdleMemory(ctx context.Context, p *proxy.Proxy) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	var seen int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			st := p.Stats()
+			if total := st.Allowed + st.Denied; total != seen && st.Active == 0 {
+				seen = total
+				debug.FreeOSMemory()
+			}
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"time"
 )
@@ -51,15 +50,22 @@ type State struct {
 // PolicyPath is the path of the sandbox's live policy file.
 func (s *State) PolicyPath() string { return filepath.Join(s.Dir, PolicyFile) }
 
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$`)
-
 // ValidKey reports whether key can name a state directory: no path
 // separators, no dot-dot, nothing a runtime could use to escape the state dir.
 func ValidKey(key string) error {
-	if !keyPattern.MatchString(key) || key == "." || key == ".." {
+	ok := len(key) > 0 && len(key) <= 201 && isAlnum(key[0])
+	for i := 1; ok && i < len(key); i++ {
+		c := key[i]
+		ok = isAlnum(c) || c == '_' || c == '.' || c == '-'
+	}
+	if !ok {
 		return fmt.Errorf("sandbox key %q: want letters, digits, '_', '.', '-' (at most 201), starting with a letter or digit", key)
 	}
 	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // Load reads the state of sandbox key under stateDir. A sandbox that is not
