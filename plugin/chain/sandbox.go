@@ -1,0 +1,363 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox is one attached run: a network namespace enforced by doorman,
+// ready to run a command. Make it with Attach; end it with Detach.
+type Sandbox struct {
+	rec        record
+	dir        string // this run's directory under the run dir
+	runDir     string
+	resolvConf string
+	stateDir   string
+	logDir     string
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has been waited for
+	result error         // what cmd.Wait returned, once exited is closed
+}
+
+// Attach creates the sandbox's namespace and attaches it through the CNI
+// chain. On error nothing it made is left behind.
+func Attach(ctx context.Context, cfg Config) (*Sandbox, error) {
+	s, err := attach(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("doorman run: %w", err)
+	}
+	return s, nil
+}
+
+func attach(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(c.CNIPath) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find this binary: %w", err)
+		}
+		c.CNIPath = SearchPath(exe)
+	}
+	if _, err := FindPlugins(c.CNIPath); err != nil {
+		return nil, err
+	}
+	lock, err := lockRunDir(ctx, c.RunDir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.unlock()
+	reapStale(ctx, c.RunDir, c.Logf)
+	if err := checkRoutes(c.Bridge, c.Subnets); err != nil {
+		return nil, err
+	}
+	chainConf, err := c.chainList(filepath.Join(c.RunDir, ipamSubdir))
+	if err != nil {
+		return nil, err
+	}
+	start, err := processStart(os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("own start time: %w", err)
+	}
+	s := &Sandbox{
+		rec: record{
+			Name: c.Name, PID: os.Getpid(), PIDStart: start, NetNS: netnsPath(c.Name),
+			Bridge: c.Bridge, CNIPath: c.CNIPath, Created: time.Now().UTC(),
+		},
+		dir:      filepath.Join(c.RunDir, c.Name),
+		runDir:   c.RunDir,
+		stateDir: c.StateDir,
+		logDir:   c.LogDir,
+	}
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("a run named %q exists (%s): is it still running?", c.Name, s.dir)
+		}
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if terr := s.teardown(context.WithoutCancel(ctx)); terr != nil {
+				err = errors.Join(err, fmt.Errorf("and undoing it: %w", terr))
+			}
+		}
+	}()
+	// The record goes first: from here on, a crash leaves something the
+	// next run knows how to undo.
+	if err := s.rec.save(s.dir); err != nil {
+		return nil, err
+	}
+	if s.resolvConf, err = writeResolvConf(s.dir, c.Resolvers, c.Search); err != nil {
+		return nil, err
+	}
+	if err := createNetns(s.rec.NetNS); err != nil {
+		return nil, err
+	}
+	existing, err := findBridge(c.Bridge)
+	if err != nil {
+		return nil, err
+	}
+	for _, list := range [][]byte{loopbackList(), chainConf} {
+		// Recorded before the ADD: a failed ADD is undone by a DEL too.
+		s.rec.Networks = append(s.rec.Networks, list)
+		if err := s.rec.save(s.dir); err != nil {
+			return nil, err
+		}
+		err := s.add(ctx, list)
+		if existing == nil {
+			// Marked even if the ADD failed after making it, so that
+			// the teardown below can remove it.
+			if merr := markBridge(c.Bridge); merr != nil && err == nil {
+				err = merr
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := applyMasq(c.Bridge, c.Subnets); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// cni is the libcni handle of this run: its plugin path, its own cache.
+func (s *Sandbox) cni() *libcni.CNIConfig {
+	return libcni.NewCNIConfigWithCacheDir(s.rec.CNIPath, filepath.Join(s.dir, cacheDir), nil)
+}
+
+func (s *Sandbox) runtimeConf() *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: s.rec.Name, NetNS: s.rec.NetNS, IfName: IfName}
+}
+
+// add runs ADD of one conflist. Plugins get a generous bound of their own:
+// an ADD cut short by a signal could leave a proxy nobody recorded.
+func (s *Sandbox) add(ctx context.Context, raw []byte) error {
+	list, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		return fmt.Errorf("conflist: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if _, err := s.cni().AddNetworkList(ctx, list, s.runtimeConf()); err != nil {
+		return fmt.Errorf("ADD network %s: %w", list.Name, err)
+	}
+	return nil
+}
+
+func (s *Sandbox) del(ctx context.Context, raw []byte) error {
+	list, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		return fmt.Errorf("conflist: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := s.cni().DelNetworkList(ctx, list, s.runtimeConf()); err != nil {
+		return fmt.Errorf("DEL network %s: %w", list.Name, err)
+	}
+	return nil
+}
+
+// Name is the sandbox's container id.
+func (s *Sandbox) Name() string { return s.rec.Name }
+
+// NetNS is the path of the sandbox's network namespace.
+func (s *Sandbox) NetNS() string { return s.rec.NetNS }
+
+// Key is the sandbox's key in doorman's state directory.
+func (s *Sandbox) Key() string { return s.rec.Name + "-" + IfName }
+
+// LogFile is the sandbox's decision log.
+func (s *Sandbox) LogFile() string { return filepath.Join(s.logDir, s.Key()+".log") }
+
+// Start starts cmd inside the sandbox: in its network namespace, in a
+// mount namespace of its own where /etc/resolv.conf lists the sandbox's
+// resolvers, as the calling user unless cmd.SysProcAttr.Credential says
+// otherwise. cmd gets SIGKILL if this process dies. Call Wait for its end.
+// A Sandbox runs one command.
+func (s *Sandbox) Start(cmd *exec.Cmd) error {
+	if s.cmd != nil {
+		return errors.New("doorman run: the sandbox already ran a command")
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// Pdeathsig fires when the thread that forked the child ends: the
+	// thread below lives until the command has been waited for.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		// The thread enters the sandbox's namespaces, so it must never
+		// run another goroutine: it stays locked and ends with this one.
+		runtime.LockOSThread()
+		err := enterSandbox(s.rec.NetNS, s.resolvConf)
+		if err == nil {
+			err = cmd.Start()
+		}
+		started <- err
+		if err != nil {
+			return
+		}
+		s.result = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return err
+	}
+	s.cmd, s.exited = cmd, exited
+	return nil
+}
+
+// Exited is closed when the command started by Start has ended (nil
+// before Start).
+func (s *Sandbox) Exited() <-chan struct{} { return s.exited }
+
+// Wait waits for the command started by Start and returns what
+// exec.Cmd.Wait returned. It may be called from several goroutines.
+func (s *Sandbox) Wait() error {
+	if s.cmd == nil {
+		return errors.New("doorman run: no command started")
+	}
+	<-s.exited
+	return s.result
+}
+
+// enterSandbox moves the calling (locked) thread into the namespace at
+// netnsPath and into a new mount namespace where resolvConf is mounted
+// read-only over /etc/resolv.conf. Nothing mounted here propagates back.
+func enterSandbox(netnsPath, resolvConf string) error {
+	f, err := os.Open(netnsPath)
+	if err != nil {
+		return fmt.Errorf("open the sandbox's network namespace: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter the sandbox's network namespace: %w", err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make the mount namespace a slave: %w", err)
+	}
+	if _, err := os.Stat(hostResolvConf); err != nil {
+		return fmt.Errorf("%w (%v)", errNoResolvConf, err)
+	}
+	if err := unix.Mount(resolvConf, hostResolvConf, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount the sandbox's resolv.conf over %s: %w", hostResolvConf, err)
+	}
+	if err := unix.Mount("", hostResolvConf, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", hostResolvConf, err)
+	}
+	return nil
+}
+
+// Detach ends the run: it kills the command if it still runs, DELs both
+// networks (the doorman plugin stops the proxy and removes its state),
+// removes the namespace and the run's files, and the bridge, its
+// masquerade table and its IPAM data when no other run uses them. It may
+// be called more than once.
+func (s *Sandbox) Detach(ctx context.Context) error {
+	if s.cmd != nil {
+		select {
+		case <-s.exited:
+		default:
+			s.cmd.Process.Kill()
+			s.Wait()
+		}
+	}
+	lock, err := lockRunDir(ctx, s.runDir)
+	if err != nil {
+		return fmt.Errorf("doorman run: %w", err)
+	}
+	defer lock.unlock()
+	if err := s.teardown(ctx); err != nil {
+		return fmt.Errorf("doorman run: %w", err)
+	}
+	return nil
+}
+
+// teardown undoes everything the record says was made, in reverse order,
+// going on past errors. Called with the lock held.
+func (s *Sandbox) teardown(ctx context.Context) error {
+	var errs []error
+	if s.rec.NetNS != "" {
+		// The namespace's mount lives in the mount namespace of the run
+		// that made it; if that was a private one (`ip netns exec`) that
+		// died with it, only the mount point is left. Without the file,
+		// the plugins' DEL skips the namespace and cleans up the rest.
+		if n, err := ns.GetNS(s.rec.NetNS); err == nil {
+			n.Close()
+			if err := killProcessesIn(s.rec.NetNS); err != nil {
+				errs = append(errs, err)
+			}
+		} else if _, notNS := err.(ns.NSPathNotNSErr); notNS {
+			os.Remove(s.rec.NetNS)
+		}
+	}
+	for i := len(s.rec.Networks) - 1; i >= 0; i-- {
+		if err := s.del(ctx, s.rec.Networks[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.rec.NetNS != "" {
+		if err := removeNetns(s.rec.NetNS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		// Keep the record (and the CNI cache) while something failed,
+		// so that a later run can try again.
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.rec.Bridge != "" {
+		removed, err := removeIdleBridge(s.rec.Bridge)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if removed {
+			if err := removeMasq(s.rec.Bridge); err != nil {
+				errs = append(errs, err)
+			}
+			if err := os.RemoveAll(filepath.Join(s.runDir, ipamSubdir, s.rec.Bridge)); err != nil {
+				errs = append(errs, err)
+			}
+			os.Remove(filepath.Join(s.runDir, ipamSubdir)) // if no other bridge's data is there
+		}
+	}
+	s.rec.Networks = nil
+	return errors.Join(errs...)
+}
+
+// ExitStatus is the shell's exit status for what Wait returned: the
+// command's own, or 128+N if signal N killed it.
+func ExitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return 1
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
