@@ -19,7 +19,12 @@ import (
 
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
+	"github.com/doorman-net/doorman/proxy/otlplog"
 )
+
+// otlpShutdownTimeout bounds how long an exiting proxy spends sending the
+// last OTLP records: the local log has them anyway.
+const otlpShutdownTimeout = 2 * time.Second
 
 // listFlag collects a repeatable flag.
 type listFlag []string
@@ -43,12 +48,16 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		dnsUDPFDs    listFlag
 		dnsTCPFDs    listFlag
 		dnsUpstreams listFlag
+		otlpEndpoint = fs.String("otlp-endpoint", "", "OpenTelemetry collector to copy connection and DNS records to, as OTLP/HTTP logs: a URL (http://127.0.0.1:4318) or host:port (TLS unless --otlp-insecure); empty: the local log only")
+		otlpInsecure = fs.Bool("otlp-insecure", false, "plaintext HTTP to a host:port --otlp-endpoint")
+		otlpHeaders  listFlag
 	)
 	fs.Var(&listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
 	fs.Var(&listenAddrs, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
 	fs.Var(&dnsUDPFDs, "dns-udp-fd", "inherited UDP socket `fd` the DNS filter serves (repeatable)")
 	fs.Var(&dnsTCPFDs, "dns-tcp-fd", "inherited listening TCP socket `fd` the DNS filter serves (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver `addr:port` the DNS filter forwards admitted queries to (repeatable)")
+	fs.Var(&otlpHeaders, "otlp-header", "`key=value` header sent with every OTLP export request (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,7 +81,29 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		logOut = f
 	}
-	logger := slog.New(slog.NewJSONHandler(logOut, nil))
+	headers, err := parseHeaders(otlpHeaders)
+	if err != nil {
+		return fail("%v", err)
+	}
+	handler, otlpShutdown, err := otlplog.NewHandler(slog.NewJSONHandler(logOut, nil), otlplog.Config{
+		Endpoint: *otlpEndpoint,
+		Insecure: *otlpInsecure,
+		Headers:  headers,
+		Sandbox:  *sandbox,
+	})
+	if err != nil {
+		return fail("--otlp-endpoint: %v", err)
+	}
+	// Runs before the log file is closed: the exporter's last "otlp" line
+	// goes there.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), otlpShutdownTimeout)
+		defer cancel()
+		if err := otlpShutdown(ctx); err != nil {
+			fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
+		}
+	}()
+	logger := slog.New(handler)
 
 	var listeners []net.Listener
 	closeAll := func() {
@@ -200,6 +231,22 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	p.Shutdown(dctx)
 	wg.Wait()
 	return 0
+}
+
+// parseHeaders turns --otlp-header key=value flags into a map.
+func parseHeaders(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	h := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("--otlp-header %q: want key=value", kv)
+		}
+		h[strings.TrimSpace(k)] = v
+	}
+	return h, nil
 }
 
 // tcpListenerFD turns an inherited fd (given as flag's value s) into a

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
+)
+
+// Proxy health as ls and show report it.
+const (
+	healthUp   = "up"   // running
+	healthDown = "down" // should run and does not: the sandbox's TCP is refused
+	healthNone = "none" // mode none: there is no proxy, nothing leaves
+)
+
+// sandboxInfo is one sandbox as ls and show report it; -o json writes it
+// as is.
+type sandboxInfo struct {
+	Key     string `json:"key"`
+	ID      string `json:"id"`
+	Name    string `json:"name,omitempty"`
+	Runtime string `json:"runtime"`
+	Network string `json:"network,omitempty"`
+	IfName  string `json:"ifName,omitempty"`
+	NetNS   string `json:"netns"`
+	// Mode is the mode of the live policy file, what the proxy applies;
+	// "invalid" if it does not load (the proxy then denies everything).
+	Mode        string    `json:"mode"`
+	Entries     int       `json:"entries"`
+	PolicyError string    `json:"policyError,omitempty"`
+	Label       string    `json:"label"`
+	Proxy       proxyInfo `json:"proxy"`
+	decisionlog.Counts
+	CountError string    `json:"countError,omitempty"`
+	Created    time.Time `json:"created"`
+	StateDir   string    `json:"stateDir"`
+	PolicyFile string    `json:"policyFile"`
+	LogFile    string    `json:"logFile"`
+
+	policy *conf.Policy
+	state  *sandbox.State
+}
+
+type proxyInfo struct {
+	Health  string     `json:"health"`
+	PID     int        `json:"pid,omitempty"`
+	Started *time.Time `json:"started,omitempty"`
+}
+
+// describe gathers what ls and show report about s. Counts come from the
+// decision log, from the sandbox's creation on (a log outlives its
+// sandbox, and a later one with the same key appends to it).
+func describe(s *sandbox.State) *sandboxInfo {
+	info := &sandboxInfo{
+		Key: s.Key, ID: s.ID, Name: s.Name, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
+		NetNS: s.NetNS, Created: s.Created, StateDir: s.Dir, PolicyFile: s.PolicyPath(), LogFile: s.LogFile,
+		state: s,
+	}
+	p, err := s.Policy()
+	if err != nil {
+		info.Mode, info.Entries, info.PolicyError = "invalid", -1, err.Error()
+	} else {
+		info.Mode, info.Entries, info.policy = string(p.Mode), len(p.Entries), p
+	}
+	info.Label = displayLabel(s.Label, conf.Mode(info.Mode))
+	switch {
+	case s.Mode == string(conf.ModeNone) && !s.ProxyAlive():
+		info.Proxy.Health = healthNone
+	case s.ProxyAlive():
+		info.Proxy.Health, info.Proxy.PID = healthUp, s.PID
+		if t, err := s.ProxyStarted(); err == nil {
+			info.Proxy.Started = &t
+		}
+	default:
+		info.Proxy.Health = healthDown
+	}
+	if c, err := decisionlog.CountFile(s.LogFile, s.Created); err != nil {
+		info.CountError = err.Error()
+	} else {
+		info.Counts = c
+	}
+	return info
+}
+
+// displayLabel is the enforcement label to show for a sandbox recorded
+// with label under mode. Enforcement covers nothing to speak of in mode
+// open ("n/a"); a sandbox first enforced in mode open was recorded as
+// "n/a", which says nothing about what it covers in another mode.
+func displayLabel(label string, mode conf.Mode) string {
+	switch {
+	case mode == conf.ModeOpen:
+		return "n/a"
+	case label == "n/a":
+		return "unknown (first enforced in mode open)"
+	}
+	return label
+}
+
+func runLs(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("ls", "[-o json]", `
+Lists every enforced sandbox on this host: id, container name, runtime path
+(cni or hook), policy mode and number of entries, proxy health (up, down:
+its TCP is refused, none: mode none has no proxy), connections allowed and
+denied since it was enforced, and its enforcement label.`, stdout, stderr)
+	out := c.outputFlag()
+	if _, code, ok := c.parse(args, 0, 0); !ok {
+		return code
+	}
+	if !c.checkOutput(*out) {
+		return exitUsage
+	}
+	states, err := sandbox.List(c.stateDir)
+	if err != nil {
+		return c.fail(err)
+	}
+	infos := make([]*sandboxInfo, 0, len(states))
+	for _, s := range states {
+		infos = append(infos, describe(s))
+	}
+	if *out == "json" {
+		return c.writeJSON(infos)
+	}
+	// A container on several networks has one sandbox per interface:
+	// show their keys, which tell them apart.
+	perID := map[string]int{}
+	for _, s := range states {
+		perID[s.ID]++
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tALLOWED\tDENIED\tLABEL")
+	for _, i := range infos {
+		id := shortID(i.ID)
+		if perID[i.ID] > 1 {
+			id = i.Key
+		}
+		entries := fmt.Sprint(i.Entries)
+		if i.Entries < 0 {
+			entries = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, i.Allowed, i.Denied, i.Label)
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// showInfo is what show reports beyond sandboxInfo.
+type showInfo struct {
+	*sandboxInfo
+	Policy    []string               `json:"policy"`
+	Resolvers []netip.Addr           `json:"resolvers"`
+	AllowICMP bool                   `json:"allowICMP"`
+	Recent    []decisionlog.Decision `json:"recent"`
+}
+
+func runShow(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
+Shows one sandbox: its policy, resolvers, enforcement label, proxy pid and
+uptime, and its most recent decisions.
+
+`+sandboxArg, stdout, stderr)
+	out := c.outputFlag()
+	n := c.fs.Int("n", 10, "how many recent decisions to show")
+	pos, code, ok := c.parse(args, 1, 1)
+	if !ok {
+		return code
+	}
+	if !c.checkOutput(*out) {
+		return exitUsage
+	}
+	s, code := c.find(pos[0])
+	if s == nil {
+		return code
+	}
+	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, AllowICMP: s.AllowICMP}
+	if info.policy != nil {
+		info.Policy = info.policy.Hosts()
+	}
+	if ds, _, err := decisionlog.ReadFile(s.LogFile, decisionlog.Filter{Since: s.Created}); err != nil {
+		c.errorf("%v", err)
+	} else {
+		info.Recent = decisionlog.Last(ds, *n)
+	}
+	if info.Recent == nil {
+		info.Recent = []decisionlog.Decision{}
+	}
+	if *out == "json" {
+		return c.writeJSON(info)
+	}
+	printShow(stdout, info, time.Now())
+	return exitOK
+}
+
+func printShow(w io.Writer, i showInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("sandbox", i.Key)
+	row("id", i.ID)
+	row("name", orDash(i.Name))
+	rt := i.Runtime
+	if i.Network != "" || i.IfName != "" {
+		rt += fmt.Sprintf(" (network %s, interface %s)", orDash(i.Network), orDash(i.IfName))
+	}
+	row("runtime", rt)
+	row("netns", i.NetNS)
+	row("created", fmt.Sprintf("%s (%s ago)", i.Created.Local().Format(time.DateTime), roundAge(now.Sub(i.Created))))
+	row("label", i.Label)
+	row("mode", i.Mode)
+	switch {
+	case i.PolicyError != "":
+		row("policy", "does not load, so the proxy denies everything: "+i.PolicyError)
+	case len(i.Policy) == 0:
+		row("policy", "(no entries)")
+	default:
+		for n, h := range i.Policy {
+			k := ""
+			if n == 0 {
+				k = "policy"
+			}
+			row(k, h)
+		}
+	}
+	res := make([]string, 0, len(i.Resolvers))
+	for _, r := range i.Resolvers {
+		res = append(res, r.String())
+	}
+	row("resolvers", orDash(strings.Join(res, ", ")))
+	if i.AllowICMP {
+		row("icmp", "allowed")
+	} else {
+		row("icmp", "blocked")
+	}
+	switch i.Proxy.Health {
+	case healthUp:
+		up := "up"
+		if i.Proxy.Started != nil {
+			up = "up " + roundAge(now.Sub(*i.Proxy.Started))
+		}
+		row("proxy", fmt.Sprintf("pid %d, %s", i.Proxy.PID, up))
+	case healthDown:
+		row("proxy", "NOT RUNNING: the sandbox's TCP connections are refused")
+	default:
+		row("proxy", "none (mode none: nothing leaves)")
+	}
+	counts := fmt.Sprintf("%d allowed, %d denied, %d failed upstream", i.Allowed, i.Denied, i.Errors)
+	if i.CountError != "" {
+		counts = i.CountError
+	}
+	row("connections", counts)
+	row("log", i.LogFile)
+	row("state", i.StateDir)
+	tw.Flush()
+	fmt.Fprintln(w)
+	if len(i.Recent) == 0 {
+		fmt.Fprintln(w, "no decisions logged yet")
+		return
+	}
+	fmt.Fprintln(w, "recent decisions:")
+	for _, d := range i.Recent {
+		fmt.Fprintln(w, "  "+decisionlog.Format(d))
+	}
+}
+
+// roundAge renders an age to the second, or in days and hours past two
+// days.
+func roundAge(d time.Duration) string {
+	if d > 48*time.Hour {
+		h := int(d.Round(time.Hour).Hours())
+		return fmt.Sprintf("%dd%dh", h/24, h%24)
+	}
+	return d.Round(time.Second).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/sandbox"
+)
+
+// These tests run the operator commands against recorded sandboxes whose
+// proxies are not running, which needs no privileges: edits within the
+// proxy modes only rewrite files. The end-to-end tests with real
+// sandboxes are in integration/cli_test.go.
+
+// fakeSandbox records sandbox key (container id, name) in stateDir, with
+// policy entries and decision log lines.
+func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, entries []string, logLines ...string) *sandbox.State {
+	t.Helper()
+	dir := filepath.Join(stateDir, key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(stateDir, "..", "log-"+key)
+	s := &sandbox.State{
+		Key: key, ID: id, Name: name, Runtime: "cni", Network: "net", IfName: "eth0", NetNS: "/run/netns/" + key,
+		Mode: string(mode), Label: "full", LogFile: logFile, Created: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
+	}
+	data, _ := json.Marshal(s)
+	if err := os.WriteFile(filepath.Join(dir, "state.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := conf.NewPolicy(mode, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conf.WriteFileAtomic(filepath.Join(dir, sandbox.PolicyFile), p); err != nil {
+		t.Fatal(err)
+	}
+	if len(logLines) > 0 {
+		os.WriteFile(logFile, []byte(strings.Join(logLines, "\n")+"\n"), 0o600)
+	}
+	st, err := sandbox.Load(stateDir, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// decisionLine is a decision line as the proxy writes it.
+func decisionLine(at string, verdict, name, dst, reason string) string {
+	level := "INFO"
+	if verdict == "deny" {
+		level = "WARN"
+	}
+	rule, up, down := "", 0, 0
+	if reason == "name allowed" {
+		rule, up, down = name, 10, 20
+	}
+	return fmt.Sprintf(`{"time":%q,"level":%q,"msg":"connection","sandbox":"x","client":"127.0.0.1:1","dst":%q,"proto":"tls","name":%q,"rule":%q,"verdict":%q,"reason":%q,"bytes_up":%d,"bytes_down":%d,"duration_ms":5}`,
+		at, level, dst, name, rule, verdict, reason, up, down)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func doorman(stateDir string, args ...string) result {
+	var out, errb bytes.Buffer
+	full := append([]string{args[0], "--state-dir", stateDir}, args[1:]...)
+	code := run(full, &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func policyHosts(t *testing.T, s *sandbox.State) string {
+	t.Helper()
+	p, err := s.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(p.Mode) + " " + strings.Join(p.Hosts(), " ")
+}
+
+func newState(t *testing.T) (string, *sandbox.State, *sandbox.State) {
+	stateDir := filepath.Join(t.TempDir(), "state")
+	a := fakeSandbox(t, stateDir, "aaa111-eth0", "aaa111", "web", conf.ModeAllowlist,
+		[]string{"api.example.test", "*.example.org:443"},
+		decisionLine("2024-01-01T00:00:00Z", "allow", "old.example.test", "203.0.113.9:443", "name allowed"), // before Created
+		decisionLine("2025-06-01T10:00:00Z", "allow", "api.example.test", "203.0.113.10:443", "name allowed"),
+		`{"time":"2025-06-01T10:00:01Z","level":"INFO","msg":"policy loaded","mode":"allowlist","entries":2}`,
+		decisionLine("2025-06-01T10:00:02Z", "deny", "evil.example.test", "203.0.113.20:443", "name not allowed"),
+		decisionLine("2025-06-01T10:00:03Z", "deny", "evil.example.test", "203.0.113.20:80", "name not allowed"),
+	)
+	b := fakeSandbox(t, stateDir, "aab222-eth0", "aab222", "db", conf.ModeOpen, nil)
+	return stateDir, a, b
+}
+
+func TestCLIListAndShow(t *testing.T) {
+	stateDir, _, _ := newState(t)
+	r := doorman(stateDir, "ls")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 3 {
+		t.Fatalf("ls: %+v", r)
+	}
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down 1 2 full" {
+		t.Errorf("ls row %q", lines[1])
+	}
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down 0 0 n/a" {
+		t.Errorf("ls row %q", lines[2])
+	}
+
+	r = doorman(stateDir, "ls", "-o", "json")
+	var infos []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &infos); err != nil || len(infos) != 2 {
+		t.Fatalf("ls -o json: %v\n%s", err, r.stdout)
+	}
+	if a := infos[0]; a["key"] != "aaa111-eth0" || a["allowed"] != 1.0 || a["denied"] != 2.0 || a["entries"] != 2.0 ||
+		a["proxy"].(map[string]any)["health"] != "down" || a["mode"] != "allowlist" {
+		t.Errorf("ls -o json: %v", a)
+	}
+	if r := doorman(stateDir, "ls", "-o", "yaml"); r.code != 2 {
+		t.Errorf("ls -o yaml: %+v", r)
+	}
+
+	r = doorman(stateDir, "show", "web", "-n", "2")
+	for _, want := range []string{
+		"sandbox      aaa111-eth0", "runtime      cni (network net, interface eth0)", "policy       api.example.test",
+		"             *.example.org:443", "proxy        NOT RUNNING", "connections  1 allowed, 2 denied, 0 failed upstream",
+		"recent decisions:\n  2025-06-01 10:00:02.000 deny  tls     evil.example.test 203.0.113.20:443 name not allowed\n  2025-06-01 10:00:03.000 deny ",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show: no %q in\n%s", want, r.stdout)
+		}
+	}
+	r = doorman(stateDir, "show", "aab", "-o", "json")
+	var show map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil || show["key"] != "aab222-eth0" || show["label"] != "n/a" {
+		t.Errorf("show -o json: %v %v", err, r.stdout)
+	}
+}
+
+func TestCLILookupErrors(t *testing.T) {
+	stateDir, _, _ := newState(t)
+	if r := doorman(stateDir, "show", "zzz"); r.code != exitNoMatch || r.stderr != "doorman show: no sandbox matches zzz\n" {
+		t.Errorf("no match: %+v", r)
+	}
+	r := doorman(stateDir, "allow", "aa", "x.example.test")
+	if r.code != exitAmbiguous || r.stderr != "doorman allow: 2 sandboxes match aa: aaa111-eth0 (web), aab222-eth0 (db)\n" {
+		t.Errorf("ambiguous: %+v", r)
+	}
+	if r := doorman(stateDir, "show"); r.code != exitUsage || !strings.Contains(r.stderr, "missing arguments") {
+		t.Errorf("no argument: %+v", r)
+	}
+	if r := doorman(stateDir, "show", "-h"); r.code != 0 || !strings.Contains(r.stderr, "usage: doorman show SANDBOX") {
+		t.Errorf("-h: %+v", r)
+	}
+	// The environment names the state dir when the flag does not.
+	t.Setenv(envStateDir, stateDir)
+	var out, errb bytes.Buffer
+	if code := run([]string{"show", "web"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "aaa111-eth0") {
+		t.Errorf("state dir from %s: %d %s", envStateDir, code, errb.String())
+	}
+}
+
+func TestCLIAllowDeny(t *testing.T) {
+	stateDir, a, _ := newState(t)
+
+	// Invalid entries: each reported, nothing changed.
+	r := doorman(stateDir, "allow", "web", "ok.example.test", "bad entry", "*")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `invalid entry "bad entry"`) || !strings.Contains(r.stderr, `invalid entry "*"`) {
+		t.Errorf("invalid entries: %+v", r)
+	}
+	if got := policyHosts(t, a); got != "allowlist api.example.test *.example.org:443" {
+		t.Fatalf("invalid entries changed the policy: %s", got)
+	}
+
+	// Flags after the arguments, a duplicate, a canonical form.
+	r = doorman(stateDir, "allow", "web", "NEW.Example.Test.", "api.example.test", "[2001:db8::1]:443", "--no-wait")
+	if r.code != 0 || r.stdout != "aaa111-eth0: added new.example.test, [2001:db8::1]:443 (allowlist, 4 entries)\n" {
+		t.Errorf("allow: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "api.example.test was already allowed") || !strings.Contains(r.stderr, "proxy of aaa111-eth0 is not running") {
+		t.Errorf("allow notes: %q", r.stderr)
+	}
+	if got := policyHosts(t, a); got != "allowlist api.example.test *.example.org:443 new.example.test [2001:db8::1]:443" {
+		t.Fatalf("after allow: %s", got)
+	}
+
+	// "--" ends the flags: an entry may start with '-'.
+	if r := doorman(stateDir, "allow", "web", "--", "-dash.example.test"); r.code != 0 {
+		t.Errorf("allow -- -dash: %+v", r)
+	}
+	doorman(stateDir, "allow", "web", "new.example.test:8443")
+
+	// Without a port: every port of the host goes.
+	r = doorman(stateDir, "deny", "web", "new.example.test", "gone.example.test", "--", "-dash.example.test")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "aaa111-eth0: removed new.example.test, new.example.test:8443, -dash.example.test (") {
+		t.Errorf("deny: %+v", r)
+	}
+	if !strings.Contains(r.stderr, "gone.example.test was not allowed") {
+		t.Errorf("deny notes: %q", r.stderr)
+	}
+	// A name only a wildcard admits: refused, nothing changes.
+	before := policyHosts(t, a)
+	r = doorman(stateDir, "deny", "web", "www.example.org:443")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "www.example.org:443 is not an entry, but *.example.org:443 admits it") {
+		t.Errorf("deny below a wildcard: %+v", r)
+	}
+	if got := policyHosts(t, a); got != before {
+		t.Errorf("refused deny changed the policy: %s", got)
+	}
+	// With a port: only that entry; and say what still admits it.
+	doorman(stateDir, "allow", "web", "www.example.org:443")
+	r = doorman(stateDir, "deny", "web", "www.example.org:443")
+	if r.code != 0 || !strings.Contains(r.stderr, "www.example.org:443 is still admitted by *.example.org:443") {
+		t.Errorf("deny with a wildcard left: %+v", r)
+	}
+	if got := policyHosts(t, a); got != "allowlist api.example.test *.example.org:443 [2001:db8::1]:443" {
+		t.Errorf("after deny: %s", got)
+	}
+	// One port of an entry for every port cannot be taken out.
+	if r := doorman(stateDir, "deny", "web", "api.example.test:80"); r.code != exitUsage || !strings.Contains(r.stderr, "api.example.test:80 is not an entry, but api.example.test admits it") {
+		t.Errorf("deny of one port of a portless entry: %+v", r)
+	}
+}
+
+func TestCLIModeAndSet(t *testing.T) {
+	stateDir, a, _ := newState(t)
+	if r := doorman(stateDir, "mode", "web", "wide-open"); r.code != exitUsage || !strings.Contains(r.stderr, `invalid mode "wide-open"`) {
+		t.Errorf("bad mode: %+v", r)
+	}
+	r := doorman(stateDir, "mode", "web", "OPEN")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "aaa111-eth0: mode allowlist -> open (open, 2 entries") {
+		t.Errorf("mode open: %+v", r)
+	}
+	if got := policyHosts(t, a); got != "open api.example.test *.example.org:443" {
+		t.Errorf("mode open kept the entries? %s", got)
+	}
+	if st, _ := sandbox.Load(stateDir, a.Key); st.Mode != "open" {
+		t.Errorf("state mode %s", st.Mode)
+	}
+	if r := doorman(stateDir, "mode", "web", "open"); !strings.Contains(r.stdout, "nothing to change") {
+		t.Errorf("same mode: %+v", r)
+	}
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p")
+	for _, bad := range []struct{ content, want string }{
+		{"", "is empty"},
+		{"  \n# just a comment\n", ""}, // a comment is not emptiness: allowlist, no entries
+		{"mode: allowlist\nok.example.test\nhttps://x.example/\nmode: open\n", "line 3"},
+	} {
+		os.WriteFile(file, []byte(bad.content), 0o600)
+		before := policyHosts(t, a)
+		r := doorman(stateDir, "set", "web", "--file", file)
+		if bad.want == "" {
+			continue
+		}
+		if r.code != exitUsage || !strings.Contains(r.stderr, bad.want) || !strings.Contains(r.stderr, "nothing changed") {
+			t.Errorf("set %q: %+v", bad.content, r)
+		}
+		if got := policyHosts(t, a); got != before {
+			t.Errorf("refused set changed the policy: %s", got)
+		}
+	}
+	os.WriteFile(file, []byte("mode: allowlist\n# phase 2\nonly.example.test:443\n"), 0o600)
+	if r := doorman(stateDir, "set", "--file", file, "aaa111"); r.code != 0 || r.stdout != "aaa111-eth0: policy replaced (allowlist, 1 entry)\n" {
+		t.Errorf("set: %+v", r)
+	}
+	if got := policyHosts(t, a); got != "allowlist only.example.test:443" {
+		t.Errorf("after set: %s", got)
+	}
+	if r := doorman(stateDir, "set", "web"); r.code != exitUsage || !strings.Contains(r.stderr, "--file is required") {
+		t.Errorf("set without --file: %+v", r)
+	}
+	// A policy file broken by hand: edits refuse, set repairs.
+	os.WriteFile(a.PolicyPath(), []byte("what is this\n"), 0o644)
+	if r := doorman(stateDir, "allow", "web", "x.example.test"); r.code != exitFailed || !strings.Contains(r.stderr, "does not load") {
+		t.Errorf("allow on a broken file: %+v", r)
+	}
+	if r := doorman(stateDir, "ls"); !strings.Contains(r.stdout, " invalid ") {
+		t.Errorf("ls of a broken file:\n%s", r.stdout)
+	}
+	if r := doorman(stateDir, "set", "web", "--file", file); r.code != 0 {
+		t.Errorf("set over a broken file: %+v", r)
+	}
+}
+
+func TestCLILogsAndLearn(t *testing.T) {
+	stateDir, _, _ := newState(t)
+	r := doorman(stateDir, "logs", "web")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "2024-01-01 00:00:00.000 allow tls     old.example.test 203.0.113.9:443 rule old.example.test (up 10 B, down 20 B, 5ms)") {
+		t.Errorf("logs:\n%s", r.stdout)
+	}
+	r = doorman(stateDir, "logs", "web", "--denied", "-o", "json", "-n", "1")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, `"dst":"203.0.113.20:80"`) {
+		t.Errorf("logs --denied -o json -n 1: %+v", r)
+	}
+	r = doorman(stateDir, "logs", "web", "--since", "2025-06-01T10:00:02Z")
+	if strings.Count(r.stdout, "\n") != 2 {
+		t.Errorf("logs --since: %+v", r)
+	}
+	if r := doorman(stateDir, "logs", "web", "--since", "yesterday"); r.code != exitUsage || !strings.Contains(r.stderr, `--since "yesterday"`) {
+		t.Errorf("logs --since yesterday: %+v", r)
+	}
+	if r := doorman(stateDir, "logs", "db"); r.code != 0 || r.stdout != "" {
+		t.Errorf("logs of a sandbox without a log: %+v", r)
+	}
+
+	// Since the sandbox was created: the 2024 line is not learned.
+	r = doorman(stateDir, "learn", "web")
+	p, err := conf.ParseFile([]byte(r.stdout))
+	if r.code != 0 || err != nil || strings.Join(p.Hosts(), " ") != "api.example.test:443 evil.example.test:80 evil.example.test:443" {
+		t.Fatalf("learn: %v %+v", err, r)
+	}
+	if !strings.HasPrefix(r.stdout, "# learned by doorman from 3 connections of sandbox aaa111-eth0 (web) since ") {
+		t.Errorf("learn header:\n%s", r.stdout)
+	}
+	r = doorman(stateDir, "learn", "web", "--denied", "--any-port")
+	if p, _ := conf.ParseFile([]byte(r.stdout)); p == nil || strings.Join(p.Hosts(), " ") != "evil.example.test" {
+		t.Errorf("learn --denied --any-port: %+v", r)
+	}
+	r = doorman(stateDir, "learn", "web", "--wildcards")
+	if p, _ := conf.ParseFile([]byte(r.stdout)); p == nil || strings.Join(p.Hosts(), " ") != "*.example.test:443 evil.example.test:80" {
+		t.Errorf("learn --wildcards: %+v", r)
+	}
+	if r := doorman(stateDir, "learn", "db"); r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "nothing to learn from") {
+		t.Errorf("learn without decisions: %+v", r)
+	}
+}

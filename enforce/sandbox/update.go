@@ -1,0 +1,274 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce"
+)
+
+// lockTimeout bounds how long an update waits for another one to finish.
+const lockTimeout = 10 * time.Second
+
+// Update reports what UpdatePolicy or EditPolicy did.
+type Update struct {
+	// State is the sandbox's state after the update.
+	State *State
+	// Old is the policy that was in force (nil if the live file did not
+	// load, which the proxy treats as deny-all); New the one now written.
+	Old, New *conf.Policy
+	// Changed is false when New equals Old: nothing was written.
+	Changed bool
+	// Reload is true when the running proxy picks the change up from the
+	// file (within a second, see proxy.PolicyWatcher) rather than having
+	// been started or stopped by the update: a caller that wants to know
+	// the change is in force can wait for the proxy's "policy loaded" line.
+	Reload bool
+	// ProxyStarted and ProxyStopped say that the mode left or entered
+	// none, so the proxy and the redirect were added or removed.
+	ProxyStarted, ProxyStopped bool
+	// Notes are things the operator should know (the resolver the new
+	// proxy uses when it could not be learned from an earlier one).
+	Notes []string
+}
+
+// Policy reads the sandbox's live policy file, the policy its proxy
+// applies. A file that does not load is an error (the proxy is then
+// denying everything).
+func (s *State) Policy() (*conf.Policy, error) {
+	return conf.LoadFile(s.PolicyPath())
+}
+
+// UpdatePolicy puts p in force on the enforced sandbox key under stateDir:
+// see EditPolicy. The live policy file may be unreadable: p replaces it.
+func UpdatePolicy(stateDir, key string, p *conf.Policy) (*Update, error) {
+	if p == nil {
+		return nil, fmt.Errorf("update sandbox %s: no policy", key)
+	}
+	return update(stateDir, key, false, func(*conf.Policy) (*conf.Policy, error) { return p, nil })
+}
+
+// EditPolicy changes the policy of the enforced sandbox key under stateDir
+// to what edit makes of the live one, holding a lock on stateDir so that
+// concurrent edits do not lose each other's changes. If edit fails,
+// nothing changes. The live policy file must load: a file someone broke by
+// hand is replaced with UpdatePolicy, not edited.
+//
+// The new policy file is written atomically. Within the modes that have a
+// proxy (allowlist, open) that is all: the proxy reloads the file within a
+// second and closes the established connections that lost permission. A
+// change into mode none installs the deny-all ruleset (no redirect, one
+// atomic batch) and then stops the proxy; a change out of it writes the
+// file, starts a proxy on new listeners in the sandbox and only then swaps
+// the deny-all ruleset for the redirecting one. The sandbox is therefore
+// never without a ruleset, and when starting fails it stays in mode none.
+func EditPolicy(stateDir, key string, edit func(cur *conf.Policy) (*conf.Policy, error)) (*Update, error) {
+	return update(stateDir, key, true, edit)
+}
+
+func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*conf.Policy, error)) (*Update, error) {
+	if stateDir == "" {
+		stateDir = DefaultStateDir
+	}
+	unlock, err := lockDir(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
+	}
+	defer unlock()
+	s, err := Load(stateDir, key)
+	if err != nil {
+		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
+	}
+	oldData, readErr := os.ReadFile(s.PolicyPath())
+	var cur *conf.Policy
+	if readErr == nil {
+		cur, readErr = conf.ParseFile(oldData)
+	}
+	if readErr != nil && needCurrent {
+		return nil, fmt.Errorf("sandbox %s: live policy file %s does not load, so its proxy denies everything; replace it whole: %w",
+			key, s.PolicyPath(), readErr)
+	}
+	p, err := edit(cur)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, fmt.Errorf("update sandbox %s: no policy", key)
+	}
+	u := &Update{State: s, Old: cur, New: p}
+	// Nothing to do if the file already says it and the ruleset matches
+	// (a file edited by hand into or out of mode none does not).
+	if cur != nil && cur.Equal(p) && (s.Mode == string(conf.ModeNone)) == (p.Mode == conf.ModeNone) {
+		return u, nil
+	}
+	u.Changed = true
+	if err := s.apply(p, oldData, u); err != nil {
+		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
+	}
+	return u, nil
+}
+
+// apply moves s to policy p; oldData is the live file before, restored if
+// a proxy cannot be started.
+func (s *State) apply(p *conf.Policy, oldData []byte, u *Update) error {
+	wasNone := s.Mode == string(conf.ModeNone)
+	isNone := p.Mode == conf.ModeNone
+	switch {
+	case wasNone == isNone:
+		if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
+			return err
+		}
+		u.Reload = !isNone && s.ProxyAlive()
+		s.Mode = string(p.Mode)
+		return s.save()
+	case isNone:
+		u.ProxyStopped = true
+		return s.enterNone(p)
+	default:
+		u.ProxyStarted = true
+		return s.leaveNone(p, oldData, u)
+	}
+}
+
+// enterNone switches a sandbox with a proxy to mode none: the proxy first
+// applies the new file (it denies everything), then the deny-all ruleset
+// replaces the redirecting one, then the proxy is stopped.
+func (s *State) enterNone(p *conf.Policy) error {
+	if s.ProxyAlive() {
+		// Remember how the proxy was started, for the way back.
+		if l, err := launchOf(s.PID); err == nil {
+			l.save(s.Dir)
+		}
+	}
+	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
+		return err
+	}
+	spec := s.spec()
+	spec.DenyAll = true
+	if err := enforce.Apply(s.NetNS, spec); err != nil {
+		return fmt.Errorf("install the mode none ruleset (the proxy denies everything meanwhile): %w", err)
+	}
+	stopErr := stopProxy(s.PID, s.PIDStart, time.Second)
+	s.Mode, s.Port4, s.Port6 = string(conf.ModeNone), 0, 0
+	if stopErr == nil {
+		// A proxy that would not stop stays recorded, so that Teardown
+		// still ends it.
+		s.PID, s.PIDStart = 0, 0
+	}
+	if err := s.save(); err != nil {
+		return err
+	}
+	return stopErr
+}
+
+// leaveNone switches a sandbox in mode none to mode allowlist or open: new
+// file, new listeners and proxy, then the redirecting ruleset. On failure
+// the deny-all ruleset and the old file stay (or are put back).
+func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error) {
+	if err := checkNetNS(s.NetNS); err != nil {
+		return err
+	}
+	l, found := loadLaunch(s.Dir)
+	if l.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find the doorman binary: %w", err)
+		}
+		l.Binary = exe
+	}
+	if !found {
+		u.Notes = append(u.Notes, "no earlier proxy recorded its resolver: the new proxy resolves names with this host's /etc/resolv.conf")
+	}
+	next := *s
+	next.Mode = string(p.Mode)
+	applied := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		stopProxy(next.PID, next.PIDStart, time.Second)
+		if applied {
+			deny := s.spec()
+			deny.DenyAll = true
+			enforce.Apply(s.NetNS, deny)
+		}
+		if oldData != nil {
+			writeAtomic(s.PolicyPath(), oldData, 0o644)
+		}
+	}()
+	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
+		return err
+	}
+	lns, err := listenIn(s.NetNS)
+	if err != nil {
+		return err
+	}
+	var files []*os.File
+	for _, ln := range lns {
+		f, ferr := ln.ln.File()
+		ln.ln.Close()
+		if ferr != nil {
+			err = ferr
+			continue
+		}
+		files = append(files, f)
+		if ln.v6 {
+			next.Port6 = ln.port
+		} else {
+			next.Port4 = ln.port
+		}
+	}
+	if err != nil {
+		closeFiles(files)
+		return fmt.Errorf("listener fd: %w", err)
+	}
+	next.PID, next.PIDStart, err = startProxy(proxyArgs{
+		binary: l.Binary, sandbox: s.ID, policy: s.PolicyPath(),
+		logFile: s.LogFile, resolver: l.Resolver, listeners: files,
+	})
+	closeFiles(files)
+	if err != nil {
+		return err
+	}
+	if err := enforce.Apply(s.NetNS, next.spec()); err != nil {
+		return err
+	}
+	applied = true
+	if err := next.save(); err != nil {
+		return err
+	}
+	*s = next
+	return nil
+}
+
+// lockDir takes an exclusive flock on dir, waiting up to lockTimeout.
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock state dir: %w", err)
+	}
+	deadline := time.Now().Add(lockTimeout)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() {
+				unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock state dir %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("lock state dir %s: another update has held it for %v", dir, lockTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

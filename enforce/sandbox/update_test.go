@@ -1,0 +1,258 @@
+package sandbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce"
+)
+
+// fakeSandbox records a sandbox in allowlist mode whose proxy is not
+// running: edits within the proxy modes only touch files.
+func fakeSandbox(t *testing.T, mode conf.Mode, entries ...string) (stateDir string, s *State) {
+	t.Helper()
+	stateDir = t.TempDir()
+	s = &State{Key: "ctr1-eth0", ID: "ctr1", Runtime: "cni", NetNS: "/nonexistent/netns", Mode: string(mode), Label: "full"}
+	s.Dir = filepath.Join(stateDir, s.Key)
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p, err := conf.NewPolicy(mode, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	return stateDir, s
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+func TestEditPolicy(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeAllowlist, "api.example.test")
+	before := readFile(t, s.PolicyPath())
+
+	// A failing edit changes nothing.
+	_, err := EditPolicy(stateDir, s.Key, func(*conf.Policy) (*conf.Policy, error) {
+		return conf.NewPolicy(conf.ModeAllowlist, []string{"api.example.test", "bad entry"})
+	})
+	if err == nil || !strings.Contains(err.Error(), `"bad entry"`) {
+		t.Fatalf("bad edit: err = %v, want one naming the entry", err)
+	}
+	if got := readFile(t, s.PolicyPath()); got != before {
+		t.Fatalf("bad edit changed the file:\n%s", got)
+	}
+
+	// An edit sees the live policy and writes the new one.
+	u, err := EditPolicy(stateDir, s.Key, func(cur *conf.Policy) (*conf.Policy, error) {
+		if got := cur.Hosts(); len(got) != 1 || got[0] != "api.example.test" {
+			t.Errorf("edit saw %v", got)
+		}
+		return conf.NewPolicy(conf.ModeOpen, append(cur.Hosts(), "*.example.org:443"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !u.Changed || u.Reload || u.ProxyStarted || u.ProxyStopped {
+		t.Errorf("update %+v: want changed, nothing else (no proxy runs)", u)
+	}
+	got, err := s.Policy()
+	if err != nil || got.Mode != conf.ModeOpen || strings.Join(got.Hosts(), " ") != "api.example.test *.example.org:443" {
+		t.Fatalf("policy after edit: %v, %v", got, err)
+	}
+	if st, _ := Load(stateDir, s.Key); st.Mode != "open" {
+		t.Errorf("state mode %q after the edit, want open", st.Mode)
+	}
+
+	// The same policy again: nothing is written.
+	mtime := func() int64 { fi, _ := os.Stat(s.PolicyPath()); return fi.ModTime().UnixNano() }
+	m0 := mtime()
+	u, err = UpdatePolicy(stateDir, s.Key, got)
+	if err != nil || u.Changed {
+		t.Fatalf("same policy: %+v, %v; want unchanged", u, err)
+	}
+	if mtime() != m0 {
+		t.Error("same policy rewrote the file")
+	}
+
+	// Unknown sandbox.
+	if _, err := UpdatePolicy(stateDir, "nope", got); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("unknown sandbox: %v, want not exist", err)
+	}
+}
+
+func TestEditPolicyBrokenFile(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeAllowlist)
+	os.WriteFile(s.PolicyPath(), []byte("mode: allowlist\nhttps://x.example/\n"), 0o644)
+	_, err := EditPolicy(stateDir, s.Key, func(cur *conf.Policy) (*conf.Policy, error) {
+		t.Error("edit called with a policy that does not load")
+		return cur, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "does not load") {
+		t.Fatalf("edit of a broken file: %v", err)
+	}
+	// Replacing it whole works.
+	p, _ := conf.NewPolicy(conf.ModeAllowlist, []string{"x.example"})
+	if _, err := UpdatePolicy(stateDir, s.Key, p); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Policy(); err != nil || !got.Equal(p) {
+		t.Fatalf("after replace: %v, %v", got, err)
+	}
+}
+
+// Concurrent edits are serialized: none is lost.
+func TestEditPolicyConcurrent(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeAllowlist)
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := EditPolicy(stateDir, s.Key, func(cur *conf.Policy) (*conf.Policy, error) {
+				return conf.NewPolicy(cur.Mode, append(cur.Hosts(), fmt.Sprintf("h%d.example.test", i)))
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := s.Policy()
+	if err != nil || len(got.Entries) != n {
+		t.Fatalf("after %d concurrent edits: %v, %v", n, got, err)
+	}
+}
+
+// Leaving mode none needs a namespace; when it is gone nothing changes.
+func TestLeaveNoneFailsClosed(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeNone, "api.example.test")
+	before := readFile(t, s.PolicyPath())
+	_, err := EditPolicy(stateDir, s.Key, func(cur *conf.Policy) (*conf.Policy, error) {
+		return &conf.Policy{Mode: conf.ModeAllowlist, Entries: cur.Entries}, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/netns") {
+		t.Fatalf("leave none without a netns: %v", err)
+	}
+	if got := readFile(t, s.PolicyPath()); got != before {
+		t.Fatalf("failed switch changed the file:\n%s", got)
+	}
+	if st, _ := Load(stateDir, s.Key); st.Mode != "none" || st.PID != 0 {
+		t.Fatalf("failed switch changed the state: %+v", st)
+	}
+}
+
+func TestFlagValue(t *testing.T) {
+	args := []string{"proxy", "--sandbox", "x", "--resolver", "192.0.2.53:53", "--log", "f"}
+	if got := flagValue(args, "resolver"); got != "192.0.2.53:53" {
+		t.Errorf("--resolver v: %q", got)
+	}
+	if got := flagValue([]string{"proxy", "-resolver=[2001:db8::53]:53"}, "resolver"); got != "[2001:db8::53]:53" {
+		t.Errorf("-resolver=v: %q", got)
+	}
+	if got := flagValue([]string{"proxy", "--sandbox", "x"}, "resolver"); got != "" {
+		t.Errorf("absent: %q", got)
+	}
+	dir := t.TempDir()
+	if _, ok := loadLaunch(dir); ok {
+		t.Error("launch record found in an empty dir")
+	}
+	want := launch{Binary: "/usr/bin/doorman", Resolver: "192.0.2.53:53"}
+	if err := want.save(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := loadLaunch(dir); !ok || got != want {
+		t.Errorf("launch round trip: %+v, %v", got, ok)
+	}
+}
+
+func TestProxyStarted(t *testing.T) {
+	s := &State{PID: os.Getpid()}
+	var err error
+	if s.PIDStart, err = processStart(s.PID); err != nil {
+		t.Fatal(err)
+	}
+	started, err := s.ProxyStarted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This test process started moments ago (btime has 1 s resolution).
+	if d := time.Since(started); d < -time.Second || d > 10*time.Minute {
+		t.Errorf("this process started %v ago?", d)
+	}
+	if _, err := (&State{}).ProxyStarted(); err == nil {
+		t.Error("no proxy: want an error")
+	}
+}
+
+// newNetNS makes a throwaway named netns, deleted when the test ends.
+func newNetNS(t *testing.T, purpose string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	name := fmt.Sprintf("dm-%s-%s", purpose, hex.EncodeToString(b[:]))
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return filepath.Join("/var/run/netns", name)
+}
+
+// A proxy that will not start leaves the sandbox as it was: deny-all
+// ruleset, old policy file, state in mode none.
+func TestLeaveNoneProxyFails(t *testing.T) {
+	nsPath := newNetNS(t, "update")
+	stateDir, s := fakeSandbox(t, conf.ModeNone, "api.example.test")
+	s.NetNS, s.LogFile = nsPath, filepath.Join(t.TempDir(), "s.log")
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	denyAll := enforce.Spec{DenyAll: true}
+	if err := enforce.Apply(nsPath, denyAll); err != nil {
+		t.Fatal(err)
+	}
+	if err := (launch{Binary: "/bin/false"}).save(s.Dir); err != nil {
+		t.Fatal(err)
+	}
+	before := readFile(t, s.PolicyPath())
+	_, err := EditPolicy(stateDir, s.Key, func(cur *conf.Policy) (*conf.Policy, error) {
+		return &conf.Policy{Mode: conf.ModeAllowlist, Entries: cur.Entries}, nil
+	})
+	if err == nil || !(strings.Contains(err.Error(), "proxy exited before serving") || strings.Contains(err.Error(), "did not signal ready")) {
+		t.Fatalf("start /bin/false as the proxy: %v", err)
+	}
+	if got := readFile(t, s.PolicyPath()); got != before {
+		t.Errorf("policy file not restored:\n%s", got)
+	}
+	if st, _ := Load(stateDir, s.Key); st.Mode != "none" || st.PID != 0 || st.Port4 != 0 {
+		t.Errorf("state changed: %+v", st)
+	}
+	if err := enforce.Check(nsPath, denyAll); err != nil {
+		t.Errorf("deny-all ruleset not in place: %v", err)
+	}
+}

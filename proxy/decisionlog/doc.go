@@ -1,0 +1,11 @@
+// Package decisionlog reads what a sandbox's proxy wrote: its decision
+// lines (one JSON object per connection, msg "connection", see
+// proxy.Record) and its policy events ("policy loaded", "policy
+// rejected"). It parses, filters, counts, follows and formats them for the
+// operator CLI, and turns them into an allowlist (Learn) that would admit
+// what a sandbox was seen doing.
+//
+// It exists apart from package proxy so that reading logs needs none of the
+// proxy's machinery, and so that the format the proxy writes and the one
+// the CLI reads are tested against each other in one place.
+package decisionlog

@@ -1,0 +1,94 @@
+package decisionlog
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// timeLayout is how Format writes a decision's time: in the zone the proxy
+// logged it in (the host's), to the millisecond.
+const timeLayout = "2006-01-02 15:04:05.000"
+
+// Format renders d as one line for people: time, verdict, protocol, name,
+// original destination, and why (the rule that admitted it, or the reason
+// it was denied), then for relayed connections the bytes each way and how
+// long it lasted:
+//
+//	2025-06-01 12:00:00.123 allow tls     api.example.com 203.0.113.10:443 rule api.example.com (up 517 B, down 4.1 kB, 120ms)
+//	2025-06-01 12:00:01.456 deny  http    evil.example    203.0.113.20:80 name not allowed
+func Format(d Decision) string {
+	name := d.Name
+	if name == "" {
+		name = "(no name)"
+	}
+	var why string
+	switch {
+	case d.Verdict == Allow && d.Rule != "":
+		why = "rule " + d.Rule
+	case d.Verdict == Error:
+		why = "upstream failed: " + d.Reason
+	default:
+		why = d.Reason
+	}
+	s := fmt.Sprintf("%s %-5s %-7s %s %s %s", d.Time.Format(timeLayout), d.Verdict, d.Proto, name, d.Dst, why)
+	if d.Verdict == Allow || d.BytesUp > 0 || d.BytesDown > 0 {
+		s += fmt.Sprintf(" (up %s, down %s, %s)", size(d.BytesUp), size(d.BytesDown), duration(d.DurationMS))
+	}
+	return s
+}
+
+// size renders a byte count in decimal units: 517 B, 4.1 kB, 12.0 MB.
+func size(n int64) string {
+	if n < 1000 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	f, units := float64(n), []string{"kB", "MB", "GB", "TB"}
+	for i, u := range units {
+		f /= 1000
+		if f < 1000 || i == len(units)-1 {
+			return strconv.FormatFloat(f, 'f', 1, 64) + " " + u
+		}
+	}
+	panic("unreachable")
+}
+
+// duration renders milliseconds as a time.Duration, rounded for reading.
+func duration(ms float64) string {
+	d := time.Duration(ms * float64(time.Millisecond))
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}
+
+// ParseSince reads a --since value: a duration before now ("90s", "15m",
+// "2h"; "3d" for days) or a time (RFC 3339, or "2006-01-02 15:04:05" and
+// "2006-01-02" in the local zone).
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseFloat(days, 64); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n * 24 * float64(time.Hour))), nil
+		}
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("--since %q: a negative duration is in the future", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02 15:04:05", "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.Local); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want a duration such as 15m, 2h or 3d, or a time such as 2006-01-02T15:04:05Z", s)
+}

@@ -1,0 +1,228 @@
+package decisionlog
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// LearnOptions say how Learn turns decisions into entries.
+type LearnOptions struct {
+	// Wildcards collapses two or more names below a common parent into
+	// "*.parent", taking the narrowest parent that covers at least two
+	// and never one above the registrable domain (no "*.com", no
+	// "*.co.uk"). Without it every name is listed as seen.
+	Wildcards bool
+	// AnyPort writes entries without ports. Without it each entry names
+	// the port it was seen on.
+	AnyPort bool
+	// Denied learns from denials only: the entries that would have to be
+	// added for what was refused to get through.
+	Denied bool
+}
+
+// Learned is an allowlist that admits what a sandbox was seen doing.
+type Learned struct {
+	Entries []conf.Entry
+	Used    int // decisions the entries come from
+	Skipped int // decisions that say nothing an entry could admit
+}
+
+// Policy is the learned allowlist as a policy in mode allowlist.
+func (l Learned) Policy() *conf.Policy {
+	return &conf.Policy{Mode: conf.ModeAllowlist, Entries: slices.Clone(l.Entries)}
+}
+
+// Learn returns the smallest allowlist that admits the connections ds
+// record: each named connection by its name (SNI or Host) and port, each
+// connection without a name by its destination address and port, since
+// only address entries can admit those.
+//
+// It learns from what the policy let through (in mode open, everything)
+// and from what it refused because no entry admitted it. Decisions that
+// no entry could change are skipped: refusals of upstream addresses the
+// proxy never dials, of malformed requests, connections made while the
+// policy was in mode none, and lines without a readable destination.
+func Learn(ds []Decision, opts LearnOptions) Learned {
+	var l Learned
+	type key struct {
+		host string
+		port uint16
+	}
+	names := map[uint16]map[string]bool{} // port -> names
+	addrs := map[key]bool{}
+	for _, d := range ds {
+		if opts.Denied && d.Verdict != Deny {
+			continue
+		}
+		dst, ok := d.DstAddrPort()
+		if !ok || !learnable(d) {
+			l.Skipped++
+			continue
+		}
+		port := dst.Port()
+		if opts.AnyPort {
+			port = 0
+		}
+		if d.Name != "" {
+			n, err := conf.NormalizeName(d.Name)
+			if err != nil {
+				l.Skipped++
+				continue
+			}
+			if names[port] == nil {
+				names[port] = map[string]bool{}
+			}
+			names[port][n] = true
+		} else {
+			addrs[key{dst.Addr().String(), port}] = true
+		}
+		l.Used++
+	}
+
+	var out []conf.Entry
+	add := func(host string, port uint16) {
+		s := host
+		if port != 0 {
+			if strings.Contains(host, ":") {
+				s = "[" + host + "]"
+			}
+			s = fmt.Sprintf("%s:%d", s, port)
+		}
+		e, err := conf.ParseEntry(s)
+		if err != nil {
+			// Every name here went through NormalizeName and every
+			// address through netip: only a name that entries read as an
+			// address (an all-numeric one) can land here.
+			l.Skipped++
+			return
+		}
+		out = append(out, e)
+	}
+	for port, set := range names {
+		exact, wild := slices.Collect(maps.Keys(set)), []string(nil)
+		if opts.Wildcards {
+			exact, wild = collapse(exact)
+		}
+		for _, w := range wild {
+			add("*."+w, port)
+		}
+		for _, n := range exact {
+			add(n, port)
+		}
+	}
+	for k := range addrs {
+		add(k.host, k.port)
+	}
+	slices.SortFunc(out, compareEntries)
+	l.Entries = out
+	return l
+}
+
+// learnable reports whether d is a connection an entry could admit.
+func learnable(d Decision) bool {
+	switch d.Verdict {
+	case Allow, Error:
+		return true
+	case Deny:
+		r := d.Reason
+		return strings.Contains(r, "name not allowed") ||
+			strings.Contains(r, "no name and no address rule matches") ||
+			// Admitted once, closed later: it was seen.
+			(strings.HasPrefix(r, "policy changed:") && !strings.Contains(r, "mode none")) ||
+			r == "proxy shutting down"
+	}
+	return false
+}
+
+// collapse picks wildcards for names (see LearnOptions.Wildcards): deepest
+// parents first, a parent taking the names below it that no deeper
+// wildcard took, if there are at least two. It returns the names left
+// exact and the wildcard suffixes.
+func collapse(names []string) (exact, wild []string) {
+	below := map[string][]string{} // parent -> names strictly below it
+	for _, n := range names {
+		top, err := publicsuffix.EffectiveTLDPlusOne(n)
+		if err != nil {
+			continue // n is itself a public suffix: no parent to take
+		}
+		for p := n; p != top; {
+			_, p, _ = strings.Cut(p, ".")
+			below[p] = append(below[p], n)
+		}
+	}
+	parents := slices.Collect(maps.Keys(below))
+	slices.SortFunc(parents, func(a, b string) int {
+		if c := cmp.Compare(strings.Count(b, "."), strings.Count(a, ".")); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	taken := map[string]bool{}
+	for _, p := range parents {
+		var free []string
+		for _, n := range below[p] {
+			if !taken[n] {
+				free = append(free, n)
+			}
+		}
+		if len(free) < 2 {
+			continue
+		}
+		wild = append(wild, p)
+		for _, n := range free {
+			taken[n] = true
+		}
+	}
+	for _, n := range names {
+		if !taken[n] {
+			exact = append(exact, n)
+		}
+	}
+	return exact, wild
+}
+
+// compareEntries orders names and wildcards by domain (com.example.api),
+// the apex before its wildcard, then addresses, each by port.
+func compareEntries(a, b conf.Entry) int {
+	if c := cmpBool(a.Kind == conf.KindPrefix, b.Kind == conf.KindPrefix); c != 0 {
+		return c
+	}
+	if a.Kind == conf.KindPrefix {
+		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+			return c
+		}
+	} else {
+		if c := slices.Compare(domainKey(a), domainKey(b)); c != 0 {
+			return c
+		}
+	}
+	return cmp.Compare(a.Ports.Lo, b.Ports.Lo)
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
+}
+
+// domainKey is an entry's labels from the top down; a wildcard sorts
+// right after its apex.
+func domainKey(e conf.Entry) []string {
+	labels := strings.Split(e.Name, ".")
+	slices.Reverse(labels)
+	if e.Kind == conf.KindWildcard {
+		labels = append(labels, "*")
+	}
+	return labels
+}

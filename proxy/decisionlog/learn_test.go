@@ -1,0 +1,165 @@
+package decisionlog
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// seen builds a decision as the proxy logs it.
+func seen(verdict, reason, name, dst string) Decision {
+	return Decision{Verdict: verdict, Reason: reason, Name: name, Dst: dst}
+}
+
+func hosts(l Learned) string { return strings.Join(l.Policy().Hosts(), " ") }
+
+// roundTrip renders the learned policy as `doorman learn` prints it and
+// parses it back as `doorman set` reads it.
+func roundTrip(t *testing.T, l Learned) *conf.Policy {
+	t.Helper()
+	p, err := conf.ParseFile(l.Policy().MarshalFile())
+	if err != nil {
+		t.Fatalf("learned policy does not parse: %v\n%s", err, l.Policy().MarshalFile())
+	}
+	if p.Mode != conf.ModeAllowlist {
+		t.Fatalf("learned mode %s", p.Mode)
+	}
+	return p
+}
+
+func TestLearn(t *testing.T) {
+	ds := []Decision{
+		// Mode open: everything allowed and logged.
+		seen(Allow, "mode open", "api.example.test", "203.0.113.10:443"),
+		seen(Allow, "mode open", "API.Example.Test", "203.0.113.10:443"), // same, differently spelled
+		seen(Allow, "mode open", "api.example.test", "[2001:db8:100::10]:443"),
+		seen(Allow, "mode open", "api.example.test", "203.0.113.10:80"),
+		seen(Allow, "mode open", "cdn.example.org", "203.0.113.40:443"),
+		seen(Allow, "mode open", "", "203.0.113.30:22"),            // no name: by address
+		seen(Allow, "mode open", "", "[::ffff:203.0.113.31]:5432"), // mapped: IPv4
+		seen(Allow, "mode open", "", "[2001:db8:100::20]:443"),
+		seen(Error, "resolve gone.example.test: no such host", "gone.example.test", "203.0.113.50:443"),
+		// Allowlist mode: allowed, refused for want of an entry, closed
+		// by a policy change.
+		seen(Allow, "name allowed", "git.example.net", "203.0.113.60:443"),
+		seen(Deny, "name not allowed", "evil.example.test", "203.0.113.20:443"),
+		seen(Deny, "request for other.example.test: name not allowed", "other.example.test", "203.0.113.30:80"),
+		seen(Deny, "no name and no address rule matches (no name within 10s)", "", "203.0.113.70:443"),
+		seen(Deny, "policy changed: name not allowed", "old.example.test", "203.0.113.80:443"),
+		// Nothing an entry could change.
+		seen(Deny, "mode none", "x.example.test", "203.0.113.90:443"),
+		seen(Deny, "policy changed: mode none", "y.example.test", "203.0.113.91:443"),
+		seen(Deny, "no permissible upstream: 127.0.0.1 is loopback", "local.example.test", "203.0.113.92:443"),
+		seen(Deny, "malformed request: bad header", "", "203.0.113.93:80"),
+		seen(Deny, "no answer to an upgrade request", "ws.example.test", "203.0.113.94:80"),
+		seen(Deny, "no original destination", "", "invalid AddrPort"),
+		seen(Allow, "mode open", "bad name!", "203.0.113.95:443"),
+	}
+	l := Learn(ds, LearnOptions{})
+	want := "git.example.net:443 " +
+		"cdn.example.org:443 " +
+		"api.example.test:80 api.example.test:443 evil.example.test:443 gone.example.test:443 old.example.test:443 other.example.test:80 " +
+		"203.0.113.30:22 203.0.113.31:5432 203.0.113.70:443 [2001:db8:100::20]:443"
+	if got := hosts(l); got != want {
+		t.Errorf("learned\n got %s\nwant %s", got, want)
+	}
+	if l.Used != 14 || l.Skipped != 7 {
+		t.Errorf("used %d, skipped %d; want 14, 7", l.Used, l.Skipped)
+	}
+
+	// What was seen gets through, and nothing else: other ports, other
+	// names, the parent domain, a name below a seen one, other addresses.
+	p := roundTrip(t, l)
+	for _, d := range ds[:14] {
+		dst, _ := d.DstAddrPort()
+		if d.Name != "" {
+			n, _ := conf.NormalizeName(d.Name)
+			if _, ok := p.MatchName(n, dst.Port()); !ok {
+				t.Errorf("learned policy refuses %s port %d", n, dst.Port())
+			}
+		} else if _, ok := p.MatchAddr(dst.Addr(), dst.Port()); !ok {
+			t.Errorf("learned policy refuses %v", dst)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		port uint16
+	}{
+		{"api.example.test", 8443}, {"evil.example.test", 80}, {"example.test", 443},
+		{"www.api.example.test", 443}, {"x.example.test", 443}, {"y.example.test", 443},
+		{"local.example.test", 443}, {"ws.example.test", 80}, {"cdn.example.org", 80},
+	} {
+		if e, ok := p.MatchName(c.name, c.port); ok {
+			t.Errorf("learned policy admits %s port %d (by %s)", c.name, c.port, e)
+		}
+	}
+	for _, a := range []string{"203.0.113.30:443", "203.0.113.31:22", "203.0.113.10:443", "203.0.113.93:80", "[2001:db8:100::21]:443"} {
+		ap := netip.MustParseAddrPort(a)
+		if e, ok := p.MatchAddr(ap.Addr(), ap.Port()); ok {
+			t.Errorf("learned policy admits %v (by %s)", ap, e)
+		}
+	}
+
+	// Only the denials.
+	if got := hosts(Learn(ds, LearnOptions{Denied: true})); got != "evil.example.test:443 old.example.test:443 other.example.test:80 203.0.113.70:443" {
+		t.Errorf("denied only: %s", got)
+	}
+	// Without ports.
+	if got := hosts(Learn(ds[:8], LearnOptions{AnyPort: true})); got != "cdn.example.org api.example.test 203.0.113.30 203.0.113.31 2001:db8:100::20" {
+		t.Errorf("any port: %s", got)
+	}
+	// Nothing seen: an empty allowlist.
+	if l := Learn(nil, LearnOptions{}); len(l.Entries) != 0 || l.Used != 0 {
+		t.Errorf("nothing seen: %+v", l)
+	}
+}
+
+func TestLearnWildcards(t *testing.T) {
+	open := func(names ...string) []Decision {
+		var ds []Decision
+		for _, n := range names {
+			port := "443"
+			if n, p, ok := strings.Cut(n, ":"); ok {
+				ds = append(ds, seen(Allow, "mode open", n, "203.0.113.10:"+p))
+				continue
+			}
+			ds = append(ds, seen(Allow, "mode open", n, "203.0.113.10:"+port))
+		}
+		return ds
+	}
+	tests := []struct {
+		names []string
+		want  string
+	}{
+		// One name below a parent stays itself.
+		{[]string{"api.example.com"}, "api.example.com:443"},
+		// Two share the narrowest parent; the apex stays listed apart.
+		{[]string{"a.example.com", "b.example.com", "example.com"}, "example.com:443 *.example.com:443"},
+		// The deepest parent with two names wins; the stray one stays.
+		{[]string{"a.x.example.com", "b.x.example.com", "c.y.example.com"}, "*.x.example.com:443 c.y.example.com:443"},
+		// A parent takes what deeper wildcards left, if two or more.
+		{[]string{"a.x.example.com", "b.x.example.com", "c.y.example.com", "d.example.com"}, "*.example.com:443 *.x.example.com:443"},
+		// Never above the registrable domain.
+		{[]string{"example.com", "example.org", "foo.com"}, "example.com:443 foo.com:443 example.org:443"},
+		{[]string{"a.example.co.uk", "b.example.co.uk", "other.co.uk"}, "*.example.co.uk:443 other.co.uk:443"},
+		{[]string{"bucket1.s3.amazonaws.com", "bucket2.s3.amazonaws.com"}, "bucket1.s3.amazonaws.com:443 bucket2.s3.amazonaws.com:443"},
+		// Per port.
+		{[]string{"a.example.com", "b.example.com:80", "c.example.com"}, "*.example.com:443 b.example.com:80"},
+	}
+	for _, tt := range tests {
+		l := Learn(open(tt.names...), LearnOptions{Wildcards: true})
+		if got := hosts(l); got != tt.want {
+			t.Errorf("wildcards of %v\n got %s\nwant %s", tt.names, got, tt.want)
+		}
+		// Whatever was collapsed still admits everything seen.
+		p := roundTrip(t, l)
+		for _, d := range open(tt.names...) {
+			dst, _ := d.DstAddrPort()
+			if _, ok := p.MatchName(d.Name, dst.Port()); !ok {
+				t.Errorf("wildcards of %v: %s port %d refused", tt.names, d.Name, dst.Port())
+			}
+		}
+	}
+}
