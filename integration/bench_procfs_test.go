@@ -3,50 +3,61 @@ package integration
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// userHZ is the unit of the CPU times in /proc/PID/stat: the kernel exports
+// benchUserHZ is the unit of the CPU times in /proc/PID/stat: the kernel exports
 // them in USER_HZ, which is 100 on every Linux architecture.
-const userHZ = 100
+const benchUserHZ = 100
 
-// procRSS returns the resident set (VmRSS) and its peak (VmHWM) of pid, in
-// bytes, from /proc/PID/status.
-func procRSS(pid int) (rss, hwm int64, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// benchProcRSS returns the resident set (VmRSS) and its peak (VmHWM) of pid,
+// in bytes, from /proc/PID/status.
+func benchProcRSS(pid int) (rss, hwm int64, err error) {
+	v, err := benchProcStatus(pid, "VmRSS", "VmHWM")
 	if err != nil {
 		return 0, 0, err
 	}
+	return v[0], v[1], nil
+}
+
+// benchProcStatus returns the sizes named by keys ("VmRSS", "RssFile", …)
+// in /proc/PID/status, in bytes.
+func benchProcStatus(pid int, keys ...string) ([]int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(keys))
+	found := 0
 	for _, line := range strings.Split(string(data), "\n") {
 		key, val, ok := strings.Cut(line, ":")
-		if !ok || (key != "VmRSS" && key != "VmHWM") {
+		i := slices.Index(keys, key)
+		if !ok || i < 0 {
 			continue
 		}
 		f := strings.Fields(val) // "1234 kB"
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, 0, fmt.Errorf("/proc/%d/status: unexpected %s line %q", pid, key, line)
+			return nil, fmt.Errorf("/proc/%d/status: unexpected %s line %q", pid, key, line)
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/status: %s line %q: %w", pid, key, line, err)
+			return nil, fmt.Errorf("/proc/%d/status: %s line %q: %w", pid, key, line, err)
 		}
-		if key == "VmRSS" {
-			rss = kb << 10
-		} else {
-			hwm = kb << 10
-		}
+		out[i] = kb << 10
+		found++
 	}
-	if rss == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	if found != len(keys) {
+		return nil, fmt.Errorf("/proc/%d/status lacks some of %v", pid, keys)
 	}
-	return rss, hwm, nil
+	return out, nil
 }
 
-// procCPU returns the CPU time pid has used, user plus system, from fields
+// benchProcCPU returns the CPU time pid has used, user plus system, from fields
 // 14 and 15 of /proc/PID/stat (resolution 1/USER_HZ s).
-func procCPU(pid int) (time.Duration, error) {
+func benchProcCPU(pid int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -69,13 +80,13 @@ func procCPU(pid int) (time.Duration, error) {
 		}
 		ticks += n
 	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
+	return time.Duration(ticks) * time.Second / benchUserHZ, nil
 }
 
-// procSockets is the number of sockets pid holds open. (Not all its
+// benchProcSockets is the number of sockets pid holds open. (Not all its
 // descriptors: Go keeps the pipes of finished splices in a pool until the
 // next GC.)
-func procSockets(pid int) (int, error) {
+func benchProcSockets(pid int) (int, error) {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -90,4 +101,34 @@ func procSockets(pid int) (int, error) {
 	return n, nil
 }
 
-func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+func benchMiB(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// benchMachineCPU is the CPU time the whole machine (all cores) has spent busy
+// (user, nice, system, irq, softirq) and stolen by the hypervisor, from the
+// first line of /proc/stat.
+type benchMachineCPU struct{ busy, steal, total time.Duration }
+
+func benchReadMachineCPU() (benchMachineCPU, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return benchMachineCPU{}, err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return benchMachineCPU{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var v [8]int64 // user nice system idle iowait irq softirq steal
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return benchMachineCPU{}, fmt.Errorf("/proc/stat: %q: %w", line, err)
+		}
+	}
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / benchUserHZ }
+	busy := v[0] + v[1] + v[2] + v[5] + v[6]
+	return benchMachineCPU{busy: tick(busy), steal: tick(v[7]), total: tick(busy + v[3] + v[4] + v[7])}, nil
+}
+
+func (a benchMachineCPU) sub(b benchMachineCPU) benchMachineCPU {
+	return benchMachineCPU{busy: a.busy - b.busy, steal: a.steal - b.steal, total: a.total - b.total}
+}

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,61 +30,89 @@ import (
 )
 
 // The relay benchmarks' host on the fake internet: testnet's usual servers
-// plus two of the benchmark's own (see benchServer).
+// plus two of the benchmark's own (see benchServer), and the ports of the
+// bare relay in the host namespace.
 const (
-	benchName    = "bench.example.test"
-	benchRawPort = 7000 // ClientHello, then raw bytes
-	benchTLSPort = 7443 // real TLS, then bulk application data
+	benchName        = "bench.example.test"
+	benchRawPort     = 7000 // ClientHello, then raw bytes
+	benchTLSPort     = 7443 // real TLS, then bulk application data
+	bareRelayRawPort = 7100 // relays to benchRawPort
+	bareRelayTLSPort = 7543 // relays to benchTLSPort
+	benchSettleTime  = 200 * time.Millisecond
 )
 
 var benchAddr = netip.MustParseAddr("203.0.113.80")
 
 // relayBed is the world of the relay benchmarks: a fake internet holding
-// benchName, and two sandboxes routed to it the same way, one left alone
-// (the direct path) and one enforced by sandbox.Enforce with the real
-// doorman binary (the proxied path).
+// benchName, two sandboxes routed to it the same way, and three paths from
+// a client in a sandbox to the server:
+//
+//   - direct: from the sandbox that is left alone, straight to the server;
+//   - bare relay: from the same sandbox to a minimal splicing relay in the
+//     host namespace (runBareRelay), which dials the server: the floor for
+//     any user-space TCP relay;
+//   - doorman: from the sandbox enforced by sandbox.Enforce with the real
+//     doorman binary, through its nftables redirect and proxy.
 type relayBed struct {
 	net     *testnet.Net
-	direct  *side
-	doorman *side
+	paths   []*benchPath // direct, bare relay, doorman
+	direct  *benchPath
+	relay   *benchPath
+	doorman *benchPath
 	state   *sandbox.State // the enforced sandbox: its proxy's pid
-	server  *benchServer
-	hello   []byte // a real ClientHello from crypto/tls, SNI benchName
-	raw     netip.AddrPort
-	tls     netip.AddrPort
-	tlsConf *tls.Config // trusts the TLS server's certificate
-
-	freshRSS int64 // the proxy's VmRSS right after it started
+	hello   []byte         // a real ClientHello from crypto/tls, SNI benchName
+	tlsConf *tls.Config    // trusts the TLS server's certificate
 }
 
-// side is one path: a sandbox and a handle to move threads into it.
-type side struct {
-	name string
-	sb   *testnet.Sandbox
-	ns   ns.NetNS
+// benchPath is one way from a client to the server.
+type benchPath struct {
+	name     string
+	side     *benchSide     // where the client runs
+	raw, tls netip.AddrPort // what the client dials
+	pid      int            // the relaying process, 0 for none
+	freshRSS int64          // its VmRSS right after it started
+	// freshAnon is the anonymous part of freshRSS (heap, stacks): the
+	// rest maps the binary, whose pages all processes running it share.
+	freshAnon int64
 }
 
+// benchSide is a sandbox and a handle to move threads into it.
+type benchSide struct {
+	sb *testnet.Sandbox
+	ns ns.NetNS
+}
+
+// newRelayBed builds the bed, starts the bare relay and enforces the
+// doorman sandbox, and proves each path goes where it should. Everything is
+// torn down by b's cleanup.
 func newRelayBed(b *testing.B) *relayBed {
 	b.Helper()
 	n := testnet.New(b)
 	n.AddHost(benchName, benchAddr)
+	raw, tlsAddr := netip.AddrPortFrom(benchAddr, benchRawPort), netip.AddrPortFrom(benchAddr, benchTLSPort)
+	plain, enforced := newBenchSide(b, n.NewSandbox(b)), newBenchSide(b, n.NewSandbox(b))
+	gw := plain.sb.Gateway4
 	bed := &relayBed{
-		net: n,
-		raw: netip.AddrPortFrom(benchAddr, benchRawPort),
-		tls: netip.AddrPortFrom(benchAddr, benchTLSPort),
+		net:    n,
+		direct: &benchPath{name: "direct", side: plain, raw: raw, tls: tlsAddr},
+		relay: &benchPath{name: "bare relay", side: plain,
+			raw: netip.AddrPortFrom(gw, bareRelayRawPort), tls: netip.AddrPortFrom(gw, bareRelayTLSPort)},
+		doorman: &benchPath{name: "doorman", side: enforced, raw: raw, tls: tlsAddr},
 	}
-	bed.direct = newSide(b, "direct", n.NewSandbox(b))
-	bed.doorman = newSide(b, "doorman", n.NewSandbox(b))
+	bed.paths = []*benchPath{bed.direct, bed.relay, bed.doorman}
 
-	cert, pool, err := selfSignedCert(benchName)
+	cert, pool, err := benchSelfSignedCert(benchName)
 	if err != nil {
 		b.Fatal(err)
 	}
 	bed.tlsConf = &tls.Config{ServerName: benchName, RootCAs: pool}
-	if bed.hello, err = captureClientHello(benchName); err != nil {
+	if bed.hello, err = benchClientHello(benchName); err != nil {
 		b.Fatal(err)
 	}
-	bed.server = startBenchServer(b, n.InetNS(), bed.raw, bed.tls, cert)
+	startBenchServer(b, n.InetNS(), raw, tlsAddr, cert)
+
+	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
+		bareRelayRawPort, raw, bareRelayTLSPort, tlsAddr))
 
 	// Enforce the doorman side exactly as the CNI plugin would, from the
 	// host namespace (the proxy runs and dials from there).
@@ -95,7 +122,7 @@ func newRelayBed(b *testing.B) *relayBed {
 	}
 	dir := b.TempDir()
 	req := sandbox.Request{
-		Key: bed.doorman.sb.Name(), Runtime: "cni", NetNS: bed.doorman.sb.Path(),
+		Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(),
 		Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, Label: "full",
 		StateDir: filepath.Join(dir, "state"), LogDir: filepath.Join(dir, "log"),
 		ProxyBinary: doormanBin(), ProxyResolver: netip.AddrPortFrom(n.DNS, 53).String(),
@@ -113,40 +140,49 @@ func newRelayBed(b *testing.B) *relayBed {
 			b.Errorf("teardown: %v", err)
 		}
 	})
-	time.Sleep(200 * time.Millisecond) // let the new proxy settle
-	if bed.freshRSS, _, err = procRSS(bed.state.PID); err != nil {
-		b.Fatalf("proxy memory: %v", err)
+	bed.doorman.pid = bed.state.PID
+
+	time.Sleep(benchSettleTime) // let the new processes settle
+	for _, p := range []*benchPath{bed.relay, bed.doorman} {
+		v, err := benchProcStatus(p.pid, "VmRSS", "RssAnon")
+		if err != nil {
+			b.Fatalf("%s memory: %v", p.name, err)
+		}
+		p.freshRSS, p.freshAnon = v[0], v[1]
 	}
 	bed.checkPaths(b)
 	return bed
 }
 
-func newSide(b *testing.B, name string, sb *testnet.Sandbox) *side {
+// newBenchSide opens a handle to sb's namespace for benchSide.parallel.
+func newBenchSide(b *testing.B, sb *testnet.Sandbox) *benchSide {
 	b.Helper()
 	h, err := ns.GetNS(sb.Path())
 	if err != nil {
 		b.Fatalf("open %s: %v", sb.Path(), err)
 	}
 	b.Cleanup(func() { h.Close() })
-	return &side{name: name, sb: sb, ns: h}
+	return &benchSide{sb: sb, ns: h}
 }
 
-// checkPaths proves that each side takes the path it is named for: the
-// server sees the direct side's own address, and the doorman side's
-// connections arriving from the host namespace, where the proxy dials.
+// checkPaths proves that each path is the one it is named for: the server
+// sees direct clients by their own address, and relayed ones arriving from
+// the host namespace, where the relay and the proxy dial.
 func (bed *relayBed) checkPaths(b *testing.B) {
 	b.Helper()
-	want := map[*side]netip.Addr{bed.direct: bed.direct.sb.Addr4, bed.doorman: bed.net.HostAddr4}
-	for s, addr := range want {
+	want := map[*benchPath]netip.Addr{
+		bed.direct: bed.direct.side.sb.Addr4, bed.relay: bed.net.HostAddr4, bed.doorman: bed.net.HostAddr4,
+	}
+	for p, addr := range want {
 		var seen string
-		err := s.parallel(1, func(int) error {
-			c, err := s.dial(bed.raw)
+		err := p.side.parallel(1, func(int) error {
+			c, err := benchDial(p.raw)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(5 * time.Second))
-			if _, err := c.Write(bed.request(0, modePeer)); err != nil {
+			if _, err := c.Write(bed.request(0, benchModePeer)); err != nil {
 				return err
 			}
 			out, err := io.ReadAll(c)
@@ -154,10 +190,10 @@ func (bed *relayBed) checkPaths(b *testing.B) {
 			return err
 		})
 		if err != nil {
-			b.Fatalf("%s path: %v", s.name, err)
+			b.Fatalf("%s path: %v", p.name, err)
 		}
 		if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr().Unmap() != addr {
-			b.Fatalf("%s path: the server saw the client as %q, want %s", s.name, seen, addr)
+			b.Fatalf("%s path: the server saw the client as %q, want %s", p.name, seen, addr)
 		}
 	}
 }
@@ -167,7 +203,7 @@ func (bed *relayBed) checkPaths(b *testing.B) {
 // unlocked: each dies with its goroutine, so no other goroutine ever runs in
 // the sandbox's namespace by accident. Sockets fn creates belong to the
 // namespace; any goroutine may use them.
-func (s *side) parallel(n int, fn func(i int) error) error {
+func (s *benchSide) parallel(n int, fn func(i int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -184,9 +220,9 @@ func (s *side) parallel(n int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// dial connects to a literal address, so the socket is created on the
-// calling thread (see parallel).
-func (s *side) dial(a netip.AddrPort) (*net.TCPConn, error) {
+// benchDial connects to a literal address, so the socket is created on the
+// calling thread (see benchSide.parallel).
+func benchDial(a netip.AddrPort) (*net.TCPConn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp", a.String())
 	if err != nil {
@@ -197,13 +233,13 @@ func (s *side) dial(a netip.AddrPort) (*net.TCPConn, error) {
 
 // Modes of the raw server, the last byte of a request.
 const (
-	modeClose = 'c' // send count bytes, then FIN, then wait for the client's FIN
-	modeHold  = 'h' // send count bytes, then wait for the client's FIN
-	modePeer  = 'p' // send the client's address as the server saw it, then FIN
+	benchModeClose = 'c' // send count bytes, then FIN, then wait for the client's FIN
+	benchModeHold  = 'h' // send count bytes, then wait for the client's FIN
+	benchModePeer  = 'p' // send the client's address as the server saw it, then FIN
 )
 
-// forever is a count the server never reaches.
-const forever = 1 << 62
+// benchForever is a count the server never reaches.
+const benchForever = 1 << 62
 
 // request is what a raw client sends: the ClientHello, then the count of
 // bytes it wants back (8 bytes, big-endian) and the mode.
@@ -213,10 +249,10 @@ func (bed *relayBed) request(count uint64, mode byte) []byte {
 	return append(out, mode)
 }
 
-// captureClientHello records the first flight of a real crypto/tls client
+// benchClientHello records the first flight of a real crypto/tls client
 // (default settings: ~1.5 KB with the post-quantum key share, so it spans
 // two segments) asking for serverName.
-func captureClientHello(serverName string) ([]byte, error) {
+func benchClientHello(serverName string) ([]byte, error) {
 	client, server := net.Pipe()
 	defer client.Close()
 	defer server.Close()
@@ -239,9 +275,9 @@ func captureClientHello(serverName string) ([]byte, error) {
 	return append(hdr, body...), nil
 }
 
-// selfSignedCert makes a throwaway certificate for name and a pool that
+// benchSelfSignedCert makes a throwaway certificate for name and a pool that
 // trusts it.
-func selfSignedCert(name string) (tls.Certificate, *x509.CertPool, error) {
+func benchSelfSignedCert(name string) (tls.Certificate, *x509.CertPool, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, err
@@ -270,9 +306,9 @@ func selfSignedCert(name string) (tls.Certificate, *x509.CertPool, error) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
 }
 
-// payloadSize is the size of the file the raw server streams with
+// benchPayloadSize is the size of the file the raw server streams with
 // sendfile(2), over and over.
-const payloadSize = 8 << 20
+const benchPayloadSize = 8 << 20
 
 // benchServer is the far end of the relay benchmarks, in inet. Its raw
 // port reads a TLS ClientHello record and a request (see request), then
@@ -291,10 +327,12 @@ type benchServer struct {
 	wg     sync.WaitGroup
 }
 
+// startBenchServer starts the servers on raw and tlsAddr inside inet, until
+// the benchmark ends.
 func startBenchServer(b *testing.B, inet *testnet.Netns, raw, tlsAddr netip.AddrPort, cert tls.Certificate) *benchServer {
 	b.Helper()
 	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{}}
-	data := make([]byte, payloadSize)
+	data := make([]byte, benchPayloadSize)
 	rand.Read(data)
 	if err := os.WriteFile(s.payload, data, 0o600); err != nil {
 		b.Fatal(err)
@@ -331,6 +369,8 @@ func startBenchServer(b *testing.B, inet *testnet.Netns, raw, tlsAddr netip.Addr
 	return s
 }
 
+// accept serves ln's connections until ln is closed. A serve error just
+// ends its connection: clients going away mid-stream is how bulk rounds end.
 func (s *benchServer) accept(ln net.Listener, serve func(*net.TCPConn) error) {
 	for {
 		c, err := ln.Accept()
@@ -359,6 +399,8 @@ func (s *benchServer) accept(ln net.Listener, serve func(*net.TCPConn) error) {
 	}
 }
 
+// serveRaw reads a ClientHello record and a request (see request) and
+// answers as its mode says.
 func (s *benchServer) serveRaw(c *net.TCPConn) error {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	hdr := make([]byte, 5)
@@ -376,14 +418,14 @@ func (s *benchServer) serveRaw(c *net.TCPConn) error {
 	req := rest[len(rest)-9:]
 	count, mode := binary.BigEndian.Uint64(req), req[8]
 	switch mode {
-	case modePeer:
+	case benchModePeer:
 		_, err := io.WriteString(c, c.RemoteAddr().String())
 		return err
-	case modeClose, modeHold:
+	case benchModeClose, benchModeHold:
 		if err := s.stream(c, count); err != nil {
 			return err
 		}
-		if mode == modeClose {
+		if mode == benchModeClose {
 			c.CloseWrite()
 		}
 		_, err := io.Copy(io.Discard, c)
@@ -409,7 +451,7 @@ func (s *benchServer) stream(c *net.TCPConn, count uint64) error {
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return err
 		}
-		n, err := c.ReadFrom(io.LimitReader(f, int64(min(count, payloadSize))))
+		n, err := c.ReadFrom(io.LimitReader(f, int64(min(count, benchPayloadSize))))
 		count -= uint64(n)
 		if err != nil {
 			return err
@@ -430,13 +472,9 @@ func (s *benchServer) serveTLS(c *net.TCPConn) error {
 		return err
 	}
 	tc.SetDeadline(time.Time{})
-	buf := s.small
 	for {
-		if _, err := tc.Write(buf); err != nil {
-			if strings.Contains(err.Error(), "broken pipe") || strings.Contains(err.Error(), "reset by peer") {
-				return nil
-			}
-			return err
+		if _, err := tc.Write(s.small); err != nil {
+			return err // the client went away
 		}
 	}
 }

@@ -8,32 +8,34 @@ import (
 	"text/tabwriter"
 )
 
-// The benchmarks in this package compare two paths side by side in one run,
+// The benchmarks in this package compare paths side by side in one run,
 // because the machines they run on are shared and noisy: a number from
 // another run, another hour or another machine says little. Each comparison
-// alternates the paths (A B, B A, A B, …, so that a slow drift of the
-// machine hurts neither side more), keeps every round's value, and reports
-// the median with the minimum and maximum, and the ratio of the medians.
-// Targets are printed as met or missed; a benchmark never fails on them.
+// runs the paths in turn, rotating which goes first from round to round (so
+// that a slow drift of the machine hurts no path more than another), keeps
+// every round's value, and reports the median with the minimum and maximum,
+// and the ratio of the medians to the first path's (with the spread of the
+// round-by-round ratios). Targets are printed as met or MISSED; a benchmark
+// never fails on them.
 
-// spread is the median, minimum and maximum of a set of values.
-type spread struct {
+// benchSpread is the median, minimum and maximum of a set of values.
+type benchSpread struct {
 	med, min, max float64
 	n             int
 }
 
-func spreadOf(xs []float64) spread {
+func benchSpreadOf(xs []float64) benchSpread {
 	if len(xs) == 0 {
-		return spread{med: math.NaN(), min: math.NaN(), max: math.NaN()}
+		return benchSpread{med: math.NaN(), min: math.NaN(), max: math.NaN()}
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return spread{med: quantile(s, 0.5), min: s[0], max: s[len(s)-1], n: len(s)}
+	return benchSpread{med: benchQuantile(s, 0.5), min: s[0], max: s[len(s)-1], n: len(s)}
 }
 
-// quantile is the q-quantile of sorted (nearest rank; the median of an even
+// benchQuantile is the q-quantile of sorted (nearest rank; the median of an even
 // count is the mean of the middle two).
-func quantile(sorted []float64, q float64) float64 {
+func benchQuantile(sorted []float64, q float64) float64 {
 	n := len(sorted)
 	if n == 0 {
 		return math.NaN()
@@ -45,16 +47,16 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[min(max(i, 0), n-1)]
 }
 
-// percentile returns the q-quantile of xs (which it does not modify).
-func percentile(xs []float64, q float64) float64 {
+// benchPercentile returns the q-quantile of xs (which it does not modify).
+func benchPercentile(xs []float64, q float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return quantile(s, q)
+	return benchQuantile(s, q)
 }
 
-// pairedRatios divides b[i] by a[i] round by round: the spread of these
-// says how much of a ratio is noise.
-func pairedRatios(a, b []float64) []float64 {
+// benchPairedRatios divides b[i] by a[i] round by round: their spread says how
+// much of a ratio is noise.
+func benchPairedRatios(a, b []float64) []float64 {
 	var out []float64
 	for i := range min(len(a), len(b)) {
 		if a[i] != 0 {
@@ -64,65 +66,57 @@ func pairedRatios(a, b []float64) []float64 {
 	return out
 }
 
-// directFirst says which path goes first in round i: direct in rounds 0,
-// 3, 4, 7, 8, …, doorman in rounds 1, 2, 5, 6, … (ABBA order).
-func directFirst(i int) bool { return (i+1)/2%2 == 0 }
-
-// alternate runs direct(i) and doorman(i) for rounds 0..rounds-1 in ABBA
-// order.
-func alternate(rounds int, direct, doorman func(round int)) {
-	for i := range rounds {
-		if directFirst(i) {
-			direct(i)
-			doorman(i)
-		} else {
-			doorman(i)
-			direct(i)
+// benchRotate runs round(r, p) for every round r and path p = 0..paths-1,
+// rotating the order: round 0 runs 0 1 2, round 1 runs 1 2 0, and so on.
+func benchRotate(rounds, paths int, round func(r, p int)) {
+	for r := range rounds {
+		for i := range paths {
+			round(r, (r+i)%paths)
 		}
 	}
 }
 
-// benchTable collects the rows of one benchmark's result table. A row or
-// note added again under the same metric (or key) replaces the old one, so
-// a sub-benchmark that the testing package runs twice is reported once.
+// benchTable is one benchmark's result table: a column per path, then the
+// ratio of each other path to the first. A row added again under the same
+// metric replaces the old one (and a note under the same key), so a
+// sub-benchmark that the testing package runs twice is reported once.
 type benchTable struct {
 	title string
-	rows  [][]string
+	paths []string
+	rows  []*benchRow
 	notes [][2]string // key, text
 }
 
-func (t *benchTable) put(row []string) {
-	for i, r := range t.rows {
-		if r[0] == row[0] {
-			t.rows[i] = row
-			return
+// benchRow is one metric: per path, the values of every round (nil where
+// the metric does not apply to the path).
+type benchRow struct {
+	metric string
+	format string
+	vals   [][]float64
+	target string // rendered by verdict, "" for none
+}
+
+// med is the median of path p, NaN where the row has no value for it.
+func (r *benchRow) med(p int) float64 { return benchSpreadOf(r.vals[p]).med }
+
+// ratio is the median of path p over the median of the first path.
+func (r *benchRow) ratio(p int) float64 { return r.med(p) / r.med(0) }
+
+// add adds (or replaces) the row metric with the per-round values vals
+// (one slice per path, nil where not applicable), printed with format.
+func (t *benchTable) add(metric, format string, vals ...[]float64) *benchRow {
+	r := &benchRow{metric: metric, format: format, vals: vals}
+	for len(r.vals) < len(t.paths) {
+		r.vals = append(r.vals, nil)
+	}
+	for i, old := range t.rows {
+		if old.metric == metric {
+			t.rows[i] = r
+			return r
 		}
 	}
-	t.rows = append(t.rows, row)
-}
-
-// comparisonHeader is the header of a direct-versus-doorman table.
-var comparisonHeader = []string{"metric", "direct med [min..max]", "doorman med [min..max]", "doorman/direct [round min..max]", "target"}
-
-// compare adds a row comparing the per-round values of both paths. target
-// describes the goal of the ratio, met reports whether it holds (nil: no
-// target).
-func (t *benchTable) compare(metric, format string, direct, doorman []float64, target string, met func(ratio float64) bool) float64 {
-	d, m := spreadOf(direct), spreadOf(doorman)
-	ratio := m.med / d.med
-	r := spreadOf(pairedRatios(direct, doorman))
-	t.put([]string{
-		metric, fmtSpread(format, d), fmtSpread(format, m),
-		fmt.Sprintf("%.2fx [%.2f..%.2f]", ratio, r.min, r.max),
-		verdict(target, met, ratio),
-	})
-	return ratio
-}
-
-// single adds a row that has a value for one column only (a doorman-only
-// measurement, such as the proxy's memory).
-func (t *benchTable) single(metric, direct, doorman, ratio, target string) {
-	t.put([]string{metric, direct, doorman, ratio, target})
+	t.rows = append(t.rows, r)
+	return r
 }
 
 // note adds a line under the table.
@@ -137,19 +131,44 @@ func (t *benchTable) note(key, format string, args ...any) {
 	t.notes = append(t.notes, [2]string{key, text})
 }
 
-func fmtSpread(format string, s spread) string {
-	return fmt.Sprintf(format+" ["+format+".."+format+"]", s.med, s.min, s.max)
-}
-
-// verdict renders a target and whether the measured value meets it.
-func verdict(target string, met func(float64) bool, v float64) string {
-	if target == "" || met == nil {
-		return target
-	}
-	if met(v) {
+// benchVerdict renders a target and whether it is met.
+func benchVerdict(target string, met bool) string {
+	if met {
 		return target + ": met"
 	}
 	return target + ": MISSED"
+}
+
+func (t *benchTable) header() []string {
+	h := []string{"metric"}
+	for _, p := range t.paths {
+		h = append(h, p+" med [min..max]")
+	}
+	for _, p := range t.paths[1:] {
+		h = append(h, p+"/"+t.paths[0]+" [rounds]")
+	}
+	return append(h, "target")
+}
+
+func (t *benchTable) cells(r *benchRow) []string {
+	c := []string{r.metric}
+	for _, v := range r.vals {
+		if v == nil {
+			c = append(c, "-")
+			continue
+		}
+		s := benchSpreadOf(v)
+		c = append(c, fmt.Sprintf(r.format+" ["+r.format+".."+r.format+"]", s.med, s.min, s.max))
+	}
+	for p := 1; p < len(t.paths); p++ {
+		if r.vals[0] == nil || r.vals[p] == nil {
+			c = append(c, "-")
+			continue
+		}
+		pr := benchSpreadOf(benchPairedRatios(r.vals[0], r.vals[p]))
+		c = append(c, fmt.Sprintf("%.2fx [%.2f..%.2f]", r.ratio(p), pr.min, pr.max))
+	}
+	return append(c, r.target)
 }
 
 // String renders the table with aligned columns.
@@ -157,9 +176,9 @@ func (t *benchTable) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n%s\n", t.title)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(comparisonHeader, "\t"))
+	fmt.Fprintln(tw, strings.Join(t.header(), "\t"))
 	for _, r := range t.rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		fmt.Fprintln(tw, strings.Join(t.cells(r), "\t"))
 	}
 	tw.Flush()
 	for _, n := range t.notes {
@@ -171,9 +190,10 @@ func (t *benchTable) String() string {
 // Markdown renders the table for docs/benchmarks.md.
 func (t *benchTable) Markdown() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "| %s |\n|%s\n", strings.Join(comparisonHeader, " | "), strings.Repeat("---|", len(comparisonHeader)))
+	h := t.header()
+	fmt.Fprintf(&sb, "| %s |\n|%s\n", strings.Join(h, " | "), strings.Repeat("---|", len(h)))
 	for _, r := range t.rows {
-		fmt.Fprintf(&sb, "| %s |\n", strings.Join(r, " | "))
+		fmt.Fprintf(&sb, "| %s |\n", strings.Join(t.cells(r), " | "))
 	}
 	if len(t.notes) > 0 {
 		sb.WriteString("\n")
