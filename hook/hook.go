@@ -24,6 +24,7 @@ type Options struct {
 	DefaultPolicy    string // default DefaultPolicyFile
 	UpstreamResolver string // addr:port the proxy resolves allowed names with; "" the host's
 	AllowICMP        bool
+	NoDNSFilter      bool   // let DNS go to the resolvers unfiltered
 	ProxyBinary      string // default this executable
 }
 
@@ -37,11 +38,17 @@ const (
 // Run is the OCI hook for stage, with the runtime's state JSON on stdin. At
 // createRuntime (or prestart) it enforces the container's policy; at
 // poststop it tears the enforcement down and never fails (a container's
-// removal must not be blocked by its cleanup). Errors say what and why.
+// removal must not be blocked by its cleanup). Errors say what and why;
+// where the runtime discards the hook's stderr (crun), a createRuntime error
+// is also written to the runtime's stderr, so the engine shows it.
 func Run(stage string, stdin io.Reader, opts Options) error {
 	switch stage {
 	case StageCreateRuntime, StagePrestart:
-		return enforceContainer(stdin, opts)
+		err := enforceContainer(stdin, opts)
+		if err != nil {
+			reportToRuntime(err)
+		}
+		return err
 	case StagePoststop:
 		teardown(stdin, opts)
 		return nil
@@ -128,7 +135,7 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		if err := samePolicy(holder, pol); err != nil {
 			return fail(err)
 		}
-		if err := joinLabel(holder, pol, Label(spec, pol.Mode), opts); err != nil {
+		if err := joinLabel(holder, pol, Coverage(spec), opts); err != nil {
 			return fail(err)
 		}
 		return nil
@@ -146,11 +153,12 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		Policy:        pol,
 		Resolvers:     res,
 		AllowICMP:     opts.AllowICMP,
-		Label:         Label(spec, pol.Mode),
+		Label:         Coverage(spec),
 		StateDir:      stateDir,
 		LogDir:        opts.LogDir,
 		ProxyBinary:   opts.ProxyBinary,
 		ProxyResolver: opts.UpstreamResolver,
+		NoDNSFilter:   opts.NoDNSFilter,
 	})
 	if err != nil {
 		return fail(err)
@@ -238,6 +246,7 @@ func joinLabel(holder *sandbox.State, pol *conf.Policy, label string, opts Optio
 		LogDir:        filepath.Dir(holder.LogFile),
 		ProxyBinary:   opts.ProxyBinary,
 		ProxyResolver: opts.UpstreamResolver,
+		NoDNSFilter:   holder.NoDNSFilter,
 	})
 	return err
 }

@@ -71,6 +71,12 @@ func Label(spec *specs.Spec, m conf.Mode) string {
 	if m == conf.ModeOpen {
 		return "n/a"
 	}
+	return Coverage(spec)
+}
+
+// Coverage is what enforcement covers for a container with spec whenever
+// it applies (the label recorded with the sandbox, whatever its mode).
+func Coverage(spec *specs.Spec) string {
 	switch {
 	case hasCap(spec, "CAP_NET_ADMIN"):
 		return "partial (container holds CAP_NET_ADMIN)"

@@ -40,6 +40,9 @@ type RuntimeConfig struct {
 	DefaultPolicy    string `json:"defaultPolicy,omitempty"`
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	AllowICMP        *bool  `json:"allowICMP,omitempty"`
+	// DNSFilter sends containers' DNS through the proxy's filter
+	// (default true).
+	DNSFilter *bool `json:"dnsFilter,omitempty"`
 }
 
 // LoadRuntimeConfig reads path; a missing file means the defaults.
@@ -70,6 +73,9 @@ func (c RuntimeConfig) hookArgs() []string {
 	add("--log-dir", c.LogDir)
 	add("--default-policy", c.DefaultPolicy)
 	add("--upstream-resolver", c.UpstreamResolver)
+	if c.DNSFilter != nil {
+		a = append(a, fmt.Sprintf("--dns-filter=%t", *c.DNSFilter))
+	}
 	if c.AllowICMP != nil {
 		a = append(a, fmt.Sprintf("--allow-icmp=%t", *c.AllowICMP))
 	}

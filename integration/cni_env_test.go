@@ -325,3 +325,23 @@ func (e *cniEnv) reparse(l *libcni.NetworkConfigList) *libcni.NetworkConfigList 
 	}
 	return out
 }
+
+// waitDNSDecision waits until c's log has a DNS filter line for name with verdict.
+func (e *cniEnv) waitDNSDecision(c *container, name, verdict string) {
+	e.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		data, _ := os.ReadFile(filepath.Join(e.logDir, c.key+".log"))
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "dns" && m["verdict"] == verdict &&
+				strings.TrimSuffix(fmt.Sprint(m["name"]), ".") == name {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	data, _ := os.ReadFile(filepath.Join(e.logDir, c.key+".log"))
+	e.t.Fatalf("no dns %s line for %s; log:\n%s", verdict, name, data)
+}

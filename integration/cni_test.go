@@ -28,7 +28,14 @@ func TestCNIAllowedAndDenied(t *testing.T) {
 	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {
 		t.Fatalf("allowed HTTPS: %v", r)
 	}
+	// A denied name does not even resolve: the DNS filter refuses it.
 	r := curl(t, c.ns, e.caFile, "https://"+evilName+"/")
+	if r.exit != 6 {
+		t.Fatalf("denied name: want curl to fail resolving it (exit 6), got %v", r)
+	}
+	e.waitDNSDecision(c, evilName, "deny")
+	// Reached by address, it gets the TLS alert.
+	r = curl(t, c.ns, e.caFile, "--resolve", evilName+":443:"+evilAddr4.String(), "https://"+evilName+"/")
 	if r.exit == 0 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
 		t.Fatalf("denied HTTPS: want a TLS access_denied alert, got %v", r)
 	}
@@ -41,7 +48,7 @@ func TestCNIAllowedAndDenied(t *testing.T) {
 	if r := curl(t, c.ns, e.caFile, "http://"+apiName+"/plain"); r.exit != 0 || !strings.Contains(r.stdout, "GET /plain") {
 		t.Fatalf("allowed HTTP: %v", r)
 	}
-	r = curl(t, c.ns, e.caFile, "-w", "%{http_code}", "http://"+evilName+"/")
+	r = curl(t, c.ns, e.caFile, "-w", "%{http_code}", "--resolve", evilName+":80:"+evilAddr4.String(), "http://"+evilName+"/")
 	if !strings.HasSuffix(r.stdout, "403") || !strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, c.rt.ContainerID) {
 		t.Fatalf("denied HTTP: want 403 naming %s and %s, got %v", evilName, c.rt.ContainerID, r)
 	}
@@ -57,15 +64,22 @@ func TestCNIAllowedAndDenied(t *testing.T) {
 	if resp.TLS == nil || resp.TLS.CurveID != tls.X25519MLKEM768 {
 		t.Fatalf("Go client: key exchange %v, want X25519MLKEM768", resp.TLS)
 	}
-	if _, err := client.Get("https://" + evilName + "/go"); err == nil || !strings.Contains(err.Error(), "access denied") {
+	raw, err := c.ns.DialTCP(netip.AddrPortFrom(evilAddr4, 443).String())
+	if err != nil {
+		t.Fatalf("Go client, denied: dial: %v", err)
+	}
+	tc := tls.Client(raw, &tls.Config{ServerName: evilName, RootCAs: e.net.CertPool()})
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.Handshake(); err == nil || !strings.Contains(err.Error(), "access denied") {
 		t.Fatalf("Go client, denied: err = %v, want access denied", err)
 	}
+	tc.Close()
 
 	// IPv6 behaves like IPv4.
 	if r := curl(t, c.ns, e.caFile, "-6", "https://"+apiName+"/"); r.exit != 0 || !strings.Contains(r.stdout, "["+apiAddr6.String()+"]:443") {
 		t.Fatalf("allowed HTTPS over IPv6: %v", r)
 	}
-	if r := curl(t, c.ns, e.caFile, "-6", "https://"+evilName+"/"); r.exit == 0 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
+	if r := curl(t, c.ns, e.caFile, "-6", "--resolve", evilName+":443:["+evilAddr6.String()+"]", "https://"+evilName+"/"); r.exit == 0 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
 		t.Fatalf("denied HTTPS over IPv6: %v", r)
 	}
 }

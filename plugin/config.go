@@ -43,6 +43,9 @@ type NetConf struct {
 	// UpstreamResolver is the DNS server ("addr" or "addr:port") the
 	// proxy uses to resolve allowed names; default the host's resolv.conf.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
+	// DNSFilter sends the containers' DNS through the proxy's filter,
+	// which answers only names the policy could admit (default true).
+	DNSFilter *bool `json:"dnsFilter,omitempty"`
 
 	RuntimeConfig struct {
 		DNS *struct {

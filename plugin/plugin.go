@@ -9,7 +9,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/sandbox"
 )
@@ -57,10 +56,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
+	// The label says what enforcement covers when it applies; in mode
+	// open the CLI shows n/a.
 	label := labelCNI
-	if pol.Mode == conf.ModeOpen {
-		label = "n/a"
-	}
 	_, err = sandbox.Enforce(sandbox.Request{
 		Key:           sandboxKey(args.ContainerID, args.IfName),
 		ID:            args.ContainerID,
@@ -76,6 +74,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		StateDir:      n.StateDir,
 		LogDir:        n.LogDir,
 		ProxyResolver: upstream,
+		NoDNSFilter:   n.DNSFilter != nil && !*n.DNSFilter,
 	})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())

@@ -19,28 +19,49 @@ const readyTimeout = 10 * time.Second
 
 // proxyArgs says how to start one sandbox's proxy.
 type proxyArgs struct {
-	binary    string
-	sandbox   string
-	policy    string
-	logFile   string
-	resolver  string
-	listeners []*os.File
+	binary       string
+	sandbox      string
+	policy       string
+	logFile      string
+	resolver     string
+	listeners    []*os.File // TCP listeners of the proxy
+	dnsUDP       []*os.File // UDP sockets of the DNS filter
+	dnsTCP       []*os.File // TCP listeners of the DNS filter
+	dnsUpstreams []string   // addr:port the DNS filter forwards to
 }
 
-// startProxy starts a detached `doorman proxy` (its own session, stdio on
-// /dev/null, so it outlives the plugin and the runtime and never holds the
-// runtime's pipes open), hands it the listener sockets, and waits until it
-// writes "ready". It returns the proxy's pid and start time.
+// startProxy starts a proxy and waits until it serves: see spawnProxy.
 func startProxy(a proxyArgs) (int, uint64, error) {
-	readR, readW, err := os.Pipe()
+	p, err := spawnProxy(a)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer readR.Close()
+	return p.wait()
+}
+
+// spawnedProxy is a proxy process that was started and may not serve yet.
+type spawnedProxy struct {
+	cmd     *exec.Cmd
+	ready   chan error
+	exited  chan error
+	errPath string
+}
+
+// spawnProxy starts a detached `doorman proxy` (its own session, stdio on
+// /dev/null, so it outlives the plugin and the runtime and never holds the
+// runtime's pipes open) and hands it the sockets. The caller may install
+// the ruleset meanwhile (connections wait in the listeners' backlog), then
+// calls wait.
+func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
+	readR, readW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
+		readR.Close()
 		readW.Close()
-		return 0, 0, err
+		return nil, err
 	}
 	defer devnull.Close()
 
@@ -48,10 +69,19 @@ func startProxy(a proxyArgs) (int, uint64, error) {
 	if a.resolver != "" {
 		args = append(args, "--resolver", a.resolver)
 	}
-	// ExtraFiles start at fd 3: listeners first, then the readiness pipe.
-	extra := append([]*os.File{}, a.listeners...)
-	for i := range a.listeners {
-		args = append(args, "--listen-fd", strconv.Itoa(3+i))
+	// ExtraFiles start at fd 3: the sockets, then the readiness pipe.
+	var extra []*os.File
+	pass := func(flag string, files []*os.File) {
+		for _, f := range files {
+			args = append(args, flag, strconv.Itoa(3+len(extra)))
+			extra = append(extra, f)
+		}
+	}
+	pass("--listen-fd", a.listeners)
+	pass("--dns-udp-fd", a.dnsUDP)
+	pass("--dns-tcp-fd", a.dnsTCP)
+	for _, u := range a.dnsUpstreams {
+		args = append(args, "--dns-upstream", u)
 	}
 	args = append(args, "--ready-fd", strconv.Itoa(3+len(extra)))
 	extra = append(extra, readW)
@@ -60,10 +90,12 @@ func startProxy(a proxyArgs) (int, uint64, error) {
 	cmd.Stdin, cmd.Stdout = devnull, devnull
 	// Early failures (bad flags, unreadable policy) go to the decision
 	// log's directory as the proxy's own stderr.
-	errLog, err := os.OpenFile(a.logFile+".stderr", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	errPath := a.logFile + ".stderr"
+	errLog, err := os.OpenFile(errPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
+		readR.Close()
 		readW.Close()
-		return 0, 0, fmt.Errorf("proxy stderr log: %w", err)
+		return nil, fmt.Errorf("proxy stderr log: %w", err)
 	}
 	defer errLog.Close()
 	cmd.Stderr = errLog
@@ -73,41 +105,53 @@ func startProxy(a proxyArgs) (int, uint64, error) {
 	err = cmd.Start()
 	readW.Close()
 	if err != nil {
-		return 0, 0, fmt.Errorf("start proxy %s: %w", a.binary, err)
+		readR.Close()
+		return nil, fmt.Errorf("start proxy %s: %w", a.binary, err)
 	}
-	pid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
-	ready := make(chan error, 1)
+	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath}
+	go func() { p.exited <- cmd.Wait() }()
 	go func() {
+		defer readR.Close()
 		line, err := bufio.NewReader(readR).ReadString('\n')
 		if err != nil || strings.TrimSpace(line) != "ready" {
-			ready <- fmt.Errorf("proxy did not signal ready (%q, %v)", line, err)
+			p.ready <- fmt.Errorf("proxy did not signal ready (%q, %v)", line, err)
 			return
 		}
-		ready <- nil
+		p.ready <- nil
 	}()
+	return p, nil
+}
+
+// wait waits until the proxy serves and returns its pid and start time.
+// A proxy that fails to get ready is killed.
+func (p *spawnedProxy) wait() (int, uint64, error) {
 	select {
-	case err := <-ready:
+	case err := <-p.ready:
 		if err != nil {
-			cmd.Process.Kill()
-			return 0, 0, fmt.Errorf("%w; see %s", err, a.logFile+".stderr")
+			p.kill()
+			return 0, 0, fmt.Errorf("%w; see %s", err, p.errPath)
 		}
-	case err := <-exited:
-		return 0, 0, fmt.Errorf("proxy exited before serving (%v); see %s", err, a.logFile+".stderr")
+	case err := <-p.exited:
+		return 0, 0, fmt.Errorf("proxy exited before serving (%v); see %s", err, p.errPath)
 	case <-time.After(readyTimeout):
-		cmd.Process.Kill()
+		p.kill()
 		return 0, 0, fmt.Errorf("proxy not ready after %v", readyTimeout)
 	}
+	pid := p.cmd.Process.Pid
 	start, err := processStart(pid)
 	if err != nil {
-		cmd.Process.Kill()
+		p.kill()
 		return 0, 0, fmt.Errorf("proxy pid %d: %w", pid, err)
 	}
-	// Let the child go: it belongs to no one once this process exits.
-	cmd.Process.Release()
+	// The goroutine in spawnProxy keeps waiting for the child, so that a
+	// long-lived caller (the CLI, tests) reaps it; once this process
+	// exits, the proxy belongs to no one and runs on.
 	return pid, start, nil
+}
+
+// kill ends a proxy that is not wanted after all.
+func (p *spawnedProxy) kill() {
+	p.cmd.Process.Kill()
 }
 
 // processStart reads a process's start time (field 22 of /proc/PID/stat,

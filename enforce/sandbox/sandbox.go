@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -37,6 +38,10 @@ type Request struct {
 	// ProxyResolver is the DNS server ("addr:port") the proxy uses to
 	// resolve allowed names; "" means the host's /etc/resolv.conf.
 	ProxyResolver string
+	// NoDNSFilter lets the sandbox's DNS go to its resolvers unfiltered
+	// instead of through the proxy's DNS filter, which answers only names
+	// the policy could admit (DNS to anything else is a tunnel).
+	NoDNSFilter bool
 }
 
 func (r *Request) defaults() error {
@@ -76,7 +81,8 @@ func Enforce(r Request) (*State, error) {
 	if err := checkNetNS(r.NetNS); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS && proxyAlive(old.PID, old.PIDStart) {
+	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS &&
+		(old.Mode == string(conf.ModeNone) || proxyAlive(old.PID, old.PIDStart)) {
 		return reenforce(old, r)
 	} else if err == nil {
 		// Stale state (proxy dead, or another netns): start afresh.
@@ -104,10 +110,16 @@ func enforceNew(r Request) (_ *State, err error) {
 		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: string(r.Policy.Mode), Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		Label: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
+		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, NoDNSFilter: r.NoDNSFilter,
 	}
-	// Undo everything on failure, in reverse order.
+	var spawned *spawnedProxy
+	// Undo everything on failure, in reverse order. The container does
+	// not start when enforcing fails, so no workload sees the gap.
 	defer func() {
 		if err != nil {
+			if spawned != nil {
+				spawned.kill()
+			}
 			stopProxy(s.PID, s.PIDStart, time.Second)
 			enforce.Remove(r.NetNS)
 			os.RemoveAll(dir)
@@ -116,39 +128,21 @@ func enforceNew(r Request) (_ *State, err error) {
 	if err := conf.WriteFileAtomic(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
 	}
-	spec := enforce.Spec{Resolvers: r.Resolvers, AllowICMP: r.AllowICMP, DenyAll: r.Policy.Mode == conf.ModeNone}
-	if !spec.DenyAll {
-		lns, err := listenIn(r.NetNS)
-		if err != nil {
+	if r.Policy.Mode != conf.ModeNone {
+		if spawned, err = s.spawnProxy(); err != nil {
 			return nil, err
 		}
-		var files []*os.File
-		for _, ln := range lns {
-			f, err := ln.ln.File()
-			ln.ln.Close()
-			if err != nil {
-				closeFiles(files)
-				return nil, fmt.Errorf("listener fd: %w", err)
-			}
-			files = append(files, f)
-			if ln.v6 {
-				s.Port6 = ln.port
-			} else {
-				s.Port4 = ln.port
-			}
-		}
-		s.PID, s.PIDStart, err = startProxy(proxyArgs{
-			binary: r.ProxyBinary, sandbox: r.ID, policy: s.PolicyPath(),
-			logFile: s.LogFile, resolver: r.ProxyResolver, listeners: files,
-		})
-		closeFiles(files)
-		if err != nil {
-			return nil, err
-		}
-		spec.Port4, spec.Port6 = s.Port4, s.Port6
 	}
-	if err := enforce.Apply(r.NetNS, spec); err != nil {
+	// The ruleset goes in while the proxy starts: redirected connections
+	// wait in the listeners' backlog until it accepts.
+	if err := enforce.Apply(r.NetNS, s.spec()); err != nil {
 		return nil, err
+	}
+	if spawned != nil {
+		if s.PID, s.PIDStart, err = spawned.wait(); err != nil {
+			return nil, err
+		}
+		spawned = nil
 	}
 	if err := s.save(); err != nil {
 		return nil, err
@@ -156,22 +150,87 @@ func enforceNew(r Request) (_ *State, err error) {
 	return s, nil
 }
 
-// reenforce updates a live sandbox: new policy file (the proxy picks it up),
-// ruleset re-applied with the same listeners.
-func reenforce(s *State, r Request) (*State, error) {
-	wasNone := s.Mode == string(conf.ModeNone)
-	isNone := r.Policy.Mode == conf.ModeNone
-	if wasNone != isNone {
-		// Listeners exist only outside mode none: rebuild.
-		if err := Teardown(r.StateDir, r.Key); err != nil {
-			return nil, err
+// spawnProxy creates the proxy's sockets inside the sandbox's netns and
+// starts its proxy (s.ProxyBinary, resolving with s.ProxyResolver) on
+// them, recording the ports in s. The caller waits for it to serve.
+func (s *State) spawnProxy() (*spawnedProxy, error) {
+	filter := !s.NoDNSFilter
+	socks, err := listenIn(s.NetNS, filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false))
+	if err != nil {
+		return nil, err
+	}
+	defer socks.close()
+	a := proxyArgs{
+		binary: s.ProxyBinary, sandbox: s.ID, policy: s.PolicyPath(), logFile: s.LogFile,
+		resolver: s.ProxyResolver,
+	}
+	if filter {
+		a.dnsUpstreams = dnsUpstreams(s.Resolvers)
+	}
+	if a.binary == "" {
+		if a.binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the doorman binary: %w", err)
 		}
-		return Enforce(r)
+		s.ProxyBinary = a.binary
+	}
+	if a.listeners, a.dnsUDP, a.dnsTCP, err = socks.files(); err != nil {
+		return nil, err
+	}
+	defer closeFiles(a.listeners)
+	defer closeFiles(a.dnsUDP)
+	defer closeFiles(a.dnsTCP)
+	s.Port4, s.Port6 = socks.tcp4.port, socks.tcp6.port
+	s.DNSPort4, s.DNSPort6 = 0, 0
+	if len(a.dnsUpstreams) > 0 {
+		s.DNSPort4, s.DNSPort6 = socks.dns4.port, socks.dns6.port
+	}
+	return spawnProxy(a)
+}
+
+// dnsUpstreams are the resolvers the DNS filter forwards to from the
+// proxy's namespace: the sandbox's, except loopback ones (Docker's
+// embedded 127.0.0.11 lives in the sandbox itself and is not redirected).
+func dnsUpstreams(resolvers []netip.Addr) []string {
+	var out []string
+	for _, a := range resolvers {
+		if !a.IsLoopback() && a.IsValid() {
+			out = append(out, netip.AddrPortFrom(a.Unmap(), 53).String())
+		}
+	}
+	return out
+}
+
+func hasFamily(addrs []netip.Addr, v4 bool) bool {
+	for _, a := range addrs {
+		if !a.IsLoopback() && a.Unmap().Is4() == v4 {
+			return true
+		}
+	}
+	return false
+}
+
+// reenforce updates a live sandbox: new policy file (the proxy picks it
+// up), ruleset re-applied with the same listeners. A change into or out of
+// mode none goes through EditPolicy's path, which never leaves the
+// namespace without rules.
+func reenforce(s *State, r Request) (*State, error) {
+	if (s.Mode == string(conf.ModeNone)) != (r.Policy.Mode == conf.ModeNone) {
+		u, err := UpdatePolicy(r.StateDir, r.Key, r.Policy)
+		if err != nil {
+			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+		}
+		s = u.State
 	}
 	if err := conf.WriteFileAtomic(s.PolicyPath(), r.Policy); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	s.Mode, s.Resolvers, s.AllowICMP, s.Label = string(r.Policy.Mode), r.Resolvers, r.AllowICMP, r.Label
+	s.Mode, s.AllowICMP, s.Label = string(r.Policy.Mode), r.AllowICMP, r.Label
+	if !slices.Equal(s.Resolvers, r.Resolvers) {
+		// The DNS filter's upstreams are fixed at start; a new set of
+		// resolvers needs a new proxy, which ADD on a live sandbox does
+		// not start: keep the recorded ones and say so in the state.
+		r.Resolvers = s.Resolvers
+	}
 	if err := enforce.Apply(s.NetNS, s.spec()); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
@@ -185,7 +244,7 @@ func reenforce(s *State, r Request) (*State, error) {
 func (s *State) spec() enforce.Spec {
 	return enforce.Spec{
 		Port4: s.Port4, Port6: s.Port6, Resolvers: s.Resolvers, AllowICMP: s.AllowICMP,
-		DenyAll: s.Mode == string(conf.ModeNone),
+		DenyAll: s.Mode == string(conf.ModeNone), DNSPort4: s.DNSPort4, DNSPort6: s.DNSPort6,
 	}
 }
 
@@ -245,37 +304,117 @@ func Check(stateDir, key string) error {
 	return nil
 }
 
-type listener struct {
-	ln   *net.TCPListener
-	port uint16
-	v6   bool
+// sockets are the proxy's sockets inside a sandbox: a TCP listener per
+// family for redirected connections and, per family with a resolver, a
+// UDP socket and a TCP listener on one port for the DNS filter.
+type sockets struct {
+	tcp4, tcp6 socket
+	dns4, dns6 socket
 }
 
-// listenIn creates the proxy's listeners inside the netns at path: one for
-// IPv4 on 0.0.0.0 and, where the namespace has IPv6, one on [::] (v6only).
-// Redirected local connections arrive on loopback, forwarded ones from
-// nested containers on the incoming interface's address, hence the
-// wildcard binds; the ruleset rejects direct connections to these ports.
-func listenIn(nsPath string) ([]listener, error) {
-	var out []listener
+// socket is one port's listener(s); zero if the family is absent.
+type socket struct {
+	tcp  *net.TCPListener
+	udp  *net.UDPConn
+	port uint16
+}
+
+func (s *sockets) close() {
+	for _, k := range []socket{s.tcp4, s.tcp6, s.dns4, s.dns6} {
+		if k.tcp != nil {
+			k.tcp.Close()
+		}
+		if k.udp != nil {
+			k.udp.Close()
+		}
+	}
+}
+
+// files returns duplicates of the sockets' descriptors for the proxy.
+func (s *sockets) files() (tcp, dnsUDP, dnsTCP []*os.File, err error) {
+	add := func(list *[]*os.File, f interface{ File() (*os.File, error) }) {
+		if err != nil {
+			return
+		}
+		var fd *os.File
+		if fd, err = f.File(); err == nil {
+			*list = append(*list, fd)
+		}
+	}
+	for _, k := range []socket{s.tcp4, s.tcp6} {
+		if k.tcp != nil {
+			add(&tcp, k.tcp)
+		}
+	}
+	for _, k := range []socket{s.dns4, s.dns6} {
+		if k.udp != nil {
+			add(&dnsUDP, k.udp)
+			add(&dnsTCP, k.tcp)
+		}
+	}
+	if err != nil {
+		closeFiles(tcp)
+		closeFiles(dnsUDP)
+		closeFiles(dnsTCP)
+		return nil, nil, nil, fmt.Errorf("socket fd: %w", err)
+	}
+	return tcp, dnsUDP, dnsTCP, nil
+}
+
+// listenIn creates the proxy's sockets inside the netns at path: TCP
+// listeners on 0.0.0.0 and, where the namespace has IPv6, [::] (v6only);
+// DNS filter sockets for the families in dns4/dns6. Redirected local
+// connections arrive on loopback, forwarded ones from nested containers on
+// the incoming interface's address, hence the wildcard binds; the ruleset
+// rejects direct connections to these ports. The DNS filter answers each
+// UDP query from the address it came to (IP_PKTINFO), as conntrack needs.
+func listenIn(nsPath string, dns4, dns6 bool) (*sockets, error) {
+	s := &sockets{}
 	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
 		ln4, err := net.Listen("tcp4", "0.0.0.0:0")
 		if err != nil {
 			return fmt.Errorf("listen tcp4 in sandbox: %w", err)
 		}
-		out = append(out, listener{ln: ln4.(*net.TCPListener), port: portOf(ln4)})
+		s.tcp4 = socket{tcp: ln4.(*net.TCPListener), port: portOf(ln4)}
 		if ln6, err := net.Listen("tcp6", "[::]:0"); err == nil {
-			out = append(out, listener{ln: ln6.(*net.TCPListener), port: portOf(ln6), v6: true})
+			s.tcp6 = socket{tcp: ln6.(*net.TCPListener), port: portOf(ln6)}
+		}
+		if dns4 {
+			if s.dns4, err = listenDNS("4", "0.0.0.0"); err != nil {
+				return err
+			}
+		}
+		if dns6 && s.tcp6.tcp != nil {
+			if s.dns6, err = listenDNS("6", "::"); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		for _, l := range out {
-			l.ln.Close()
-		}
+		s.close()
 		return nil, err
 	}
-	return out, nil
+	return s, nil
+}
+
+// listenDNS binds a UDP socket and a TCP listener to one free port.
+func listenDNS(family, addr string) (socket, error) {
+	var last error
+	for range 16 {
+		pc, err := net.ListenUDP("udp"+family, &net.UDPAddr{IP: net.ParseIP(addr)})
+		if err != nil {
+			return socket{}, fmt.Errorf("listen udp%s in sandbox: %w", family, err)
+		}
+		port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+		ln, err := net.ListenTCP("tcp"+family, &net.TCPAddr{IP: net.ParseIP(addr), Port: int(port)})
+		if err == nil {
+			return socket{tcp: ln, udp: pc, port: port}, nil
+		}
+		pc.Close()
+		last = err
+	}
+	return socket{}, fmt.Errorf("listen dns tcp%s in sandbox: %w", family, last)
 }
 
 func portOf(ln net.Listener) uint16 {

@@ -27,24 +27,32 @@ const (
 // State is what doorman records about one enforced sandbox. It is written
 // as state.json in the sandbox's directory under the state dir.
 type State struct {
-	Key       string       `json:"key"`               // directory name: unique per attachment
-	ID        string       `json:"id"`                // container id
-	Name      string       `json:"name,omitempty"`    // container name, where known
-	Runtime   string       `json:"runtime"`           // "cni" or "hook"
-	Network   string       `json:"network,omitempty"` // CNI network name
-	IfName    string       `json:"ifName,omitempty"`  // CNI interface name
-	NetNS     string       `json:"netns"`             // path of the sandbox's network namespace
-	Mode      string       `json:"mode"`              // policy mode when enforced
-	Port4     uint16       `json:"port4"`             // proxy listener ports inside the sandbox
-	Port6     uint16       `json:"port6"`             //
-	Resolvers []netip.Addr `json:"resolvers"`         // DNS servers the sandbox may query
-	AllowICMP bool         `json:"allowICMP"`         //
-	Label     string       `json:"label"`             // what the enforcement covers: full, partial (...), n/a
-	PID       int          `json:"pid"`               // proxy process
-	PIDStart  uint64       `json:"pidStart"`          // its start time (clock ticks since boot), to never signal a reused pid
-	LogFile   string       `json:"logFile"`           // decision log
-	Created   time.Time    `json:"created"`           //
-	Dir       string       `json:"-"`                 // the sandbox's state directory
+	Key       string       `json:"key"`                // directory name: unique per attachment
+	ID        string       `json:"id"`                 // container id
+	Name      string       `json:"name,omitempty"`     // container name, where known
+	Runtime   string       `json:"runtime"`            // "cni" or "hook"
+	Network   string       `json:"network,omitempty"`  // CNI network name
+	IfName    string       `json:"ifName,omitempty"`   // CNI interface name
+	NetNS     string       `json:"netns"`              // path of the sandbox's network namespace
+	Mode      string       `json:"mode"`               // policy mode when enforced
+	Port4     uint16       `json:"port4"`              // proxy listener ports inside the sandbox
+	Port6     uint16       `json:"port6"`              //
+	Resolvers []netip.Addr `json:"resolvers"`          // DNS servers the sandbox may query
+	AllowICMP bool         `json:"allowICMP"`          //
+	Label     string       `json:"label"`              // what the enforcement covers: full, partial (...)
+	DNSPort4  uint16       `json:"dnsPort4,omitempty"` // DNS filter ports inside the sandbox (UDP and TCP)
+	DNSPort6  uint16       `json:"dnsPort6,omitempty"` //
+	// ProxyBinary and ProxyResolver say how the proxy is started, so that
+	// leaving mode none starts the same one.
+	ProxyBinary   string `json:"proxyBinary,omitempty"`
+	ProxyResolver string `json:"proxyResolver,omitempty"`
+	// NoDNSFilter: the sandbox's DNS goes to its resolvers unfiltered.
+	NoDNSFilter bool      `json:"noDNSFilter,omitempty"`
+	PID         int       `json:"pid"`      // proxy process
+	PIDStart    uint64    `json:"pidStart"` // its start time (clock ticks since boot), to never signal a reused pid
+	LogFile     string    `json:"logFile"`  // decision log
+	Created     time.Time `json:"created"`  //
+	Dir         string    `json:"-"`        // the sandbox's state directory
 }
 
 // PolicyPath is the path of the sandbox's live policy file.

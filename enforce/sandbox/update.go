@@ -154,7 +154,7 @@ func (s *State) enterNone(p *conf.Policy) error {
 		return fmt.Errorf("install the mode none ruleset (the proxy denies everything meanwhile): %w", err)
 	}
 	stopErr := stopProxy(s.PID, s.PIDStart, time.Second)
-	s.Mode, s.Port4, s.Port6 = string(conf.ModeNone), 0, 0
+	s.Mode, s.Port4, s.Port6, s.DNSPort4, s.DNSPort6 = string(conf.ModeNone), 0, 0, 0, 0
 	if stopErr == nil {
 		// A proxy that would not stop stays recorded, so that Teardown
 		// still ends it.
@@ -173,7 +173,12 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := checkNetNS(s.NetNS); err != nil {
 		return err
 	}
-	l, found := loadLaunch(s.Dir)
+	// How the proxy was started is in the state; sandboxes recorded
+	// before it was may have a launch record from entering mode none.
+	l, found := launch{Binary: s.ProxyBinary, Resolver: s.ProxyResolver}, s.ProxyBinary != ""
+	if !found {
+		l, found = loadLaunch(s.Dir)
+	}
 	if l.Binary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -204,35 +209,12 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
 		return err
 	}
-	lns, err := listenIn(s.NetNS)
+	next.ProxyBinary, next.ProxyResolver = l.Binary, l.Resolver
+	spawned, err := next.spawnProxy()
 	if err != nil {
 		return err
 	}
-	var files []*os.File
-	for _, ln := range lns {
-		f, ferr := ln.ln.File()
-		ln.ln.Close()
-		if ferr != nil {
-			err = ferr
-			continue
-		}
-		files = append(files, f)
-		if ln.v6 {
-			next.Port6 = ln.port
-		} else {
-			next.Port4 = ln.port
-		}
-	}
-	if err != nil {
-		closeFiles(files)
-		return fmt.Errorf("listener fd: %w", err)
-	}
-	next.PID, next.PIDStart, err = startProxy(proxyArgs{
-		binary: l.Binary, sandbox: s.ID, policy: s.PolicyPath(),
-		logFile: s.LogFile, resolver: l.Resolver, listeners: files,
-	})
-	closeFiles(files)
-	if err != nil {
+	if next.PID, next.PIDStart, err = spawned.wait(); err != nil {
 		return err
 	}
 	if err := enforce.Apply(s.NetNS, next.spec()); err != nil {
