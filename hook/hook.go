@@ -24,7 +24,7 @@ type Options struct {
 	DefaultPolicy    string // default DefaultPolicyFile
 	UpstreamResolver string // addr:port the proxy resolves allowed names with; "" the host's
 	AllowICMP        bool
-	NoDNSFilter      bool   // let DNS go to the resolvers unfiltered
+	DNSFilter        bool   // send DNS through the proxy's filter
 	ProxyBinary      string // default this executable
 }
 
@@ -158,7 +158,7 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		LogDir:        opts.LogDir,
 		ProxyBinary:   opts.ProxyBinary,
 		ProxyResolver: opts.UpstreamResolver,
-		NoDNSFilter:   opts.NoDNSFilter,
+		DNSFilter:     opts.DNSFilter,
 	})
 	if err != nil {
 		return fail(err)
@@ -246,7 +246,7 @@ func joinLabel(holder *sandbox.State, pol *conf.Policy, label string, opts Optio
 		LogDir:        filepath.Dir(holder.LogFile),
 		ProxyBinary:   opts.ProxyBinary,
 		ProxyResolver: opts.UpstreamResolver,
-		NoDNSFilter:   holder.NoDNSFilter,
+		DNSFilter:     holder.DNSFilter,
 	})
 	return err
 }

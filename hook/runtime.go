@@ -41,7 +41,7 @@ type RuntimeConfig struct {
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	AllowICMP        *bool  `json:"allowICMP,omitempty"`
 	// DNSFilter sends containers' DNS through the proxy's filter
-	// (default true).
+	// (default false).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
 }
 

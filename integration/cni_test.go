@@ -22,7 +22,7 @@ import (
 func TestCNIAllowedAndDenied(t *testing.T) {
 	e := newCNIEnv(t)
 	c := e.newContainer()
-	e.mustAdd(c, e.conflist(nil))
+	e.mustAdd(c, e.conflist(map[string]any{"dnsFilter": true}))
 
 	// HTTPS: real curl, allowed and denied.
 	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {

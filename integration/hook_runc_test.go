@@ -176,8 +176,10 @@ func TestHookRuncPolicies(t *testing.T) {
 			mode: "allowlist", label: "partial (container holds CAP_NET_ADMIN)", withProxy: true},
 		{name: "mode none", opts: []specOption{withAnnotations(hook.AnnotationMode, "none")},
 			mode: "none", label: "full"},
+		// The state records what enforcement covers whatever the mode
+		// (the CLI shows n/a while the mode is open).
 		{name: "mode open", opts: []specOption{withAnnotations(hook.AnnotationMode, "open")},
-			mode: "open", label: "n/a", withProxy: true},
+			mode: "open", label: "full", withProxy: true},
 		{name: "default policy file", policy: "mode: allowlist\n" + otherName + "\n",
 			mode: "allowlist", label: "full", withProxy: true},
 		// Docker 20.10 runs its hooks at prestart: the hook acts there too.

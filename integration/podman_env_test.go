@@ -42,7 +42,29 @@ type podmanEnv struct {
 	cgroupParent string   // a cgroup of this test's own, under each hierarchy's root
 	env          []string // podman's environment: CONTAINERS_CONF, CONTAINERS_STORAGE_CONF
 	sessionPID   int      // the shell holding the host session
+	opts         podmanOptions
 }
+
+// podmanOptions change the configuration newPodmanEnv writes; the zero
+// value is TestPodman's: doorman chained in the conflist, no OCI hooks.
+type podmanOptions struct {
+	// noDoormanCNI leaves doorman out of the conflist: a plain bridge
+	// network on which CNI enforces nothing.
+	noDoormanCNI bool
+	// hooksDir, if set, is containers.conf's hooks_dir: the only
+	// directory Podman reads OCI hooks (hooks.d JSON files) from.
+	hooksDir string
+}
+
+// podmanOption sets one of podmanOptions.
+type podmanOption func(*podmanOptions)
+
+// withoutDoormanCNI makes the test's network a plain bridge with
+// host-local IPAM, without doorman in its conflist.
+func withoutDoormanCNI() podmanOption { return func(o *podmanOptions) { o.noDoormanCNI = true } }
+
+// withHooksDir makes dir Podman's only OCI hooks directory.
+func withHooksDir(dir string) podmanOption { return func(o *podmanOptions) { o.hooksDir = dir } }
 
 // podmanResult is what one podman command did.
 type podmanResult struct {
@@ -55,10 +77,10 @@ func (r podmanResult) String() string {
 	return fmt.Sprintf("podman %s: exit %d, stdout %q, stderr %q", strings.Join(r.args, " "), r.exit, r.stdout, r.stderr)
 }
 
-// newPodmanEnv writes the configuration, starts the host session and
-// imports the probe image. t.Cleanup removes every container and image,
-// ends the session, and removes the test's cgroups.
-func newPodmanEnv(t *testing.T, e *cniEnv) *podmanEnv {
+// newPodmanEnv writes the configuration (changed by opts), starts the host
+// session and imports the probe image. t.Cleanup removes every container
+// and image, ends the session, and removes the test's cgroups.
+func newPodmanEnv(t *testing.T, e *cniEnv, opts ...podmanOption) *podmanEnv {
 	t.Helper()
 	dir := t.TempDir()
 	id := filepath.Base(e.net.HostNS().Name()) // dm-host-<hex>: unique per test
@@ -67,6 +89,9 @@ func newPodmanEnv(t *testing.T, e *cniEnv) *podmanEnv {
 		e:            e,
 		network:      "dm-podman",
 		cgroupParent: "/" + strings.Replace(id, "dm-host-", "dm-podman-", 1),
+	}
+	for _, o := range opts {
+		o(&p.opts)
 	}
 	confFile, storageFile := p.writeConfig(dir)
 	p.env = append(envWithoutProxy(),
@@ -112,6 +137,11 @@ tmp_dir = %q
 # File locks under tmp_dir instead of the machine-wide /dev/shm/libpod_lock.
 lock_type = "file"
 `, debianCNIDir, binDir, netDir, filepath.Join(dir, "tmp", "events.log"), filepath.Join(dir, "tmp"))
+	if p.opts.hooksDir != "" {
+		// Replaces Podman's defaults (/usr/share/containers/oci/hooks.d,
+		// /etc/containers/oci/hooks.d): the machine's hooks stay out.
+		conf += fmt.Sprintf("hooks_dir = [%q]\n", p.opts.hooksDir)
+	}
 	storage := fmt.Sprintf(`[storage]
 driver = "vfs"
 graphroot = %q
@@ -134,40 +164,44 @@ runroot = %q
 
 // conflist is the test's network: a bridge in the host namespace with
 // host-local IPAM on the range testnet keeps free for it, and doorman
-// chained after it with the same policy as the libcni tests. cniVersion is
-// 1.0.0, the newest that Podman 4.3's libcni and Debian's plugins speak.
+// chained after it with the same policy as the libcni tests (unless
+// withoutDoormanCNI). cniVersion is 1.0.0, the newest that Podman 4.3's
+// libcni and Debian's plugins speak.
 func (p *podmanEnv) conflist() []byte {
 	e := p.e
+	plugins := []any{
+		map[string]any{
+			"type":      "bridge",
+			"bridge":    "dmbr0",
+			"isGateway": true,
+			"ipMasq":    false,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"dataDir": e.ipamDir,
+				"ranges": []any{
+					[]any{map[string]any{"subnet": "198.51.100.128/26", "gateway": "198.51.100.129"}},
+					[]any{map[string]any{"subnet": "2001:db8:3::/64", "gateway": "2001:db8:3::1"}},
+				},
+				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
+			},
+			"dns": map[string]any{"nameservers": []string{e.net.DNS.String(), e.net.DNS6.String()}},
+		},
+	}
+	if !p.opts.noDoormanCNI {
+		plugins = append(plugins, map[string]any{
+			"type":             "doorman",
+			"mode":             "allowlist",
+			"allowedHosts":     []string{apiName},
+			"stateDir":         e.stateDir,
+			"logDir":           e.logDir,
+			"policyDir":        e.policyDir,
+			"upstreamResolver": e.net.DNS.String(),
+		})
+	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       p.network,
-		"plugins": []any{
-			map[string]any{
-				"type":      "bridge",
-				"bridge":    "dmbr0",
-				"isGateway": true,
-				"ipMasq":    false,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"dataDir": e.ipamDir,
-					"ranges": []any{
-						[]any{map[string]any{"subnet": "198.51.100.128/26", "gateway": "198.51.100.129"}},
-						[]any{map[string]any{"subnet": "2001:db8:3::/64", "gateway": "2001:db8:3::1"}},
-					},
-					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
-				},
-				"dns": map[string]any{"nameservers": []string{e.net.DNS.String(), e.net.DNS6.String()}},
-			},
-			map[string]any{
-				"type":             "doorman",
-				"mode":             "allowlist",
-				"allowedHosts":     []string{apiName},
-				"stateDir":         e.stateDir,
-				"logDir":           e.logDir,
-				"policyDir":        e.policyDir,
-				"upstreamResolver": e.net.DNS.String(),
-			},
-		},
+		"plugins":    plugins,
 	}
 	data, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {

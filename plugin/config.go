@@ -44,7 +44,7 @@ type NetConf struct {
 	// proxy uses to resolve allowed names; default the host's resolv.conf.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	// DNSFilter sends the containers' DNS through the proxy's filter,
-	// which answers only names the policy could admit (default true).
+	// which answers only names the policy could admit (default false).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
 
 	RuntimeConfig struct {

@@ -74,7 +74,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		StateDir:      n.StateDir,
 		LogDir:        n.LogDir,
 		ProxyResolver: upstream,
-		NoDNSFilter:   n.DNSFilter != nil && !*n.DNSFilter,
+		DNSFilter:     n.DNSFilter != nil && *n.DNSFilter,
 	})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())

@@ -38,10 +38,10 @@ type Request struct {
 	// ProxyResolver is the DNS server ("addr:port") the proxy uses to
 	// resolve allowed names; "" means the host's /etc/resolv.conf.
 	ProxyResolver string
-	// NoDNSFilter lets the sandbox's DNS go to its resolvers unfiltered
-	// instead of through the proxy's DNS filter, which answers only names
-	// the policy could admit (DNS to anything else is a tunnel).
-	NoDNSFilter bool
+	// DNSFilter sends the sandbox's DNS through the proxy's DNS filter,
+	// which answers only names the policy could admit, instead of
+	// straight to its resolvers (where DNS is a tunnel).
+	DNSFilter bool
 }
 
 func (r *Request) defaults() error {
@@ -110,7 +110,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: string(r.Policy.Mode), Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		Label: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
-		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, NoDNSFilter: r.NoDNSFilter,
+		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, DNSFilter: r.DNSFilter,
 	}
 	var spawned *spawnedProxy
 	// Undo everything on failure, in reverse order. The container does
@@ -154,7 +154,7 @@ func enforceNew(r Request) (_ *State, err error) {
 // starts its proxy (s.ProxyBinary, resolving with s.ProxyResolver) on
 // them, recording the ports in s. The caller waits for it to serve.
 func (s *State) spawnProxy() (*spawnedProxy, error) {
-	filter := !s.NoDNSFilter
+	filter := s.DNSFilter
 	socks, err := listenIn(s.NetNS, filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false))
 	if err != nil {
 		return nil, err

@@ -46,13 +46,13 @@ type State struct {
 	// leaving mode none starts the same one.
 	ProxyBinary   string `json:"proxyBinary,omitempty"`
 	ProxyResolver string `json:"proxyResolver,omitempty"`
-	// NoDNSFilter: the sandbox's DNS goes to its resolvers unfiltered.
-	NoDNSFilter bool      `json:"noDNSFilter,omitempty"`
-	PID         int       `json:"pid"`      // proxy process
-	PIDStart    uint64    `json:"pidStart"` // its start time (clock ticks since boot), to never signal a reused pid
-	LogFile     string    `json:"logFile"`  // decision log
-	Created     time.Time `json:"created"`  //
-	Dir         string    `json:"-"`        // the sandbox's state directory
+	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
+	DNSFilter bool      `json:"dnsFilter,omitempty"`
+	PID       int       `json:"pid"`      // proxy process
+	PIDStart  uint64    `json:"pidStart"` // its start time (clock ticks since boot), to never signal a reused pid
+	LogFile   string    `json:"logFile"`  // decision log
+	Created   time.Time `json:"created"`  //
+	Dir       string    `json:"-"`        // the sandbox's state directory
 }
 
 // PolicyPath is the path of the sandbox's live policy file.
