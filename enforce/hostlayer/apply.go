@@ -1,0 +1,394 @@
+package hostlayer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+)
+
+// Apply installs or replaces the rules of sandbox spec.Key in the runtime's
+// network namespace at nsPath ("/proc/self/ns/net" for the caller's own):
+// its chain in tables inet and bridge doorman-host, and the elements that
+// send its interfaces there. Both tables change in one netlink batch, so
+// the namespace holds the sandbox's old rules or its new ones, never a mix
+// and never none; re-applying is idempotent. Other sandboxes' chains and
+// elements are left alone, except an element with one of this sandbox's
+// keys (its interface index, or its bridge and MAC) that still points at
+// another sandbox: a leftover of a sandbox that was never removed, which
+// this one replaces. Other tables are never touched.
+//
+// Apply fails, changing nothing, if an interface does not exist, is not a
+// sandbox's own (loopback, a bridge), is enslaved to anything but a Linux
+// bridge, or is a bridge port whose peer is not a veth in
+// spec.SandboxNetNS (whose MAC the layer pins) or whose sandbox MAC is
+// already pinned on that bridge for another sandbox that still has a port
+// there.
+func Apply(nsPath string, spec Spec) error {
+	if err := apply(nsPath, spec); err != nil {
+		return fmt.Errorf("hostlayer: apply sandbox %s in %s: %w", spec.Key, nsPath, err)
+	}
+	return nil
+}
+
+func apply(nsPath string, spec Spec) error {
+	s, err := spec.normalized()
+	if err != nil {
+		return err
+	}
+	n, err := openRuntimeNS(nsPath, true)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	ifaces, err := n.resolveIfaces(s)
+	if err != nil {
+		return err
+	}
+	if err := n.checkMACConflicts(s, ifaces); err != nil {
+		return err
+	}
+	for _, l := range layouts() {
+		if err := n.stageApply(l, s, ifaces); err != nil {
+			return fmt.Errorf("%s: %w", l, err)
+		}
+	}
+	return n.nft.Flush()
+}
+
+// checkMACConflicts refuses a bridge port whose sandbox MAC is already
+// pinned on the same bridge for another sandbox that still has a port
+// there: a workload that set its MAC to a live neighbour's before Apply
+// ran would otherwise take the neighbour's element over, and the
+// neighbour's traffic would be judged by its rules. An owner whose ports
+// are all gone is a leftover, which Apply replaces.
+func (n *runtimeNS) checkMACConflicts(s Spec, ifaces []hostIface) error {
+	inet, err := n.readSets(inetLayout())
+	if err != nil {
+		return fmt.Errorf("table inet %s: %w", TableName, err)
+	}
+	bridge, err := n.readSets(bridgeLayout())
+	if err != nil {
+		return fmt.Errorf("table bridge %s: %w", TableName, err)
+	}
+	own := chainName(s.Key)
+	for _, i := range ifaces {
+		if i.bridge == "" {
+			continue
+		}
+		key := ifaceMACKey(i.bridgeIndex, i.mac)
+		for _, e := range inet[setMACs] {
+			if !bytes.Equal(e.key, key) || e.chain == own || e.chain == "" {
+				continue
+			}
+			for _, p := range bridge[setIfaces] {
+				index := int(binaryutil.NativeEndian.Uint32(p.key))
+				if p.chain != e.chain || index == i.index {
+					continue
+				}
+				port, err := n.link.LinkByIndex(index)
+				if isNotExist(err) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("look up interface index %d: %w", index, err)
+				}
+				return fmt.Errorf("host interface %q: the sandbox's MAC %s is already pinned on bridge %q for the sandbox of chain %q, whose port %q still exists",
+					i.name, i.mac, i.bridge, e.chain, port.Attrs().Name)
+			}
+		}
+	}
+	return nil
+}
+
+// stageApply queues, in the connection's batch, everything Apply changes in
+// one table. The table, its sets, base chains and their rules are shared
+// by all sandboxes: adding them again is a no-op when they exist, and
+// flushing a base chain before adding its rules repairs it if it was
+// altered.
+func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface) error {
+	current, err := n.readSets(l)
+	if err != nil {
+		return err
+	}
+	c := n.nft
+	c.AddTable(l.table)
+	sets := map[string]*nftables.Set{}
+	for i, ss := range l.sets {
+		set := l.set(ss)
+		// The batch-local id, given here: google/nftables would draw it
+		// from a package counter that it does not guard against
+		// concurrent use.
+		set.ID = uint32(l.table.Family)<<8 | uint32(i+1)
+		if err := c.AddSet(set, nil); err != nil {
+			return fmt.Errorf("set %s: %w", ss.name, err)
+		}
+		sets[ss.name] = set
+	}
+	for _, b := range l.bases {
+		ch := c.AddChain(l.baseChain(b))
+		c.FlushChain(ch)
+		for _, r := range b.rules {
+			addRule(c, ch, r)
+		}
+	}
+	ch := c.AddChain(l.sandboxChain(s.Key))
+	c.FlushChain(ch)
+	for _, r := range l.rules(s, ifaces) {
+		addRule(c, ch, r)
+	}
+	return n.stageElements(l, sets, current, ch.Name, l.elements(ch.Name, ifaces))
+}
+
+// stageElements queues the replacement of the sandbox's elements in every
+// set of l by want. The sandbox's current elements are those that jump to
+// its chain and, in the plain sets of interface indexes, those of the
+// interfaces its map elements name; an element with a wanted key that
+// belongs to another sandbox is replaced too (see Apply).
+func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, current map[string][]element, chain string, want map[string][]element) error {
+	owned := ownedIfaces(l, current, chain, want)
+	for _, ss := range l.sets {
+		wanted := map[string]bool{}
+		for _, e := range want[ss.name] {
+			wanted[string(e.key)] = true
+		}
+		var del []nftables.SetElement
+		for _, e := range current[ss.name] {
+			mine := e.chain == chain ||
+				(!ss.verdicts && len(e.key) == 4 && owned[binaryutil.NativeEndian.Uint32(e.key)])
+			if mine || wanted[string(e.key)] {
+				del = append(del, nftables.SetElement{Key: e.key})
+			}
+		}
+		if len(del) > 0 {
+			if err := n.nft.SetDeleteElements(sets[ss.name], del); err != nil {
+				return fmt.Errorf("set %s: %w", ss.name, err)
+			}
+		}
+		var add []nftables.SetElement
+		for _, e := range want[ss.name] {
+			el := nftables.SetElement{Key: e.key}
+			if ss.verdicts {
+				el.VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: e.chain}
+			}
+			add = append(add, el)
+		}
+		if len(add) > 0 {
+			if err := n.nft.SetAddElements(sets[ss.name], add); err != nil {
+				return fmt.Errorf("set %s: %w", ss.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// ownedIfaces returns the interface indexes that are the sandbox's in l:
+// those its elements in the maps keyed by interface index jump to its
+// chain from, now (current) or after the change (want). The elements of
+// the plain sets of interface indexes follow them.
+func ownedIfaces(l layout, current map[string][]element, chain string, want map[string][]element) map[uint32]bool {
+	owned := map[uint32]bool{}
+	for _, ss := range l.sets {
+		if !ss.verdicts || ss.keyType.Bytes != 4 {
+			continue
+		}
+		for _, e := range current[ss.name] {
+			if e.chain == chain {
+				owned[binaryutil.NativeEndian.Uint32(e.key)] = true
+			}
+		}
+		for _, e := range want[ss.name] {
+			owned[binaryutil.NativeEndian.Uint32(e.key)] = true
+		}
+	}
+	return owned
+}
+
+func addRule(c *nftables.Conn, ch *nftables.Chain, r ruleSpec) {
+	c.AddRule(&nftables.Rule{
+		Table:    ch.Table,
+		Chain:    ch,
+		Exprs:    r.exprs,
+		UserData: userdata.AppendString(nil, userdata.TypeComment, r.comment),
+	})
+}
+
+// Remove deletes the rules of sandbox key from the runtime's namespace at
+// nsPath: its map elements and its chain in both tables, and the tables
+// themselves when no other sandbox is left in them, in one batch. It is no
+// error if the sandbox has no rules there or the namespace is gone, so
+// Remove can be repeated. Other sandboxes' rules and other tables are left
+// alone.
+func Remove(nsPath string, key string) error {
+	if err := checkKey(key); err != nil {
+		return fmt.Errorf("hostlayer: remove from %s: %w", nsPath, err)
+	}
+	if err := remove(nsPath, key); err != nil {
+		return fmt.Errorf("hostlayer: remove sandbox %s from %s: %w", key, nsPath, err)
+	}
+	return nil
+}
+
+func remove(nsPath string, key string) error {
+	n, err := openRuntimeNS(nsPath, true)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errNotNetNS) {
+		return nil // the namespace is gone, and its rules with it
+	}
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	changed := false
+	for _, l := range layouts() {
+		ok, err := n.stageRemove(l, key)
+		if err != nil {
+			return fmt.Errorf("%s: %w", l, err)
+		}
+		changed = changed || ok
+	}
+	if !changed {
+		return nil
+	}
+	return n.nft.Flush()
+}
+
+// stageRemove queues the removal of sandbox key from one table and reports
+// whether there was anything to remove.
+func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
+	chains, err := n.sandboxChains(l)
+	if err != nil {
+		return false, err
+	}
+	name := chainName(key)
+	switch {
+	case len(chains) == 0:
+		// No sandbox left, but maybe an empty table (from a tampered
+		// ruleset): it goes too.
+		if ok, err := n.hasTable(l); !ok || err != nil {
+			return false, err
+		}
+		n.nft.DelTable(l.table)
+		return true, nil
+	case !slices.Contains(chains, name):
+		return false, nil
+	case len(chains) == 1:
+		n.nft.DelTable(l.table) // the last sandbox: the table goes with it
+		return true, nil
+	}
+	current, err := n.readSets(l)
+	if err != nil {
+		return false, err
+	}
+	sets := map[string]*nftables.Set{}
+	for _, ss := range l.sets {
+		sets[ss.name] = l.set(ss)
+	}
+	// The elements go first: a chain that a verdict still jumps to cannot
+	// be deleted.
+	if err := n.stageElements(l, sets, current, name, nil); err != nil {
+		return false, err
+	}
+	n.nft.DelChain(l.sandboxChain(key))
+	return true, nil
+}
+
+// sandboxChains returns the names of the sandbox chains in l's table, none
+// if the table is not there.
+func (n *runtimeNS) sandboxChains(l layout) ([]string, error) {
+	all, err := n.nft.ListChainsOfTableFamily(l.table.Family)
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	var names []string
+	for _, c := range all {
+		if c.Table != nil && c.Table.Name == TableName && strings.HasPrefix(c.Name, chainPrefix) {
+			names = append(names, c.Name)
+		}
+	}
+	return names, nil
+}
+
+// hasTable reports whether l's table exists.
+func (n *runtimeNS) hasTable(l layout) (bool, error) {
+	_, err := n.nft.ListTableOfFamily(TableName, l.table.Family)
+	if isNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up the table: %w", err)
+	}
+	return true, nil
+}
+
+// readSets reads the elements of l's sets, by set name; a missing table or
+// set has none. (google/nftables does not wrap the errors of set lookups,
+// so ENOENT cannot be told from other errors there: the lists of tables
+// and sets say what exists.)
+func (n *runtimeNS) readSets(l layout) (map[string][]element, error) {
+	out := map[string][]element{}
+	if ok, err := n.hasTable(l); !ok || err != nil {
+		return out, err
+	}
+	sets, err := n.nft.GetSets(l.table)
+	if err != nil {
+		return nil, fmt.Errorf("list sets: %w", err)
+	}
+	for _, set := range sets {
+		i := slices.IndexFunc(l.sets, func(ss setSpec) bool { return ss.name == set.Name })
+		if i < 0 {
+			continue
+		}
+		els, err := n.nft.GetSetElements(l.set(l.sets[i]))
+		if err != nil {
+			return nil, fmt.Errorf("read set %s: %w", set.Name, err)
+		}
+		for _, e := range els {
+			if want := int(l.sets[i].keyType.Bytes); len(e.Key) != want {
+				return nil, fmt.Errorf("set %s has a %d-byte key, want %d", set.Name, len(e.Key), want)
+			}
+			out[set.Name] = append(out[set.Name], element{key: e.Key, chain: jumpTarget(e.Val)})
+		}
+	}
+	return out, nil
+}
+
+// jumpTarget decodes the verdict of a map element as google/nftables
+// returns it (the attributes inside NFTA_DATA_VERDICT) and returns the
+// chain it jumps to, or "" if it is not a jump.
+func jumpTarget(b []byte) string {
+	attrs, err := parseAttrs(b)
+	if err != nil {
+		return ""
+	}
+	code, chain := attrs[unix.NFTA_VERDICT_CODE], attrs[unix.NFTA_VERDICT_CHAIN]
+	if len(code) != 4 || int32(binaryutil.BigEndian.Uint32(code)) != unix.NFT_JUMP {
+		return ""
+	}
+	return strings.TrimRight(string(chain), "\x00")
+}
+
+// parseAttrs splits netlink attributes into a map by type.
+func parseAttrs(b []byte) (map[uint16][]byte, error) {
+	out := map[uint16][]byte{}
+	for len(b) > 0 {
+		if len(b) < unix.SizeofNlAttr {
+			return nil, fmt.Errorf("truncated netlink attribute")
+		}
+		l := int(binaryutil.NativeEndian.Uint16(b[0:2]))
+		typ := binaryutil.NativeEndian.Uint16(b[2:4]) & nlaTypeMask
+		if l < unix.SizeofNlAttr || l > len(b) {
+			return nil, fmt.Errorf("bad netlink attribute length %d", l)
+		}
+		out[typ] = b[unix.SizeofNlAttr:l]
+		b = b[min(len(b), (l+unix.NLA_ALIGNTO-1)&^(unix.NLA_ALIGNTO-1)):]
+	}
+	return out, nil
+}

@@ -1,0 +1,226 @@
+package hostlayer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// hostIface is a sandbox's interface as found in the runtime's namespace.
+type hostIface struct {
+	name  string
+	index int
+	// bridge and bridgeIndex name the Linux bridge it is a port of; ""
+	// and 0 for a routed interface.
+	bridge      string
+	bridgeIndex int
+	// mac is the sandbox's end of the veth (bridge ports only).
+	mac net.HardwareAddr
+	// brnf4 and brnf6 say whether br_netfilter passes the bridge's IPv4
+	// and IPv6 frames through the inet hooks (bridge ports only).
+	brnf4, brnf6 bool
+}
+
+// resolveIfaces looks up every interface of s in the runtime's namespace
+// (all veth peers of s.SandboxNetNS if s names none) and checks that the
+// layer can hold on it: it exists, it is not loopback or a bridge itself,
+// and it is a routed interface or a port of a Linux bridge. For a bridge
+// port it reads the MAC of the sandbox's end, to pin it, and whether
+// br_netfilter passes the bridge's IP through the inet hooks.
+func (n *runtimeNS) resolveIfaces(s Spec) ([]hostIface, error) {
+	names := s.HostIfaces
+	if len(names) == 0 {
+		var err error
+		if names, err = findHostPeers(s.SandboxNetNS, n.path); err != nil {
+			return nil, fmt.Errorf("find the sandbox's host interfaces: %w", err)
+		}
+	}
+	var out []hostIface
+	for _, name := range names {
+		i, err := n.resolveIface(s, name)
+		if err != nil {
+			return nil, fmt.Errorf("host interface %q: %w", name, err)
+		}
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+func (n *runtimeNS) resolveIface(s Spec, name string) (hostIface, error) {
+	l, err := n.link.LinkByName(name)
+	if isNotExist(err) {
+		return hostIface{}, fmt.Errorf("does not exist in %s", n.path)
+	}
+	if err != nil {
+		return hostIface{}, fmt.Errorf("look it up: %w", err)
+	}
+	a := l.Attrs()
+	switch {
+	case a.Flags&net.FlagLoopback != 0:
+		return hostIface{}, fmt.Errorf("is the loopback interface, not a sandbox's")
+	case l.Type() == "bridge":
+		return hostIface{}, fmt.Errorf("is a bridge: give the sandbox's own port of it (its veth), not the bridge that every container shares")
+	}
+	hi := hostIface{name: name, index: a.Index}
+	if a.MasterIndex == 0 {
+		return hi, nil
+	}
+	m, err := n.link.LinkByIndex(a.MasterIndex)
+	if err != nil {
+		return hostIface{}, fmt.Errorf("look up its master (index %d): %w", a.MasterIndex, err)
+	}
+	if m.Type() != "bridge" {
+		return hostIface{}, fmt.Errorf("is enslaved to %q, a %s: its frames would bypass the nftables hooks (only Linux bridge ports and routed interfaces are supported)",
+			m.Attrs().Name, m.Type())
+	}
+	hi.bridge, hi.bridgeIndex = m.Attrs().Name, m.Attrs().Index
+	if s.SandboxNetNS == "" {
+		return hostIface{}, fmt.Errorf("is a port of bridge %q: the sandbox's network namespace is needed to pin its MAC address", hi.bridge)
+	}
+	if hi.mac, err = n.peerMAC(s.SandboxNetNS, l); err != nil {
+		return hostIface{}, err
+	}
+	if hi.brnf4, hi.brnf6, err = bridgeNetfilter(n.path, hi.bridgeIndex); err != nil {
+		return hostIface{}, fmt.Errorf("read the br_netfilter state of bridge %q: %w", hi.bridge, err)
+	}
+	return hi, nil
+}
+
+// peerMAC returns the MAC address of the other end of veth l, which must be
+// in the sandbox's namespace and name l as its own peer.
+func (n *runtimeNS) peerMAC(sandboxNetNS string, l netlink.Link) (net.HardwareAddr, error) {
+	a := l.Attrs()
+	if l.Type() != "veth" {
+		return nil, fmt.Errorf("is a %s, not a veth: the sandbox's MAC address cannot be found to pin it", l.Type())
+	}
+	sf, err := openNetNSFile(sandboxNetNS)
+	if err != nil {
+		return nil, err
+	}
+	defer sf.Close()
+	sandboxID, err := n.link.GetNetNsIdByFd(int(sf.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("namespace id of %s: %w", sandboxNetNS, err)
+	}
+	if sandboxID < 0 || a.NetNsID != sandboxID {
+		return nil, fmt.Errorf("its peer is not in the sandbox's namespace %s", sandboxNetNS)
+	}
+	sh, err := netlink.NewHandleAt(netns.NsHandle(int(sf.Fd())))
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in %s: %w", sandboxNetNS, err)
+	}
+	defer sh.Close()
+	peer, err := sh.LinkByIndex(a.ParentIndex)
+	if err != nil {
+		return nil, fmt.Errorf("look up its peer (index %d) in %s: %w", a.ParentIndex, sandboxNetNS, err)
+	}
+	if peer.Type() != "veth" || peer.Attrs().ParentIndex != a.Index || len(peer.Attrs().HardwareAddr) != 6 {
+		return nil, fmt.Errorf("interface index %d in %s is not its peer", a.ParentIndex, sandboxNetNS)
+	}
+	return peer.Attrs().HardwareAddr, nil
+}
+
+// bridgeNetfilter reports whether br_netfilter calls the IPv4 and the IPv6
+// hooks for the frames of the bridge with index brIndex in the namespace
+// at nsPath: br_netfilter must be there (/proc/sys/net/bridge exists), and
+// either the namespace's sysctl or the bridge's own option must be on. The
+// sysctls are per namespace, so it reads them from inside.
+func bridgeNetfilter(nsPath string, brIndex int) (v4, v6 bool, err error) {
+	err = ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		g4, err := readSysctlBool("net/bridge/bridge-nf-call-iptables")
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // no br_netfilter: the bridge's options do nothing
+		}
+		if err != nil {
+			return err
+		}
+		g6, err := readSysctlBool("net/bridge/bridge-nf-call-ip6tables")
+		if err != nil {
+			return err
+		}
+		b4, b6, err := bridgeNFOptions(brIndex)
+		if err != nil {
+			return err
+		}
+		v4, v6 = g4 || b4, g6 || b6
+		return nil
+	})
+	return v4, v6, err
+}
+
+func readSysctlBool(key string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", key))
+	if err != nil {
+		return false, err
+	}
+	return string(bytes.TrimSpace(b)) != "0", nil
+}
+
+// bridgeNFOptions reads the bridge's nf_call_iptables and
+// nf_call_ip6tables options (IFLA_BR_NF_CALL_IPTABLES, _IP6TABLES) over
+// netlink in the calling thread's namespace.
+func bridgeNFOptions(brIndex int) (v4, v6 bool, err error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(brIndex)
+	req.AddData(msg)
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	if err != nil {
+		return false, false, err
+	}
+	if len(msgs) != 1 || len(msgs[0]) < unix.SizeofIfInfomsg {
+		return false, false, fmt.Errorf("unexpected answer to RTM_GETLINK for index %d", brIndex)
+	}
+	data, err := nestedAttr(msgs[0][unix.SizeofIfInfomsg:], unix.IFLA_LINKINFO, unix.IFLA_INFO_DATA)
+	if err != nil || data == nil {
+		return false, false, err
+	}
+	attrs, err := nl.ParseRouteAttr(data)
+	if err != nil {
+		return false, false, err
+	}
+	for _, a := range attrs {
+		switch a.Attr.Type & nlaTypeMask {
+		case unix.IFLA_BR_NF_CALL_IPTABLES:
+			v4 = len(a.Value) > 0 && a.Value[0] != 0
+		case unix.IFLA_BR_NF_CALL_IP6TABLES:
+			v6 = len(a.Value) > 0 && a.Value[0] != 0
+		}
+	}
+	return v4, v6, nil
+}
+
+// nestedAttr follows a path of nested netlink attribute types through b
+// and returns the payload of the last one, or nil if one is missing.
+func nestedAttr(b []byte, path ...uint16) ([]byte, error) {
+	for _, typ := range path {
+		attrs, err := nl.ParseRouteAttr(b)
+		if err != nil {
+			return nil, err
+		}
+		b = nil
+		for _, a := range attrs {
+			if a.Attr.Type&nlaTypeMask == typ {
+				b = a.Value
+				break
+			}
+		}
+		if b == nil {
+			return nil, nil
+		}
+	}
+	return b, nil
+}
+
+// nlaTypeMask strips NLA_F_NESTED and NLA_F_NET_BYTEORDER from an
+// attribute type.
+const nlaTypeMask = 0x3fff

@@ -1,0 +1,161 @@
+package hostlayer
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// Spec says what the host-side layer lets through from one sandbox.
+type Spec struct {
+	// Key identifies the sandbox (unique in the runtime's namespace). It
+	// names the sandbox's chains, sbx-<Key>: letters, digits, '_', '.',
+	// '-', at most 201, starting with a letter or digit (the sandbox keys
+	// of package enforce/sandbox all qualify).
+	Key string
+	// SandboxNetNS is the path of the sandbox's network namespace. Apply
+	// reads the MAC address of the sandbox's end of each veth that is a
+	// bridge port there (to pin it on the port), and finds the host
+	// interfaces there if HostIfaces is empty (see FindHostPeers). It may
+	// be "" only if HostIfaces are all routed interfaces.
+	SandboxNetNS string
+	// HostIfaces are the sandbox's interfaces in the runtime's namespace:
+	// the host-side ends of its veths (usually one; a container on several
+	// networks has one per network). They must exist when Apply runs.
+	// Empty means every veth of SandboxNetNS whose peer is in the runtime's
+	// namespace.
+	HostIfaces []string
+	// Resolvers are the DNS servers the sandbox may query (UDP and TCP
+	// port 53). Loopback resolvers (Docker's 127.0.0.11) live inside the
+	// sandbox and need nothing here: they are skipped. IPv4-mapped IPv6
+	// addresses count as IPv4.
+	Resolvers []netip.Addr
+	// AllowICMP lets ICMP and ICMPv6 through. Neighbour discovery, MLD and
+	// ICMP errors about connections the sandbox accepted pass either way.
+	AllowICMP bool
+	// AllowDirect are destinations the sandbox may reach without the proxy:
+	// conf.KindPrefix entries (IP or CIDR). An entry with a port range
+	// admits TCP and UDP to those ports; one without admits every protocol
+	// and port.
+	AllowDirect []conf.Entry
+}
+
+// keyPattern is what a sandbox key may look like; it matches
+// enforce/sandbox.ValidKey, and makes a chain name of at most 205 bytes
+// (nftables allows 255).
+var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$`)
+
+// ifNameSize is IFNAMSIZ: an interface name has at most 15 bytes.
+const ifNameSize = 16
+
+// normalized returns a copy of s with the interfaces and resolvers sorted
+// and deduplicated, loopback resolvers dropped, IPv4-mapped addresses
+// unmapped and duplicate entries dropped, or an error naming the first
+// value that cannot be enforced and saying why.
+func (s Spec) normalized() (Spec, error) {
+	if err := checkKey(s.Key); err != nil {
+		return Spec{}, err
+	}
+	out := Spec{Key: s.Key, SandboxNetNS: s.SandboxNetNS, AllowICMP: s.AllowICMP}
+	if len(s.HostIfaces) == 0 && s.SandboxNetNS == "" {
+		return Spec{}, fmt.Errorf("sandbox %s: neither host interfaces nor the sandbox's namespace given", s.Key)
+	}
+	for _, name := range s.HostIfaces {
+		if err := checkIfName(name); err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: host interface %q: %w", s.Key, name, err)
+		}
+		out.HostIfaces = append(out.HostIfaces, name)
+	}
+	slices.Sort(out.HostIfaces)
+	out.HostIfaces = slices.Compact(out.HostIfaces)
+
+	for i, a := range s.Resolvers {
+		if err := checkResolver(a); err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: resolver #%d %q: %w", s.Key, i+1, a, err)
+		}
+		if a.Unmap().IsLoopback() {
+			continue
+		}
+		out.Resolvers = append(out.Resolvers, a.Unmap())
+	}
+	slices.SortFunc(out.Resolvers, netip.Addr.Compare)
+	out.Resolvers = slices.Compact(out.Resolvers)
+
+	for i, e := range s.AllowDirect {
+		if err := checkDirect(e); err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: allowDirect entry #%d %q: %w", s.Key, i+1, e, err)
+		}
+		e.Prefix = unmapPrefix(e.Prefix)
+		if !slices.ContainsFunc(out.AllowDirect, e.Equal) {
+			out.AllowDirect = append(out.AllowDirect, e)
+		}
+	}
+	return out, nil
+}
+
+func checkKey(key string) error {
+	if !keyPattern.MatchString(key) {
+		return fmt.Errorf("sandbox key %q: want letters, digits, '_', '.', '-' (at most 201), starting with a letter or digit", key)
+	}
+	return nil
+}
+
+func checkIfName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty name")
+	case len(name) >= ifNameSize:
+		return fmt.Errorf("longer than %d bytes, no interface has such a name", ifNameSize-1)
+	case name == "." || name == ".." || strings.ContainsAny(name, "/:% \t\n"):
+		return fmt.Errorf("not a valid interface name")
+	}
+	return nil
+}
+
+func checkResolver(a netip.Addr) error {
+	switch {
+	case !a.IsValid():
+		return fmt.Errorf("not an IP address")
+	case a.Zone() != "":
+		return fmt.Errorf("scoped address: nftables cannot match an IPv6 zone, give the address without %%%s", a.Zone())
+	case a.IsUnspecified():
+		return fmt.Errorf("unspecified address cannot be a DNS server")
+	case a.IsMulticast():
+		return fmt.Errorf("multicast address cannot be a DNS server")
+	}
+	return nil
+}
+
+func checkDirect(e conf.Entry) error {
+	switch {
+	case e.Kind != conf.KindPrefix:
+		return fmt.Errorf("a %s entry cannot bypass the proxy: only IP addresses and CIDR prefixes can", e.Kind)
+	case !e.Prefix.IsValid():
+		return fmt.Errorf("no valid IP prefix")
+	case e.Prefix.Addr().Zone() != "":
+		return fmt.Errorf("scoped address: nftables cannot match an IPv6 zone")
+	case e.Ports.Lo > e.Ports.Hi:
+		return fmt.Errorf("port range %d-%d is reversed", e.Ports.Lo, e.Ports.Hi)
+	case !e.Ports.Any() && e.Ports.Lo == 0:
+		return fmt.Errorf("port range starts at 0")
+	}
+	return nil
+}
+
+// unmapPrefix turns an IPv4-mapped IPv6 prefix into the IPv4 prefix it
+// covers, so that it matches IPv4 packets; a mapped prefix shorter than
+// /96 covers no IPv4 address alone and is kept as it is. The result is
+// masked.
+func unmapPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
+}
+
+// chainName is the name of the sandbox's chain in both tables.
+func chainName(key string) string { return chainPrefix + key }

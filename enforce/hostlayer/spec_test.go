@@ -1,0 +1,118 @@
+package hostlayer
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables/binaryutil"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func TestSpecNormalized(t *testing.T) {
+	s := Spec{
+		Key:         "ctr-1_a.b",
+		HostIfaces:  []string{"veth2", "veth1", "veth2"},
+		Resolvers:   addrs("203.0.113.53", "::ffff:198.51.100.53", "127.0.0.11", "::1", "203.0.113.53", "2001:db8::53"),
+		AllowDirect: constEntries("203.0.113.7:443", "[::ffff:203.0.113.0/120]:53", "203.0.113.7:443", "2001:db8::/32"),
+	}
+	got, err := s.normalized()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"veth1", "veth2"}; !slices.Equal(got.HostIfaces, want) {
+		t.Errorf("HostIfaces = %v, want %v", got.HostIfaces, want)
+	}
+	if want := addrs("198.51.100.53", "203.0.113.53", "2001:db8::53"); !slices.Equal(got.Resolvers, want) {
+		t.Errorf("Resolvers = %v, want %v (sorted, unmapped, no loopback, no duplicates)", got.Resolvers, want)
+	}
+	var direct []string
+	for _, e := range got.AllowDirect {
+		direct = append(direct, e.String())
+	}
+	if want := []string{"203.0.113.7:443", "203.0.113.0/24:53", "2001:db8::/32"}; !slices.Equal(direct, want) {
+		t.Errorf("AllowDirect = %q, want %q", direct, want)
+	}
+}
+
+func TestSpecErrors(t *testing.T) {
+	name := constEntries("api.example.com")
+	for _, tc := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Key: "", HostIfaces: []string{"v"}}, `sandbox key ""`},
+		{Spec{Key: "-x", HostIfaces: []string{"v"}}, `sandbox key "-x"`},
+		{Spec{Key: "a/b", HostIfaces: []string{"v"}}, `sandbox key "a/b"`},
+		{Spec{Key: strings.Repeat("k", 202), HostIfaces: []string{"v"}}, "at most 201"},
+		{Spec{Key: "x"}, "neither host interfaces nor the sandbox's namespace"},
+		{Spec{Key: "x", HostIfaces: []string{"veth0", ""}}, `host interface "": empty name`},
+		{Spec{Key: "x", HostIfaces: []string{"a-very-long-name0"}}, "longer than 15 bytes"},
+		{Spec{Key: "x", HostIfaces: []string{"a/b"}}, "not a valid interface name"},
+		{Spec{Key: "x", HostIfaces: []string{"v"}, Resolvers: []netip.Addr{{}}}, "resolver #1"},
+		{Spec{Key: "x", HostIfaces: []string{"v"}, Resolvers: addrs("fe80::1%eth0")}, "scoped address"},
+		{Spec{Key: "x", HostIfaces: []string{"v"}, Resolvers: addrs("0.0.0.0")}, "unspecified"},
+		{Spec{Key: "x", HostIfaces: []string{"v"}, Resolvers: addrs("203.0.113.1", "ff02::1")}, `resolver #2 "ff02::1": multicast`},
+		{Spec{Key: "x", HostIfaces: []string{"v"}, AllowDirect: name}, `allowDirect entry #1 "api.example.com": a name entry cannot bypass the proxy`},
+		{Spec{Key: "x", HostIfaces: []string{"v"}, AllowDirect: []conf.Entry{{Kind: conf.KindPrefix}}}, "no valid IP prefix"},
+	} {
+		_, err := tc.spec.normalized()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("normalized(%+v): %v, want an error containing %q", tc.spec, err, tc.want)
+		}
+	}
+}
+
+func TestPrefixMask(t *testing.T) {
+	for _, tc := range []struct {
+		bits, size int
+		want       []byte
+	}{
+		{0, 4, []byte{0, 0, 0, 0}},
+		{8, 4, []byte{255, 0, 0, 0}},
+		{20, 4, []byte{255, 255, 240, 0}},
+		{31, 4, []byte{255, 255, 255, 254}},
+		{32, 4, []byte{255, 255, 255, 255}},
+		{33, 16, []byte{255, 255, 255, 255, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+	} {
+		if got := prefixMask(tc.bits, tc.size); !bytes.Equal(got, tc.want) {
+			t.Errorf("prefixMask(%d, %d) = %v, want %v", tc.bits, tc.size, got, tc.want)
+		}
+	}
+}
+
+func TestIfaceMACKey(t *testing.T) {
+	mac, _ := net.ParseMAC("02:42:ac:11:00:02")
+	k := ifaceMACKey(7, mac)
+	want := append(binaryutil.NativeEndian.PutUint32(7), 0x02, 0x42, 0xac, 0x11, 0x00, 0x02, 0, 0)
+	if !bytes.Equal(k, want) || len(k) != int(typeIfaceMAC.Bytes) {
+		t.Errorf("ifaceMACKey = %x, want %x (%d bytes)", k, want, typeIfaceMAC.Bytes)
+	}
+}
+
+func TestJumpTarget(t *testing.T) {
+	// NFTA_VERDICT_CODE = NFT_JUMP (-3), NFTA_VERDICT_CHAIN = "sbx-x".
+	jump := []byte{8, 0, 1, 0, 0xff, 0xff, 0xff, 0xfd, 10, 0, 2, 0, 's', 'b', 'x', '-', 'x', 0, 0, 0}
+	if got := jumpTarget(jump); got != "sbx-x" {
+		t.Errorf("jumpTarget(jump sbx-x) = %q", got)
+	}
+	accept := []byte{8, 0, 1, 0, 0, 0, 0, 1}
+	if got := jumpTarget(accept); got != "" {
+		t.Errorf("jumpTarget(accept) = %q, want \"\"", got)
+	}
+	if got := jumpTarget([]byte{200, 0, 1, 0}); got != "" {
+		t.Errorf("jumpTarget(garbage) = %q, want \"\"", got)
+	}
+}
