@@ -25,6 +25,7 @@ type Options struct {
 	UpstreamResolver string // addr:port the proxy resolves allowed names with; "" the host's
 	AllowICMP        bool
 	DNSFilter        bool   // send DNS through the proxy's filter
+	HostLayer        bool   // add the host-side layer on the container's veth
 	ProxyBinary      string // default this executable
 }
 
@@ -140,6 +141,10 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		}
 		return nil
 	}
+	direct, err := allowDirect(annotations)
+	if err != nil {
+		return fail(err)
+	}
 	res, err := resolvers(spec, st.Bundle)
 	if err != nil {
 		return fail(err)
@@ -159,6 +164,8 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		ProxyBinary:   opts.ProxyBinary,
 		ProxyResolver: opts.UpstreamResolver,
 		DNSFilter:     opts.DNSFilter,
+		HostLayer:     opts.HostLayer,
+		AllowDirect:   direct,
 	})
 	if err != nil {
 		return fail(err)

@@ -17,6 +17,29 @@ const (
 	AnnotationAllowedHosts = "doorman.io/allowed-hosts"
 )
 
+// AnnotationAllowDirect lists IP/CIDR entries (comma-separated, with an
+// optional port) the container reaches without the proxy.
+const AnnotationAllowDirect = "doorman.io/allow-direct"
+
+// allowDirect parses the allow-direct annotation: address entries only.
+func allowDirect(annotations map[string]string) ([]conf.Entry, error) {
+	var out []conf.Entry
+	for _, raw := range strings.Split(annotations[AnnotationAllowDirect], ",") {
+		if raw = strings.TrimSpace(raw); raw == "" {
+			continue
+		}
+		e, err := conf.ParseEntry(raw)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s: %w", AnnotationAllowDirect, err)
+		}
+		if e.Kind != conf.KindPrefix {
+			return nil, fmt.Errorf("annotation %s: %q: only an IP or CIDR (with an optional port) can bypass the proxy", AnnotationAllowDirect, raw)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // DefaultPolicyFile is the policy for containers that carry no doorman
 // annotation, in the plain allowlist form.
 const DefaultPolicyFile = "/etc/doorman/default.policy"

@@ -43,6 +43,8 @@ type RuntimeConfig struct {
 	// DNSFilter sends containers' DNS through the proxy's filter
 	// (default false).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
+	// HostLayer adds the host-side layer on each container's veth.
+	HostLayer bool `json:"hostLayer,omitempty"`
 }
 
 // LoadRuntimeConfig reads path; a missing file means the defaults.
@@ -73,6 +75,9 @@ func (c RuntimeConfig) hookArgs() []string {
 	add("--log-dir", c.LogDir)
 	add("--default-policy", c.DefaultPolicy)
 	add("--upstream-resolver", c.UpstreamResolver)
+	if c.HostLayer {
+		a = append(a, "--host-layer")
+	}
 	if c.DNSFilter != nil {
 		a = append(a, fmt.Sprintf("--dns-filter=%t", *c.DNSFilter))
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/google/nftables"
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/enforce"
@@ -390,4 +391,87 @@ func TestCNIVersionsAndStatus(t *testing.T) {
 	if err := e.net.InHost(func() error { return e.cni.GetStatusNetworkList(context.Background(), bad) }); err == nil {
 		t.Fatal("STATUS passed with an unusable state directory")
 	}
+}
+
+// TestCNIHostLayer: with hostLayer, a workload that flushes its own
+// namespace's rules still gets nothing out but DNS and ICMP; allowDirect
+// reaches its destination on both layers.
+func TestCNIHostLayer(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(map[string]any{
+		"hostLayer":   true,
+		"allowDirect": []string{otherAddr.String() + ":5432"},
+	}))
+	s := e.state(c)
+	if !s.HostLayer || s.Label != "full" {
+		t.Fatalf("state: hostLayer %v label %q, want the host layer and label full", s.HostLayer, s.Label)
+	}
+	if err := e.check(c); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 {
+		t.Fatalf("allowed HTTPS with the host layer: %v", r)
+	}
+	// allowDirect: straight to the recorder, not through the proxy.
+	if err := tcpSendRecv(c.ns, netip.AddrPortFrom(otherAddr, testnet.PortPostgres), "direct"); err == nil {
+		t.Log("recorder answered") // recorders never answer; the bytes count
+	}
+	if n := e.other.Received(testnet.PortPostgres); n == 0 {
+		t.Fatal("allowDirect destination received nothing")
+	}
+
+	// The workload flushes its own ruleset (it holds CAP_NET_ADMIN).
+	if err := enforce.Remove(c.ns.Path()); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []uint16{testnet.PortRecorder, testnet.PortSSH} {
+		tcpSendRecv(c.ns, netip.AddrPortFrom(evilAddr4, port), "escape")
+		if n := e.evil.Received(int(port)); n != 0 {
+			t.Errorf("after flushing its own rules, %d bytes reached evil:%d", n, port)
+		}
+	}
+	udpEcho(c.ns, netip.AddrPortFrom(evilAddr4, testnet.PortUDPEcho))
+	if n := e.evil.UDPDatagrams(testnet.PortUDPEcho); n != 0 {
+		t.Errorf("after flushing its own rules, %d UDP datagrams reached evil", n)
+	}
+	// DNS to the resolver still works: the host layer allows it.
+	if m, err := c.ns.QueryDNS(context.Background(), e.net.DNS, apiName, dns.TypeA); err != nil || len(m.Answer) == 0 {
+		t.Errorf("DNS after the flush: %v %v", m, err)
+	}
+	if err := e.check(c); err == nil {
+		t.Error("CHECK passed with the sandbox's own table gone")
+	}
+	if err := e.del(c); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if tables := hostTables(t, e); len(tables) != 0 {
+		t.Errorf("host-side tables left after DEL: %v", tables)
+	}
+}
+
+// hostTables lists doorman's host-side tables in the test's host namespace.
+func hostTables(t *testing.T, e *cniEnv) []string {
+	t.Helper()
+	var out []string
+	err := e.net.InHost(func() error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		tables, err := c.ListTables()
+		if err != nil {
+			return err
+		}
+		for _, tb := range tables {
+			if strings.HasPrefix(tb.Name, "doorman") {
+				out = append(out, tb.Name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

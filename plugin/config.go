@@ -43,6 +43,12 @@ type NetConf struct {
 	// UpstreamResolver is the DNS server ("addr" or "addr:port") the
 	// proxy uses to resolve allowed names; default the host's resolv.conf.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
+	// HostLayer adds rules on the container's host-side veth that a
+	// workload holding CAP_NET_ADMIN cannot remove (default false).
+	HostLayer bool `json:"hostLayer,omitempty"`
+	// AllowDirect are IP or CIDR entries, optionally with a port
+	// ("10.0.0.5:5432"), the containers reach without the proxy.
+	AllowDirect []string `json:"allowDirect,omitempty"`
 	// DNSFilter sends the containers' DNS through the proxy's filter,
 	// which answers only names the policy could admit (default false).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
@@ -227,3 +233,20 @@ func sandboxKey(containerID, ifName string) string {
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// allowDirect parses AllowDirect: address entries only.
+func (n *NetConf) allowDirect() ([]conf.Entry, error) {
+	var out []conf.Entry
+	for _, raw := range n.AllowDirect {
+		e, err := conf.ParseEntry(raw)
+		if err != nil {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: allowDirect", err.Error())
+		}
+		if e.Kind != conf.KindPrefix {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig,
+				fmt.Sprintf("doorman: allowDirect %q: only an IP or CIDR (with an optional port) can bypass the proxy", raw), "")
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

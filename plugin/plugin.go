@@ -53,6 +53,10 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	direct, err := n.allowDirect()
+	if err != nil {
+		return err
+	}
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
@@ -75,6 +79,8 @@ func cmdAdd(args *skel.CmdArgs) error {
 		LogDir:        n.LogDir,
 		ProxyResolver: upstream,
 		DNSFilter:     n.DNSFilter != nil && *n.DNSFilter,
+		HostLayer:     n.HostLayer,
+		AllowDirect:   direct,
 	})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())

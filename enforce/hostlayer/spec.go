@@ -3,7 +3,6 @@ package hostlayer
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -44,10 +43,23 @@ type Spec struct {
 	AllowDirect []conf.Entry
 }
 
-// keyPattern is what a sandbox key may look like; it matches
+// validKey reports whether key may name a sandbox's chains: it matches
 // enforce/sandbox.ValidKey, and makes a chain name of at most 205 bytes
-// (nftables allows 255).
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$`)
+// (nftables allows 255). Hand-written, not a regexp: this package is in
+// every doorman process, and a package-level regexp costs each of them
+// at start.
+func validKey(key string) bool {
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	if len(key) == 0 || len(key) > 201 || !alnum(key[0]) {
+		return false
+	}
+	for i := 1; i < len(key); i++ {
+		if c := key[i]; !alnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // ifNameSize is IFNAMSIZ: an interface name has at most 15 bytes.
 const ifNameSize = 16
@@ -98,7 +110,7 @@ func (s Spec) normalized() (Spec, error) {
 }
 
 func checkKey(key string) error {
-	if !keyPattern.MatchString(key) {
+	if !validKey(key) {
 		return fmt.Errorf("sandbox key %q: want letters, digits, '_', '.', '-' (at most 201), starting with a letter or digit", key)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/enforce/hostlayer"
 )
 
 // Request says what to enforce on one sandbox.
@@ -38,6 +39,19 @@ type Request struct {
 	// ProxyResolver is the DNS server ("addr:port") the proxy uses to
 	// resolve allowed names; "" means the host's /etc/resolv.conf.
 	ProxyResolver string
+	// HostLayer adds the host-side layer (package hostlayer) in the
+	// caller's namespace: rules on the sandbox's host interfaces that a
+	// workload holding CAP_NET_ADMIN cannot remove. HostIfaces names
+	// those interfaces (the CNI prevResult's host veth); empty means find
+	// the veth peers of the sandbox. With the layer in place the label is
+	// "full"; where no host interface can be found (macvlan, or a runtime
+	// that adds the interface later) the sandbox runs without it and
+	// keeps its Label.
+	HostLayer  bool
+	HostIfaces []string
+	// AllowDirect are IP/CIDR entries (optionally with ports) the sandbox
+	// reaches without the proxy, on both layers.
+	AllowDirect []conf.Entry
 	// DNSFilter sends the sandbox's DNS through the proxy's DNS filter,
 	// which answers only names the policy could admit, instead of
 	// straight to its resolvers (where DNS is a tunnel).
@@ -112,6 +126,9 @@ func enforceNew(r Request) (_ *State, err error) {
 		Label: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, DNSFilter: r.DNSFilter,
 	}
+	for _, e := range r.AllowDirect {
+		s.AllowDirect = append(s.AllowDirect, e.String())
+	}
 	var spawned *spawnedProxy
 	// Undo everything on failure, in reverse order. The container does
 	// not start when enforcing fails, so no workload sees the gap.
@@ -122,6 +139,9 @@ func enforceNew(r Request) (_ *State, err error) {
 			}
 			stopProxy(s.PID, s.PIDStart, time.Second)
 			enforce.Remove(r.NetNS)
+			if s.HostLayer {
+				hostlayer.Remove(runtimeNetNS, s.Key)
+			}
 			os.RemoveAll(dir)
 		}
 	}()
@@ -144,10 +164,59 @@ func enforceNew(r Request) (_ *State, err error) {
 		}
 		spawned = nil
 	}
+	if r.HostLayer {
+		if err := s.applyHostLayer(r.HostIfaces); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.save(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// runtimeNetNS is the namespace the host-side layer lives in: the one the
+// plugin or hook runs in, where the proxy runs too.
+const runtimeNetNS = "/proc/self/ns/net"
+
+// applyHostLayer installs the host-side layer for s. No host interface to
+// hold (no veth) is not an error: the sandbox keeps its label.
+func (s *State) applyHostLayer(ifaces []string) error {
+	spec, err := s.hostSpec(ifaces)
+	if err != nil {
+		return err
+	}
+	err = hostlayer.Apply(runtimeNetNS, spec)
+	if errors.Is(err, hostlayer.ErrNoHostPeer) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.HostLayer, s.HostIfaces, s.Label = true, spec.HostIfaces, "full"
+	return nil
+}
+
+func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
+	spec := hostlayer.Spec{Key: s.Key, SandboxNetNS: s.NetNS, HostIfaces: ifaces, Resolvers: s.Resolvers, AllowICMP: s.AllowICMP}
+	var err error
+	if spec.AllowDirect, err = s.allowDirect(); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+// allowDirect parses the recorded allowDirect entries.
+func (s *State) allowDirect() ([]conf.Entry, error) {
+	var out []conf.Entry
+	for _, raw := range s.AllowDirect {
+		e, err := conf.ParseEntry(raw)
+		if err != nil {
+			return nil, fmt.Errorf("allowDirect: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // spawnProxy creates the proxy's sockets inside the sandbox's netns and
@@ -231,8 +300,26 @@ func reenforce(s *State, r Request) (*State, error) {
 		// not start: keep the recorded ones and say so in the state.
 		r.Resolvers = s.Resolvers
 	}
+	s.AllowDirect = nil
+	for _, e := range r.AllowDirect {
+		s.AllowDirect = append(s.AllowDirect, e.String())
+	}
 	if err := enforce.Apply(s.NetNS, s.spec()); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+	}
+	if s.HostLayer {
+		spec, err := s.hostSpec(s.HostIfaces)
+		if err == nil {
+			err = hostlayer.Apply(runtimeNetNS, spec)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
+		}
+		s.Label = "full"
+	} else if r.HostLayer {
+		if err := s.applyHostLayer(r.HostIfaces); err != nil {
+			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
+		}
 	}
 	if err := s.save(); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
@@ -242,10 +329,15 @@ func reenforce(s *State, r Request) (*State, error) {
 
 // spec is the ruleset the state says is installed.
 func (s *State) spec() enforce.Spec {
-	return enforce.Spec{
+	spec := enforce.Spec{
 		Port4: s.Port4, Port6: s.Port6, Resolvers: s.Resolvers, AllowICMP: s.AllowICMP,
 		DenyAll: s.Mode == string(conf.ModeNone), DNSPort4: s.DNSPort4, DNSPort6: s.DNSPort6,
 	}
+	entries, _ := s.allowDirect() // validated when recorded
+	for _, e := range entries {
+		spec.Direct = append(spec.Direct, enforce.Direct{Prefix: e.Prefix, PortLo: e.Ports.Lo, PortHi: e.Ports.Hi})
+	}
+	return spec
 }
 
 // ProxyAlive reports whether the sandbox's proxy process is running.
@@ -271,6 +363,11 @@ func Teardown(stateDir, key string) error {
 	var errs []error
 	if err := stopProxy(s.PID, s.PIDStart, time.Second); err != nil {
 		errs = append(errs, err)
+	}
+	if s.HostLayer {
+		if err := hostlayer.Remove(runtimeNetNS, s.Key); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := enforce.Remove(s.NetNS); err != nil {
 		errs = append(errs, err)
@@ -300,6 +397,15 @@ func Check(stateDir, key string) error {
 	}
 	if err := enforce.Check(s.NetNS, s.spec()); err != nil {
 		return fmt.Errorf("check sandbox %s: %w", key, err)
+	}
+	if s.HostLayer {
+		spec, err := s.hostSpec(s.HostIfaces)
+		if err == nil {
+			err = hostlayer.Check(runtimeNetNS, spec)
+		}
+		if err != nil {
+			return fmt.Errorf("check sandbox %s: host-side layer: %w", key, err)
+		}
 	}
 	return nil
 }

@@ -46,6 +46,11 @@ type State struct {
 	// leaving mode none starts the same one.
 	ProxyBinary   string `json:"proxyBinary,omitempty"`
 	ProxyResolver string `json:"proxyResolver,omitempty"`
+	// HostLayer says the host-side layer holds HostIfaces for this sandbox.
+	HostLayer  bool     `json:"hostLayer,omitempty"`
+	HostIfaces []string `json:"hostIfaces,omitempty"`
+	// AllowDirect are the entries reached without the proxy.
+	AllowDirect []string `json:"allowDirect,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool      `json:"dnsFilter,omitempty"`
 	PID       int       `json:"pid"`      // proxy process
