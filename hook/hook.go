@@ -236,7 +236,7 @@ func samePolicy(s *sandbox.State, pol *conf.Policy) error {
 // is re-enforced with its own policy, resolvers and proxy; only its label
 // changes.
 func joinLabel(holder *sandbox.State, pol *conf.Policy, label string, opts Options) error {
-	if labelRank(label) <= labelRank(holder.Label) {
+	if labelRank(label) <= labelRank(holder.BaseLabel) {
 		return nil
 	}
 	_, err := sandbox.Enforce(sandbox.Request{

@@ -11,7 +11,9 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/enforce/sandbox"
 )
 
 // RuntimeConfigFile configures the runtime wrapper; it is optional.
@@ -286,6 +288,11 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 		}
 	}
 	setEnv(raw, EnvNetworkMode, string(pol.Mode))
+	if pol.Mode != conf.ModeOpen && !hasNetNSShared(label) {
+		// What the sandbox will record: the hook adds the host-side
+		// layer only where it finds the veth, so it is not counted here.
+		label = sandbox.ComposeLabel(label, false, cfg.DNSFilter != nil && *cfg.DNSFilter, string(pol.Mode))
+	}
 	setEnv(raw, EnvEnforcement, label)
 	addHooks(raw, self, cfg.hookArgs())
 
@@ -406,3 +413,7 @@ func writeFileKeepMode(path string, data []byte) error {
 func ExecRunc(runc string, args []string) error {
 	return execve(runc, append([]string{runc}, args...), os.Environ())
 }
+
+// hasNetNSShared reports a label for a container that shares an enclosing
+// sandbox's namespace (its coverage is that sandbox's).
+func hasNetNSShared(label string) bool { return strings.HasPrefix(label, "inherited") }

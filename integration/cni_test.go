@@ -401,6 +401,7 @@ func TestCNIHostLayer(t *testing.T) {
 	c := e.newContainer()
 	e.mustAdd(c, e.conflist(map[string]any{
 		"hostLayer":   true,
+		"dnsFilter":   true,
 		"allowDirect": []string{otherAddr.String() + ":5432"},
 	}))
 	s := e.state(c)

@@ -43,8 +43,8 @@ func TestHookRunc(t *testing.T) {
 	}
 	// runc spec's default capabilities hold neither CAP_NET_RAW nor
 	// CAP_NET_ADMIN.
-	if s.Label != "full" {
-		t.Errorf("label %q, want full (runc spec's default capabilities)", s.Label)
+	if s.Label != withDNSGap("full") {
+		t.Errorf("label %q, want %q (runc spec's default capabilities, DNS unfiltered)", s.Label, withDNSGap("full"))
 	}
 	if want := []netip.Addr{e.net.DNS, e.net.DNS6}; !slices.Equal(s.Resolvers, want) {
 		t.Errorf("resolvers %v, want %v (the rootfs's resolv.conf)", s.Resolvers, want)
@@ -171,23 +171,23 @@ func TestHookRuncPolicies(t *testing.T) {
 		withProxy bool
 	}{
 		{name: "net raw", opts: []specOption{allowAPI(), withCaps("CAP_NET_RAW")},
-			mode: "allowlist", label: "partial (container holds CAP_NET_RAW)", withProxy: true},
+			mode: "allowlist", label: withDNSGap("partial (container holds CAP_NET_RAW)"), withProxy: true},
 		{name: "net admin", opts: []specOption{allowAPI(), withCaps("CAP_NET_RAW", "CAP_NET_ADMIN")},
-			mode: "allowlist", label: "partial (container holds CAP_NET_ADMIN)", withProxy: true},
+			mode: "allowlist", label: withDNSGap("partial (container holds CAP_NET_ADMIN)"), withProxy: true},
 		{name: "mode none", opts: []specOption{withAnnotations(hook.AnnotationMode, "none")},
 			mode: "none", label: "full"},
 		// The state records what enforcement covers whatever the mode
 		// (the CLI shows n/a while the mode is open).
 		{name: "mode open", opts: []specOption{withAnnotations(hook.AnnotationMode, "open")},
-			mode: "open", label: "full", withProxy: true},
+			mode: "open", label: withDNSGap("full"), withProxy: true},
 		{name: "default policy file", policy: "mode: allowlist\n" + otherName + "\n",
-			mode: "allowlist", label: "full", withProxy: true},
+			mode: "allowlist", label: withDNSGap("full"), withProxy: true},
 		// Docker 20.10 runs its hooks at prestart: the hook acts there too.
 		{name: "prestart stage", opts: []specOption{allowAPI(), func(s *specs.Spec) {
 			h := s.Hooks.CreateRuntime[0]
 			h.Args = slices.Concat(h.Args[:len(h.Args)-1], []string{hook.StagePrestart})
 			s.Hooks.Prestart, s.Hooks.CreateRuntime = []specs.Hook{h}, nil
-		}}, mode: "allowlist", label: "full", withProxy: true},
+		}}, mode: "allowlist", label: withDNSGap("full"), withProxy: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -423,7 +423,7 @@ func TestHookRuncSharedNetNS(t *testing.T) {
 	if r := e.create(raw); r.exit != 0 {
 		t.Fatalf("create a container with CAP_NET_RAW in the shared namespace: %v", r)
 	}
-	if now := e.state(first); now.Label != "partial (container holds CAP_NET_RAW)" || now.PID != s.PID {
+	if now := e.state(first); now.Label != withDNSGap("partial (container holds CAP_NET_RAW)") || now.PID != s.PID {
 		t.Errorf("after a container with CAP_NET_RAW joined: label %q, proxy %d; want partial (container holds CAP_NET_RAW), %d", now.Label, now.PID, s.PID)
 	}
 	e.delete(raw)

@@ -27,6 +27,9 @@ func denyTLS(c *net.TCPConn) {
 // and the sandbox, and closes gracefully.
 func denyHTTP(c *net.TCPConn, host, sandbox, reason string) {
 	body := fmt.Sprintf("doorman: access to %q is denied by the policy of sandbox %q (%s)\n", host, sandbox, reason)
+	if host == "" {
+		body = fmt.Sprintf("doorman: this request is denied by the policy of sandbox %q (%s)\n", sandbox, reason)
+	}
 	resp := fmt.Sprintf("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\nX-Doorman-Sandbox: %s\r\n\r\n%s",
 		len(body), sandbox, body)
 	c.SetWriteDeadline(time.Now().Add(lingerAfterDeny))

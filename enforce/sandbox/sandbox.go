@@ -29,7 +29,7 @@ type Request struct {
 	Policy    *conf.Policy // the policy to enforce (required)
 	Resolvers []netip.Addr // DNS servers the sandbox may query
 	AllowICMP bool
-	Label     string // what the enforcement covers (see DESIGN.md "Honest labels")
+	Label     string // what the in-namespace rules cover given the workload's capabilities: full or partial (...); see ComposeLabel
 
 	StateDir string // default DefaultStateDir
 	LogDir   string // default DefaultLogDir
@@ -123,7 +123,7 @@ func enforceNew(r Request) (_ *State, err error) {
 	s := &State{
 		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: string(r.Policy.Mode), Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
-		Label: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
+		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, DNSFilter: r.DNSFilter,
 	}
 	for _, e := range r.AllowDirect {
@@ -169,6 +169,7 @@ func enforceNew(r Request) (_ *State, err error) {
 			return nil, err
 		}
 	}
+	s.relabel()
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -193,7 +194,8 @@ func (s *State) applyHostLayer(ifaces []string) error {
 	if err != nil {
 		return err
 	}
-	s.HostLayer, s.HostIfaces, s.Label = true, spec.HostIfaces, "full"
+	s.HostLayer, s.HostIfaces = true, spec.HostIfaces
+	s.relabel()
 	return nil
 }
 
@@ -293,7 +295,7 @@ func reenforce(s *State, r Request) (*State, error) {
 	if err := conf.WriteFileAtomic(s.PolicyPath(), r.Policy); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	s.Mode, s.AllowICMP, s.Label = string(r.Policy.Mode), r.AllowICMP, r.Label
+	s.Mode, s.AllowICMP, s.BaseLabel = string(r.Policy.Mode), r.AllowICMP, r.Label
 	if !slices.Equal(s.Resolvers, r.Resolvers) {
 		// The DNS filter's upstreams are fixed at start; a new set of
 		// resolvers needs a new proxy, which ADD on a live sandbox does
@@ -315,12 +317,12 @@ func reenforce(s *State, r Request) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
-		s.Label = "full"
 	} else if r.HostLayer {
 		if err := s.applyHostLayer(r.HostIfaces); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	}
+	s.relabel()
 	if err := s.save(); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}

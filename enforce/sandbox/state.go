@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -39,7 +40,8 @@ type State struct {
 	Port6     uint16       `json:"port6"`              //
 	Resolvers []netip.Addr `json:"resolvers"`          // DNS servers the sandbox may query
 	AllowICMP bool         `json:"allowICMP"`          //
-	Label     string       `json:"label"`              // what the enforcement covers: full, partial (...)
+	Label     string       `json:"label"`              // what the enforcement covers: full, partial (...) (see ComposeLabel)
+	BaseLabel string       `json:"baseLabel"`          // what the in-namespace rules cover, given the workload's capabilities
 	DNSPort4  uint16       `json:"dnsPort4,omitempty"` // DNS filter ports inside the sandbox (UDP and TCP)
 	DNSPort6  uint16       `json:"dnsPort6,omitempty"` //
 	// ProxyBinary and ProxyResolver say how the proxy is started, so that
@@ -58,6 +60,32 @@ type State struct {
 	LogFile   string    `json:"logFile"`  // decision log
 	Created   time.Time `json:"created"`  //
 	Dir       string    `json:"-"`        // the sandbox's state directory
+}
+
+// The gap named when the sandbox's DNS goes to its resolvers unfiltered.
+const gapDNS = "DNS to the resolvers is not filtered"
+
+// ComposeLabel says what a sandbox's enforcement covers: base is what its
+// in-namespace rules cover given the workload's capabilities ("full" or
+// "partial (<gap>)"); the host-side layer closes that gap; DNS that is not
+// filtered is a gap of its own, except in mode none where no DNS leaves.
+func ComposeLabel(base string, hostLayer, dnsFilter bool, mode string) string {
+	var gaps []string
+	if inner, ok := strings.CutPrefix(base, "partial ("); ok && !hostLayer {
+		gaps = append(gaps, strings.TrimSuffix(inner, ")"))
+	}
+	if !dnsFilter && mode != "none" {
+		gaps = append(gaps, gapDNS)
+	}
+	if len(gaps) == 0 {
+		return "full"
+	}
+	return "partial (" + strings.Join(gaps, "; ") + ")"
+}
+
+// relabel recomputes Label from BaseLabel and the layers in place.
+func (s *State) relabel() {
+	s.Label = ComposeLabel(s.BaseLabel, s.HostLayer, s.DNSFilter, s.Mode)
 }
 
 // PolicyPath is the path of the sandbox's live policy file.

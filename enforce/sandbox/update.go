@@ -125,6 +125,7 @@ func (s *State) apply(p *conf.Policy, oldData []byte, u *Update) error {
 		}
 		u.Reload = !isNone && s.ProxyAlive()
 		s.Mode = string(p.Mode)
+		s.relabel()
 		return s.save()
 	case isNone:
 		u.ProxyStopped = true
@@ -160,6 +161,7 @@ func (s *State) enterNone(p *conf.Policy) error {
 		// still ends it.
 		s.PID, s.PIDStart = 0, 0
 	}
+	s.relabel()
 	if err := s.save(); err != nil {
 		return err
 	}
@@ -221,6 +223,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		return err
 	}
 	applied = true
+	next.relabel()
 	if err := next.save(); err != nil {
 		return err
 	}
