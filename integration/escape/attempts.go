@@ -1,0 +1,61 @@
+package main
+
+// attempt tries one way out and reports what it did.
+type attempt func(*config) row
+
+// attemptOrder is the order of the table in docs/security.md.
+var attemptOrder = []string{
+	"tcp", "sni-spoof", "h2c", "keepalive-host", "absolute-uri", "connect",
+	"udp", "quic", "dns-rogue", "dns-tunnel", "raw-ip", "af-packet", "so-mark",
+	"ipv6", "ipv4-mapped", "proxy-port", "silent",
+}
+
+// attempts maps each attempt's name to its code:
+//
+//	tcp             TCP to the denied host's recorder port, with a payload
+//	sni-spoof       TLS to the denied host's IP with the allowed name as SNI,
+//	                then an HTTP request inside
+//	h2c             HTTP/2 prior knowledge (no Host, no SNI) to the denied
+//	                host's HTTP port
+//	keepalive-host  a keep-alive HTTP/1.1 connection to the allowed host:
+//	                one request for it, then one with Host: the denied name
+//	absolute-uri    GET http://DENIED/ with Host: ALLOWED, to the allowed host
+//	connect         CONNECT DENIED:PORT with Host: ALLOWED, then a payload
+//	udp             a datagram to the denied host's UDP echo port
+//	quic            a 1200-byte datagram shaped as a QUIC Initial to UDP 443 of
+//	                the denied and of the allowed host (QUIC is never proxied)
+//	dns-rogue       A queries to DNS servers that are not the resolver
+//	dns-tunnel      TXT queries for random names carrying a payload under the
+//	                tunnel zone, through the resolver, over UDP and TCP
+//	raw-ip          hand-made IPv4/UDP to the denied host through a raw socket
+//	                (IPPROTO_RAW) and a raw UDP socket
+//	af-packet       an Ethernet frame holding IPv4/UDP to the denied host, sent
+//	                to the default gateway's MAC through an AF_PACKET socket
+//	so-mark         TCP and UDP to the denied host with SO_MARK set to each of
+//	                the given marks
+//	ipv6            TCP and UDP to the denied host's IPv6 address
+//	ipv4-mapped     TCP and UDP to ::ffff:DENIED4 through AF_INET6 sockets
+//	proxy-port      HTTP with Host: the denied name, straight to the proxy's
+//	                listener ports (loopback and the sandbox's own addresses)
+//	silent          many connections to a recorder port of the denied host
+//	                that send nothing, held past the proxy's sniff timeout,
+//	                then one byte on each
+var attempts = map[string]attempt{
+	"tcp":            tryTCP,
+	"sni-spoof":      trySNISpoof,
+	"h2c":            tryH2C,
+	"keepalive-host": tryKeepAliveHost,
+	"absolute-uri":   tryAbsoluteURI,
+	"connect":        tryConnect,
+	"udp":            tryUDP,
+	"quic":           tryQUIC,
+	"dns-rogue":      tryDNSRogue,
+	"dns-tunnel":     tryDNSTunnel,
+	"raw-ip":         tryRawIP,
+	"af-packet":      tryAFPacket,
+	"so-mark":        trySOMark,
+	"ipv6":           tryIPv6,
+	"ipv4-mapped":    tryIPv4Mapped,
+	"proxy-port":     tryProxyPort,
+	"silent":         trySilent,
+}

@@ -1,0 +1,204 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/doorman-net/doorman/hook"
+)
+
+// The escape suite's sandbox kinds, as docs/security.md names them.
+const (
+	escapeKindCNI    = "CNI sandbox"
+	escapeKindDocker = "Docker container"
+	escapeKindDinD   = "DinD inner container"
+)
+
+// escapeImage is the Docker image holding the escape probe as /escape.
+const escapeImage = "dm-escape:test"
+
+// escapeCNI runs the matrix for containers attached through libcni (the
+// bridge plugin with doorman chained after it). The probe runs as root in
+// the container's namespace through `ip netns exec` and first cuts its own
+// capabilities down to Docker's default set (plus CAP_NET_ADMIN in the
+// flushed mode), so that it holds what a container would.
+func escapeCNI(t *testing.T, bin string, writeDoc bool) *escapeKind {
+	e := newCNIEnv(t)
+	w := escapeWorld{net: e.net, api: e.api, evil: e.evil, other: e.other}
+	k := &escapeKind{
+		name: escapeKindCNI,
+		setup: "libcni ADD of a conflist: bridge (host-local IPAM) with doorman chained after it, run in a namespace " +
+			"playing the host; the probe runs as root in the container's namespace (`ip netns exec`) with its " +
+			"capabilities cut down to Docker's default set, plus CAP_NET_ADMIN in the second column.",
+	}
+	for _, mode := range escapeModes {
+		c := e.newContainer()
+		e.mustAdd(c, e.conflist(nil))
+		caps := "docker"
+		if mode == modeFlushed {
+			caps = "docker,NET_ADMIN"
+		}
+		s := &escapeSandbox{
+			mode:      mode,
+			state:     e.state(c),
+			nsPath:    c.ns.Path(),
+			runtimeNS: []string{e.net.HostPath()},
+			probe: func(ctx context.Context, args ...string) (string, error) {
+				cmd := c.ns.Command(ctx, bin, append([]string{"-caps", caps}, args...)...)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				out, err := cmd.Output()
+				if err != nil {
+					return "", fmt.Errorf("%v: %s", err, stderr.String())
+				}
+				return string(out), nil
+			},
+		}
+		k.columns = append(k.columns, runEscapeColumn(t, w, s, writeDoc))
+		if err := e.del(c); err != nil {
+			t.Errorf("DEL: %v", err)
+		}
+	}
+	return k
+}
+
+// escapeLabels are the doorman labels of every escape container: allow
+// api.example.test only.
+func escapeLabels() []string {
+	return []string{"--label", hook.AnnotationMode + "=allowlist", "--label", hook.AnnotationAllowedHosts + "=" + apiName}
+}
+
+// modeRunArgs are the `docker run` options of a mode.
+func modeRunArgs(mode escapeMode) []string {
+	if mode == modeFlushed {
+		return []string{"--cap-add", "NET_ADMIN"}
+	}
+	return nil
+}
+
+// dockerProbe runs the probe in container id through docker exec (cli
+// runs the docker command line given).
+func dockerProbe(cli func(args ...string) dockerResult, id string) func(context.Context, ...string) (string, error) {
+	return func(_ context.Context, args ...string) (string, error) {
+		r := cli(slices.Concat([]string{"exec", id, "/escape"}, args)...)
+		if r.exit != 0 {
+			return "", fmt.Errorf("%v", r)
+		}
+		return r.stdout, nil
+	}
+}
+
+// escapeDocker runs the matrix for containers of the test's dockerd, whose
+// default runtime is doorman's runc wrapper.
+func escapeDocker(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escapeKind {
+	w := escapeWorld{net: d.net, api: d.api, evil: d.evil, other: d.other}
+	k := &escapeKind{
+		name: escapeKindDocker,
+		setup: "Docker 20.10 with doorman's runc wrapper as the default runtime (the OCI hook); the container runs " +
+			"on the default bridge with doorman labels; `docker run` with Docker's default capabilities, then " +
+			"with `--cap-add NET_ADMIN`; the probe runs through `docker exec`. Docker's default bridge gives the " +
+			"container no IPv6 address, so the IPv6 row cannot leave whatever the rules say.",
+	}
+	for _, mode := range escapeModes {
+		name := fmt.Sprintf("dm-esc%d-%s", mode, d.id)
+		id := d.mustDocker(slices.Concat([]string{"run", "--detach", "--name", name}, d.runArgs(), escapeLabels(),
+			modeRunArgs(mode), []string{image, "/escape", "sleep", "10m"})...)
+		st := d.state(id)
+		s := &escapeSandbox{
+			mode:      mode,
+			state:     st,
+			nsPath:    procNetNS(d.pid(id)),
+			runtimeNS: []string{procNetNS(d.dockerd.Process.Pid)}, // dockerd's: the root namespace
+			probe:     dockerProbe(d.docker, id),
+		}
+		k.columns = append(k.columns, runEscapeColumn(t, w, s, writeDoc))
+		d.mustDocker("rm", "--force", id)
+		waitGone(t, st.PID)
+	}
+	return k
+}
+
+// escapeDinD runs the matrix for containers of a Docker daemon that runs
+// inside a doorman sandbox (the outer container, allowed api and other),
+// with doorman's wrapper as its default runtime too.
+func escapeDinD(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escapeKind {
+	e := newDinD(t, d, "--label", hook.AnnotationMode+"=allowlist",
+		"--label", hook.AnnotationAllowedHosts+"="+apiName+","+otherName)
+	if r := e.dockerStdin(openFile(t, filepath.Join(d.dir, "escape-rootfs.tar")), "exec", "--interactive", e.outer, dindDocker, "import", "-", image); r.exit != 0 {
+		t.Fatal(r)
+	}
+	w := escapeWorld{net: d.net, api: d.api, evil: d.evil, other: d.other}
+	k := &escapeKind{
+		name: escapeKindDinD,
+		setup: "an outer container (itself a doorman sandbox allowing api.example.test and other.example.test, " +
+			"with the capabilities a Docker daemon needs) runs Docker 20.10 with doorman's wrapper as its default " +
+			"runtime; the inner container runs on the inner default bridge with doorman labels, with the inner " +
+			"Docker's default capabilities, then with `--cap-add NET_ADMIN`; the probe runs through a nested `docker exec`. " +
+			"Everything the inner container sends is forwarded through the outer sandbox, whose rules stay in place " +
+			"in both columns (only the inner container's own ruleset is flushed). The inner default bridge gives the " +
+			"container no IPv6 address.",
+	}
+	for _, mode := range escapeModes {
+		name := fmt.Sprintf("dm-esc%d", mode)
+		id := e.mustInner(slices.Concat([]string{"run", "--detach", "--name", name}, e.runArgs(), escapeLabels(),
+			modeRunArgs(mode), []string{image, "/escape", "sleep", "10m"})...)
+		st, err := e.innerState(id)
+		if err != nil {
+			t.Fatalf("inner doorman state of %s: %v", id, err)
+		}
+		nsPath := ""
+		if pid := e.mustInner("inspect", "--format", "{{.State.Pid}}", id); pid != "" && pid != "0" {
+			// The inner pid, in the outer container's own /proc.
+			nsPath = e.hostPath("/proc/" + pid + "/ns/net")
+		}
+		s := &escapeSandbox{
+			mode:      mode,
+			state:     st,
+			nsPath:    nsPath,
+			runtimeNS: []string{procNetNS(e.outerPID), procNetNS(d.dockerd.Process.Pid)},
+			probe:     dockerProbe(e.inner, id),
+		}
+		k.columns = append(k.columns, runEscapeColumn(t, w, s, writeDoc))
+		e.removeInnerContainer(t, id, st)
+	}
+	return k
+}
+
+// importEscapeImage imports a rootfs holding only the probe (as /escape)
+// into the test's dockerd, keeping the archive for the inner daemon.
+func importEscapeImage(t *testing.T, d *dockerEnv, bin string) string {
+	t.Helper()
+	rootfs := filepath.Join(d.dir, "escape-rootfs")
+	for _, sub := range []string{"etc", "tmp", "proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := copyFile(bin, filepath.Join(rootfs, "escape"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(d.dir, "escape-rootfs.tar")
+	if err := writeTar(archive, rootfs); err != nil {
+		t.Fatalf("archive the escape rootfs: %v", err)
+	}
+	if r := d.dockerStdin(openFile(t, archive), "import", "-", escapeImage); r.exit != 0 {
+		t.Fatal(r)
+	}
+	return escapeImage
+}
+
+// openFile opens path for reading until t ends.
+func openFile(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
