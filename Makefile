@@ -63,6 +63,11 @@ install: build
 # The README's first command: builds everything, then shows `doorman run`
 # allowing one site and refusing another, in a fake internet made of
 # throwaway network namespaces (nothing leaves the machine). Needs root.
+# Regenerates docs/security.md from the escape suite (root, Docker needed).
+.PHONY: security-doc
+security-doc:
+	DOORMAN_WRITE_SECURITY_DOC=1 $(GO) test -count=1 -run '^TestEscape$$' ./integration
+
 .PHONY: demo
 demo: build
 	CGO_ENABLED=0 $(GO) build -o bin/doorman-demo ./integration/demo
