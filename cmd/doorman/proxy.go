@@ -50,6 +50,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		dnsUpstreams listFlag
 		otlpEndpoint = fs.String("otlp-endpoint", "", "OpenTelemetry collector to copy connection and DNS records to, as OTLP/HTTP logs: a URL (http://127.0.0.1:4318) or host:port (TLS unless --otlp-insecure); empty: the local log only")
 		otlpInsecure = fs.Bool("otlp-insecure", false, "plaintext HTTP to a host:port --otlp-endpoint")
+		otlpConfig   = fs.String("otlp-config", "", "JSON `file` with the OTLP settings ({\"endpoint\": …, \"headers\": {…}, \"insecure\": …, \"queueSize\": …}), instead of the --otlp-* flags: keeps headers off the command line")
 		otlpHeaders  listFlag
 	)
 	fs.Var(&listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
@@ -81,18 +82,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		logOut = f
 	}
-	headers, err := parseHeaders(otlpHeaders)
+	otlpCfg, err := otlpSettings(*otlpConfig, *otlpEndpoint, *otlpInsecure, otlpHeaders)
 	if err != nil {
 		return fail("%v", err)
 	}
-	handler, otlpShutdown, err := otlplog.NewHandler(slog.NewJSONHandler(logOut, nil), otlplog.Config{
-		Endpoint: *otlpEndpoint,
-		Insecure: *otlpInsecure,
-		Headers:  headers,
-		Sandbox:  *sandbox,
-	})
+	otlpCfg.Sandbox = *sandbox
+	handler, otlpShutdown, err := otlplog.NewHandler(slog.NewJSONHandler(logOut, nil), otlpCfg)
 	if err != nil {
-		return fail("--otlp-endpoint: %v", err)
+		return fail("%v", err)
 	}
 	// Runs before the log file is closed: the exporter's last "otlp" line
 	// goes there.
@@ -233,20 +230,31 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseHeaders turns --otlp-header key=value flags into a map.
-func parseHeaders(kvs []string) (map[string]string, error) {
-	if len(kvs) == 0 {
-		return nil, nil
+// otlpSettings gathers the OTLP export settings from --otlp-config file,
+// or else from the --otlp-endpoint, --otlp-insecure and --otlp-header
+// flags (key=value each).
+func otlpSettings(file, endpoint string, insecure bool, headerFlags []string) (otlplog.Config, error) {
+	if file != "" {
+		if endpoint != "" || insecure || len(headerFlags) > 0 {
+			return otlplog.Config{}, fmt.Errorf("--otlp-config %s: give either it or the --otlp-endpoint, --otlp-insecure and --otlp-header flags", file)
+		}
+		return otlplog.LoadFile(file)
 	}
-	h := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
+	var headers map[string]string
+	for _, kv := range headerFlags {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || strings.TrimSpace(k) == "" {
-			return nil, fmt.Errorf("--otlp-header %q: want key=value", kv)
+			return otlplog.Config{}, fmt.Errorf("--otlp-header %q: want key=value", kv)
 		}
-		h[strings.TrimSpace(k)] = v
+		if headers == nil {
+			headers = make(map[string]string, len(headerFlags))
+		}
+		headers[strings.TrimSpace(k)] = v
 	}
-	return h, nil
+	if endpoint == "" && (insecure || len(headers) > 0) {
+		return otlplog.Config{}, fmt.Errorf("--otlp-insecure and --otlp-header need --otlp-endpoint")
+	}
+	return otlplog.Config{Endpoint: endpoint, Insecure: insecure, Headers: headers}, nil
 }
 
 // tcpListenerFD turns an inherited fd (given as flag's value s) into a
