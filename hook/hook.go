@@ -15,6 +15,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/proxy/otlplog"
 )
 
 // Options configure the hook; the zero value uses the defaults.
@@ -24,9 +25,10 @@ type Options struct {
 	DefaultPolicy    string // default DefaultPolicyFile
 	UpstreamResolver string // addr:port the proxy resolves allowed names with; "" the host's
 	AllowICMP        bool
-	DNSFilter        bool   // send DNS through the proxy's filter
-	HostLayer        bool   // add the host-side layer on the container's veth
-	ProxyBinary      string // default this executable
+	DNSFilter        bool           // send DNS through the proxy's filter
+	HostLayer        bool           // add the host-side layer on the container's veth
+	OTLP             otlplog.Config // export records to this collector, if its Endpoint is set
+	ProxyBinary      string         // default this executable
 }
 
 // Stages the hook acts on.
@@ -166,6 +168,7 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		DNSFilter:     opts.DNSFilter,
 		HostLayer:     opts.HostLayer,
 		AllowDirect:   direct,
+		OTLP:          opts.OTLP,
 	})
 	if err != nil {
 		return fail(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/proxy/otlplog"
 )
 
 // NetConf is doorman's entry in a conflist.
@@ -49,6 +50,13 @@ type NetConf struct {
 	// AllowDirect are IP or CIDR entries, optionally with a port
 	// ("10.0.0.5:5432"), the containers reach without the proxy.
 	AllowDirect []string `json:"allowDirect,omitempty"`
+	// OTLPEndpoint makes each proxy also export its records to this
+	// OpenTelemetry collector (OTLP/HTTP: a URL, or host:port with
+	// OTLPInsecure for plaintext). Default: /etc/doorman/otlp.json if it
+	// exists (host-wide), else none.
+	OTLPEndpoint string            `json:"otlpEndpoint,omitempty"`
+	OTLPInsecure bool              `json:"otlpInsecure,omitempty"`
+	OTLPHeaders  map[string]string `json:"otlpHeaders,omitempty"`
 	// DNSFilter sends the containers' DNS through the proxy's filter,
 	// which answers only names the policy could admit (default false).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
@@ -249,4 +257,31 @@ func (n *NetConf) allowDirect() ([]conf.Entry, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// HostOTLPFile is the host-wide OTLP export default for every sandbox.
+const HostOTLPFile = "/etc/doorman/otlp.json"
+
+// otlp returns the OTLP export settings: the network's, else the host's.
+func (n *NetConf) otlp() (otlplog.Config, error) {
+	if n.OTLPEndpoint != "" {
+		c := otlplog.Config{Endpoint: n.OTLPEndpoint, Insecure: n.OTLPInsecure, Headers: n.OTLPHeaders}
+		if err := c.Validate(); err != nil {
+			return c, types.NewError(types.ErrInvalidNetworkConfig, "doorman: otlpEndpoint", err.Error())
+		}
+		return c, nil
+	}
+	return HostOTLP(HostOTLPFile)
+}
+
+// HostOTLP reads the host-wide OTLP default at path; none if it is absent.
+func HostOTLP(path string) (otlplog.Config, error) {
+	c, err := otlplog.LoadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return otlplog.Config{}, nil
+	}
+	if err != nil {
+		return c, fmt.Errorf("host-wide OTLP settings: %w", err)
+	}
+	return c, nil
 }

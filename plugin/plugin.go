@@ -57,6 +57,10 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	otlp, err := n.otlp()
+	if err != nil {
+		return err
+	}
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
@@ -81,6 +85,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		DNSFilter:     n.DNSFilter != nil && *n.DNSFilter,
 		HostLayer:     n.HostLayer,
 		AllowDirect:   direct,
+		OTLP:          otlp,
 	})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())

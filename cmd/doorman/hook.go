@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/plugin"
 )
 
 // runtimeLinkName is the name under which doorman acts as the runc wrapper.
@@ -23,6 +24,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
 	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (addr:port) the proxy resolves allowed names with; default the host's")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", true, "let ICMP out of the container")
+	otlpConfig := fs.String("otlp-config", plugin.HostOTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", false, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", false, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	fs.Usage = func() {
@@ -32,6 +34,12 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	otlp, err := plugin.HostOTLP(*otlpConfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "doorman hook:", err)
+		return 1
+	}
+	opts.OTLP = otlp
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2

@@ -28,6 +28,7 @@ type proxyArgs struct {
 	dnsUDP       []*os.File // UDP sockets of the DNS filter
 	dnsTCP       []*os.File // TCP listeners of the DNS filter
 	dnsUpstreams []string   // addr:port the DNS filter forwards to
+	otlpConfig   string     // OTLP export settings file, if any
 }
 
 // startProxy starts a proxy and waits until it serves: see spawnProxy.
@@ -68,6 +69,9 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 	args := []string{"proxy", "--sandbox", a.sandbox, "--policy", a.policy, "--log", a.logFile, "--drain-timeout", "500ms"}
 	if a.resolver != "" {
 		args = append(args, "--resolver", a.resolver)
+	}
+	if a.otlpConfig != "" {
+		args = append(args, "--otlp-config", a.otlpConfig)
 	}
 	// ExtraFiles start at fd 3: the sockets, then the readiness pipe.
 	var extra []*os.File

@@ -15,7 +15,13 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
+	"github.com/doorman-net/doorman/proxy/otlplog"
 )
+
+// otlpFile, in a sandbox's state directory, holds its proxy's OTLP export
+// settings (a file, not flags: headers often carry a token, and a
+// process's arguments are readable by anyone on the host).
+const otlpFile = "otlp.json"
 
 // Request says what to enforce on one sandbox.
 type Request struct {
@@ -52,6 +58,9 @@ type Request struct {
 	// AllowDirect are IP/CIDR entries (optionally with ports) the sandbox
 	// reaches without the proxy, on both layers.
 	AllowDirect []conf.Entry
+	// OTLP, when its Endpoint is set, makes the proxy also export its
+	// decision and DNS records to that OpenTelemetry collector.
+	OTLP otlplog.Config
 	// DNSFilter sends the sandbox's DNS through the proxy's DNS filter,
 	// which answers only names the policy could admit, instead of
 	// straight to its resolvers (where DNS is a tunnel).
@@ -148,6 +157,12 @@ func enforceNew(r Request) (_ *State, err error) {
 	if err := conf.WriteFileAtomic(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
 	}
+	if r.OTLP.Endpoint != "" {
+		s.OTLPConfig = filepath.Join(dir, otlpFile)
+		if err := otlplog.WriteFile(s.OTLPConfig, r.OTLP); err != nil {
+			return nil, fmt.Errorf("otlp config: %w", err)
+		}
+	}
 	if r.Policy.Mode != conf.ModeNone {
 		if spawned, err = s.spawnProxy(); err != nil {
 			return nil, err
@@ -233,7 +248,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	defer socks.close()
 	a := proxyArgs{
 		binary: s.ProxyBinary, sandbox: s.ID, policy: s.PolicyPath(), logFile: s.LogFile,
-		resolver: s.ProxyResolver,
+		resolver: s.ProxyResolver, otlpConfig: s.OTLPConfig,
 	}
 	if filter {
 		a.dnsUpstreams = dnsUpstreams(s.Resolvers)

@@ -53,6 +53,8 @@ type State struct {
 	HostIfaces []string `json:"hostIfaces,omitempty"`
 	// AllowDirect are the entries reached without the proxy.
 	AllowDirect []string `json:"allowDirect,omitempty"`
+	// OTLPConfig is the proxy's OTLP export settings file, if any.
+	OTLPConfig string `json:"otlpConfig,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool      `json:"dnsFilter,omitempty"`
 	PID       int       `json:"pid"`      // proxy process
