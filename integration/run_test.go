@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,7 +29,7 @@ import (
 
 // runEnv is a fake internet whose host namespace runs `doorman run`, with
 // doorman's directories of its own. The run network is the default one
-// (bridge doorman-run0, 10.213.253.0/24, masqueraded out of host), so DNS
+// (bridge doorman-run0, a documentation /27, masqueraded out of host), so DNS
 // by name from inside the sandbox also proves the masquerading.
 type runEnv struct {
 	t                        *testing.T
@@ -85,6 +86,11 @@ func (e *runEnv) command(ctx context.Context, name string, flags []string, argv 
 	e.names = append(e.names, name)
 	args := append([]string{"run", "--name", name,
 		"--state-dir", e.stateDir, "--log-dir", e.logDir, "--run-dir", e.runDir}, flags...)
+	if !slices.Contains(flags, "--subnet") {
+		// Documentation addresses only (testnet keeps 198.51.100.128/25
+		// free for the caller), never the private default.
+		args = append(args, "--subnet", runTestSubnet)
+	}
 	args = append(append(args, "--"), argv...)
 	return e.net.HostCommand(ctx, doormanBin(), args...)
 }
@@ -311,7 +317,7 @@ func TestRunAllowedAndDenied(t *testing.T) {
 		t.Fatalf("--policy: want resolv.conf naming only %s and the allowed fetch, got %v", e.net.DNS, r)
 	}
 	// Dual stack, DNS over IPv6 only: the IPv6 subnet is masqueraded too.
-	r = e.run(runName(), []string{"--allow", apiName, "--subnet", chain.DefaultSubnet, "--subnet", "fd00:d0:0:1::/64",
+	r = e.run(runName(), []string{"--allow", apiName, "--subnet", runTestSubnet, "--subnet", "2001:db8:4::/64",
 		"--dns", e.net.DNS6.String()}, "curl", "-6", "-sS", "--max-time", "8", "--cacert", e.caFile, "https://"+apiName+"/")
 	if r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {
 		t.Fatalf("dual-stack run, IPv6 DNS and HTTPS: %v", r)
@@ -471,3 +477,6 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
+
+// runTestSubnet is the run network in these tests: documentation addresses.
+const runTestSubnet = "198.51.100.224/27"

@@ -212,11 +212,13 @@ func (d *tour) sandboxed(url string) int {
 			shown[i] = filepath.Base(a)
 		}
 	}
-	d.say("$ doorman run --allow %s -- %s", allowedName, strings.Join(shown, " "))
+	d.say("$ doorman run --allow %s --subnet %s -- %s", allowedName, demoSubnet, strings.Join(shown, " "))
 	argv := []string{"netns", "exec", d.world.host.name, d.doorman, "run",
 		"--name", d.name, "--allow", allowedName,
 		"--state-dir", filepath.Join(d.dir, "state"), "--log-dir", filepath.Join(d.dir, "log"),
-		"--run-dir", filepath.Join(d.dir, "run"), "--"}
+		"--run-dir", filepath.Join(d.dir, "run"),
+		// A documentation range: the fake internet's, never a real one.
+		"--subnet", demoSubnet, "--"}
 	ctx, cancel := context.WithTimeout(d.ctx, 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ip", append(argv, client...)...)
@@ -328,3 +330,6 @@ func withoutProxyEnv(env []string) []string {
 	}
 	return out
 }
+
+// demoSubnet is the run network of the demo, on documentation addresses.
+const demoSubnet = "198.51.100.224/27"
