@@ -175,9 +175,13 @@ func (c *cli) parseEntries(args []string) ([]conf.Entry, bool) {
 	return out, ok
 }
 
-// shortID shortens a container id for tables, as docker ps does.
+// shortID shortens a container id for tables, as docker ps does, when it
+// is the long hexadecimal kind engines generate. Any other id (a plain runc
+// container's, chosen by whoever started it) is shown whole: a name's first
+// 12 characters may be shared by several containers (build-worker-1,
+// build-worker-2), and the table must tell them apart.
 func shortID(id string) string {
-	if len(id) > 12 {
+	if len(id) > 12 && strings.Trim(id, "0123456789abcdef") == "" {
 		return id[:12]
 	}
 	return id
