@@ -87,7 +87,7 @@ These cannot be closed by doorman's design, whatever the tables say:
   count ICMP.
 - **Connections the sandbox accepted.** Replies on an inbound connection (a published port) go back to
   whoever connected; that peer is a channel by design.
-- **What the host side lets through.** DNS to the sandbox's resolvers, ICMP if allowed and allowDirect
+- **What the host side lets through.** DNS to the sandbox's resolvers (when the DNS filter is off), ICMP if allowed and allowDirect
   entries leave the sandbox; on them the workload can forge its source address, and ARP and IPv6
   neighbour discovery reach the other containers on the same bridge.
 - **Timing and volume.** Admitted connections can signal by their timing and size.

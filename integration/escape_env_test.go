@@ -14,9 +14,10 @@ import (
 
 // The escape suite's sandbox kinds, as docs/security.md names them.
 const (
-	escapeKindCNI    = "CNI sandbox"
-	escapeKindDocker = "Docker container"
-	escapeKindDinD   = "DinD inner container"
+	escapeKindCNI     = "CNI sandbox"
+	escapeKindCNIFull = "CNI sandbox with dnsFilter and hostLayer"
+	escapeKindDocker  = "Docker container"
+	escapeKindDinD    = "DinD inner container"
 )
 
 // escapeImage is the Docker image holding the escape probe as /escape.
@@ -28,24 +29,47 @@ const escapeImage = "dm-escape:test"
 // capabilities down to Docker's default set (plus CAP_NET_ADMIN in the
 // flushed mode), so that it holds what a container would.
 func escapeCNI(t *testing.T, bin string, writeDoc bool) *escapeKind {
-	e := newCNIEnv(t)
-	w := escapeWorld{net: e.net, api: e.api, evil: e.evil, other: e.other}
-	k := &escapeKind{
+	return escapeCNIKind(t, bin, writeDoc, &escapeKind{
 		name: escapeKindCNI,
 		setup: "libcni ADD of a conflist: bridge (host-local IPAM) with doorman chained after it, run in a namespace " +
 			"playing the host; the probe runs as root in the container's namespace (`ip netns exec`) with its " +
 			"capabilities cut down to Docker's default set, plus CAP_NET_ADMIN in the second column.",
-	}
+	}, nil)
+}
+
+// escapeCNIFull runs the matrix for CNI sandboxes with both opt-in layers
+// on: the DNS filter and the host-side layer. Their label must be "full",
+// so every row must be 0 bytes in both columns.
+func escapeCNIFull(t *testing.T, bin string, writeDoc bool) *escapeKind {
+	return escapeCNIKind(t, bin, writeDoc, &escapeKind{
+		name: escapeKindCNIFull,
+		setup: "As the CNI sandbox above, with `\"dnsFilter\": true` and `\"hostLayer\": true` in doorman's entry of " +
+			"the conflist (allowICMP keeps its default): the sandbox's DNS goes through the proxy's filter and the " +
+			"host-side layer filters what leaves the sandbox's veth in the host's namespace, so the label must be " +
+			"`full` and every row must be 0 bytes, the flushed column included.",
+	}, map[string]any{"dnsFilter": true, "hostLayer": true})
+}
+
+// escapeCNIKind runs k's two columns on CNI sandboxes whose conflist has
+// extra merged into doorman's entry.
+func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra map[string]any) *escapeKind {
+	e := newCNIEnv(t)
+	w := escapeWorld{net: e.net, api: e.api, evil: e.evil, other: e.other}
 	for _, mode := range escapeModes {
 		c := e.newContainer()
-		e.mustAdd(c, e.conflist(nil))
+		e.mustAdd(c, e.conflist(extra))
 		caps := "docker"
 		if mode == modeFlushed {
 			caps = "docker,NET_ADMIN"
 		}
+		st := e.state(c)
+		if extra != nil && st.Label != "full" {
+			t.Fatalf("%s: label %q, want \"full\" with dnsFilter and hostLayer (host layer %v, DNS filter %v)",
+				mode, st.Label, st.HostLayer, st.DNSFilter)
+		}
 		s := &escapeSandbox{
 			mode:      mode,
-			state:     e.state(c),
+			state:     st,
 			nsPath:    c.ns.Path(),
 			runtimeNS: []string{e.net.HostPath()},
 			probe: func(ctx context.Context, args ...string) (string, error) {

@@ -219,9 +219,10 @@ func (r *escapeReport) add(k *escapeKind) {
 
 // TestEscape is the escape suite: a static probe, root inside a sandbox,
 // tries every way out in the list above towards the test's fake internet,
-// whose servers count what arrives. It runs for a CNI sandbox, a Docker
-// container and a container of a Docker daemon inside a doorman sandbox
-// (DinD), each with Docker's default capabilities and again with
+// whose servers count what arrives. It runs for a CNI sandbox, a CNI
+// sandbox with both opt-in layers (DNS filter and host-side layer, whose
+// label must be full), a Docker container and a container of a Docker
+// daemon inside a doorman sandbox (DinD), each with Docker's default capabilities and again with
 // CAP_NET_ADMIN after deleting its own ruleset. A row passes when nothing
 // arrived, or when the sandbox's label honestly says its enforcement is
 // partial for the capability the attempt used; the positive control (an
@@ -239,6 +240,7 @@ func TestEscape(t *testing.T) {
 	report := &escapeReport{}
 
 	t.Run("cni", func(t *testing.T) { report.add(escapeCNI(t, bin, writeDoc)) })
+	t.Run("cni-full", func(t *testing.T) { report.add(escapeCNIFull(t, bin, writeDoc)) })
 	t.Run("docker", func(t *testing.T) {
 		for _, tool := range []string{"dockerd", "runc", "containerd"} {
 			if _, err := exec.LookPath(tool); err != nil {

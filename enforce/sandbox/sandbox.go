@@ -214,8 +214,16 @@ func (s *State) applyHostLayer(ifaces []string) error {
 	return nil
 }
 
+// hostSpec is the host-side layer's spec for the sandbox on ifaces. With
+// the DNS filter on, the sandbox's own DNS never leaves by its veth (the
+// filter forwards from the proxy's namespace), so the resolvers get no
+// exemption: one would let a workload that flushed its ruleset query them
+// unfiltered.
 func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
-	spec := hostlayer.Spec{Key: s.Key, SandboxNetNS: s.NetNS, HostIfaces: ifaces, Resolvers: s.Resolvers, AllowICMP: s.AllowICMP}
+	spec := hostlayer.Spec{Key: s.Key, SandboxNetNS: s.NetNS, HostIfaces: ifaces, AllowICMP: s.AllowICMP}
+	if !s.DNSFilter {
+		spec.Resolvers = s.Resolvers
+	}
 	var err error
 	if spec.AllowDirect, err = s.allowDirect(); err != nil {
 		return spec, err
