@@ -147,8 +147,10 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	defer p.untrack(t)
 	// A policy change between the decision and track would have missed
 	// this connection: decide again against the policy now in force.
-	if now := p.Policy(); now != pol && decide(now, s.name, dst).verdict == Deny {
-		t.kill("policy changed: " + decide(now, s.name, dst).reason)
+	if now := p.Policy(); now != pol {
+		if d := decide(now, s.name, dst); d.verdict == Deny {
+			t.kill("policy changed: " + d.reason)
+		}
 	}
 
 	if s.proto == sniff.ProtoHTTP && s.head != nil {

@@ -132,15 +132,19 @@ func (p *Proxy) SetPolicy(pol *conf.Policy) {
 	}
 	p.policy.Store(pol)
 	p.mu.Lock()
-	var lost []*tracked
+	type loss struct {
+		t      *tracked
+		reason string
+	}
+	var lost []loss
 	for t := range p.conns {
 		if d := decide(pol, t.currentName(), t.dst); d.verdict == Deny {
-			lost = append(lost, t)
+			lost = append(lost, loss{t, d.reason})
 		}
 	}
 	p.mu.Unlock()
-	for _, t := range lost {
-		t.kill("policy changed: " + decide(pol, t.currentName(), t.dst).reason)
+	for _, l := range lost {
+		l.t.kill("policy changed: " + l.reason)
 	}
 }
 

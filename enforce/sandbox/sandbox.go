@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -319,11 +318,11 @@ func reenforce(s *State, r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	s.Mode, s.AllowICMP, s.BaseLabel = string(r.Policy.Mode), r.AllowICMP, r.Label
-	if !slices.Equal(s.Resolvers, r.Resolvers) {
-		// The DNS filter's upstreams are fixed at start; a new set of
-		// resolvers needs a new proxy, which ADD on a live sandbox does
-		// not start: keep the recorded ones and say so in the state.
-		r.Resolvers = s.Resolvers
+	if !s.DNSFilter {
+		// Without the filter the resolvers are only rules: take the new
+		// ones. With it they are the running filter's upstreams, fixed
+		// when the proxy started, and the recorded ones stay.
+		s.Resolvers = r.Resolvers
 	}
 	s.AllowDirect = nil
 	for _, e := range r.AllowDirect {
