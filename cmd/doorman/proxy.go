@@ -17,7 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 )
@@ -52,12 +54,15 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		otlpInsecure = fs.Bool("otlp-insecure", false, "plaintext HTTP to a host:port --otlp-endpoint")
 		otlpConfig   = fs.String("otlp-config", "", "JSON `file` with the OTLP settings ({\"endpoint\": …, \"headers\": {…}, \"insecure\": …, \"queueSize\": …}), instead of the --otlp-* flags: keeps headers off the command line")
 		otlpHeaders  listFlag
+		allowDirect  listFlag
+		netnsPath    = fs.String("netns", "", "network namespace `path` whose allowDirect flows are logged; default: the namespace of the first listener (for --listen-fd, the sandbox's)")
 	)
 	fs.Var(&listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
 	fs.Var(&listenAddrs, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
 	fs.Var(&dnsUDPFDs, "dns-udp-fd", "inherited UDP socket `fd` the DNS filter serves (repeatable)")
 	fs.Var(&dnsTCPFDs, "dns-tcp-fd", "inherited listening TCP socket `fd` the DNS filter serves (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver `addr:port` the DNS filter forwards admitted queries to (repeatable)")
+	fs.Var(&allowDirect, "allow-direct", "allowDirect `entry` (IP or CIDR, optional port) the sandbox reaches without the proxy: its new flows are logged from conntrack (repeatable)")
 	fs.Var(&otlpHeaders, "otlp-header", "`key=value` header sent with every OTLP export request (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,6 +76,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(listenFDs) == 0 && len(listenAddrs) == 0 {
 		return fail("no listener: give --listen-fd or --listen")
+	}
+	directEntries, err := parseAllowDirect(allowDirect)
+	if err != nil {
+		return fail("%v", err)
 	}
 
 	logOut := stderr
@@ -190,6 +199,20 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	go watcher.Run(ctx)
 
 	var wg sync.WaitGroup
+	// Direct flows never reach the listeners: their lines come from
+	// conntrack. Failing to watch it costs those lines, not the proxy.
+	if direct, err := openDirectLog(*sandbox, directEntries, *netnsPath, listeners[0], logger); err != nil {
+		logger.Error("allowDirect flows are not logged", "sandbox", *sandbox, "err", err.Error())
+		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := direct.Run(ctx); err != nil {
+				logger.Error("allowDirect flows are no longer logged", "sandbox", *sandbox, "err", err.Error())
+			}
+		}()
+	}
 	for _, ln := range listeners {
 		wg.Add(1)
 		go func() {
@@ -228,6 +251,45 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	p.Shutdown(dctx)
 	wg.Wait()
 	return 0
+}
+
+// parseAllowDirect parses the --allow-direct values: address entries only.
+func parseAllowDirect(raw []string) ([]conf.Entry, error) {
+	var out []conf.Entry
+	for _, r := range raw {
+		e, err := conf.ParseEntry(r)
+		if err != nil {
+			return nil, fmt.Errorf("--allow-direct: %w", err)
+		}
+		if e.Kind != conf.KindPrefix {
+			return nil, fmt.Errorf("--allow-direct %q: only an IP or CIDR (with an optional port) bypasses the proxy", r)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// openDirectLog opens the watcher of the sandbox's allowDirect flows in
+// the namespace at nsPath or, if that is empty, the one ln was created in.
+// Without entries it opens nothing.
+func openDirectLog(sandbox string, entries []conf.Entry, nsPath string, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
+	if len(entries) == 0 {
+		return directlog.Open(directlog.Config{Sandbox: sandbox, Logger: logger})
+	}
+	var nsFile *os.File
+	var err error
+	if nsPath != "" {
+		nsFile, err = os.Open(nsPath)
+	} else if sc, ok := ln.(syscall.Conn); ok {
+		nsFile, err = directlog.NetNSOf(sc)
+	} else {
+		err = fmt.Errorf("listener %v has no file descriptor: give --netns", ln.Addr())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("allowDirect log: %w", err)
+	}
+	defer nsFile.Close()
+	return directlog.Open(directlog.Config{Sandbox: sandbox, Entries: entries, NetNS: int(nsFile.Fd()), Logger: logger})
 }
 
 // otlpSettings gathers the OTLP export settings from --otlp-config file,

@@ -29,6 +29,10 @@ type proxyArgs struct {
 	dnsTCP       []*os.File // TCP listeners of the DNS filter
 	dnsUpstreams []string   // addr:port the DNS filter forwards to
 	otlpConfig   string     // OTLP export settings file, if any
+	// allowDirect are the entries the sandbox reaches without the proxy;
+	// the proxy logs their flows from conntrack in the sandbox's netns
+	// (found from its listeners).
+	allowDirect []string
 }
 
 // startProxy starts a proxy and waits until it serves: see spawnProxy.
@@ -86,6 +90,9 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 	pass("--dns-tcp-fd", a.dnsTCP)
 	for _, u := range a.dnsUpstreams {
 		args = append(args, "--dns-upstream", u)
+	}
+	for _, e := range a.allowDirect {
+		args = append(args, "--allow-direct", e)
 	}
 	args = append(args, "--ready-fd", strconv.Itoa(3+len(extra)))
 	extra = append(extra, readW)

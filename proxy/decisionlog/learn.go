@@ -127,6 +127,11 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 
 // learnable reports whether d is a connection an entry could admit.
 func learnable(d Decision) bool {
+	if d.Reason == "allowDirect" {
+		// Flows that bypassed the proxy (logged from conntrack): an
+		// allowDirect entry admitted them, not the allowlist.
+		return false
+	}
 	switch d.Verdict {
 	case Allow, Error:
 		return true
