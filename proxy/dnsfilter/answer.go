@@ -91,7 +91,11 @@ func (f *Filter) respond(ctx context.Context, query []byte, r *record) (reply, r
 	r.rule = d.rule
 	if !d.allow {
 		r.deny("%s", d.reason)
-		return f.denial(req, d.reason), req
+		m := f.denial(req, d.reason)
+		if d.expansion {
+			m.Rcode = dns.RcodeNameError
+		}
+		return m, req
 	}
 	r.verdict, r.reason = verdictAllow, d.reason
 	return f.forward(ctx, req, r), req

@@ -17,6 +17,11 @@ type decision struct {
 	name   string // the normalized name, "" if it does not normalize
 	rule   string // the entry that admitted it, "" if none
 	reason string // why, in words an operator can act on
+	// expansion: not admitted, but an admitted name followed by more
+	// labels, as a resolver's search list makes it ("api.example.com" +
+	// ".svc.cluster.local"). Such a query is answered NXDOMAIN, not
+	// forwarded: see searchExpansion.
+	expansion bool
 }
 
 // decide applies policy p to question q. In mode open every question is
@@ -53,8 +58,32 @@ func decide(p *conf.Policy, q dns.Question) decision {
 		d.reason = "reverse name of an address not allowed"
 		return d
 	}
+	if e, ok := searchExpansion(p, name); ok {
+		d.expansion = true
+		d.reason = fmt.Sprintf("name not allowed: %s with a search-list suffix (answered NXDOMAIN)", e)
+		return d
+	}
 	d.reason = "name not allowed"
 	return d
+}
+
+// searchExpansion returns the entry that admits a name of which name is an
+// extension by one or more labels at the end: what a stub resolver asks
+// first for an allowed name when its resolv.conf has a search list (every
+// Kubernetes pod: ndots:5 and three cluster domains). Such names get
+// NXDOMAIN rather than REFUSED, still without being forwarded: glibc gives
+// up the whole lookup on a refused search-list name instead of going on
+// to the name as given, and musl ignores a refusal and waits for its
+// timeout, while both go on after NXDOMAIN. Nothing leaves the sandbox
+// either way, and the answer tells the workload only what the policy
+// already says.
+func searchExpansion(p *conf.Policy, name string) (conf.Entry, bool) {
+	for i := strings.LastIndexByte(name, '.'); i > 0; i = strings.LastIndexByte(name[:i], '.') {
+		if e, ok := admitName(p, name[:i]); ok {
+			return e, true
+		}
+	}
+	return conf.Entry{}, false
 }
 
 // admitName returns the first name or wildcard entry of p that admits name

@@ -20,7 +20,13 @@
 // admits that name, a wildcard entry the names below it (not its apex), in
 // both cases whatever the entry's ports, since a query carries no port. A
 // query for any other name is answered REFUSED (see Config.DenyRcode) and
-// never reaches a resolver, so the attacker's server never sees it. Names
+// never reaches a resolver, so the attacker's server never sees it. One
+// kind of name not admitted is answered NXDOMAIN instead, equally without
+// forwarding it: an admitted name with more labels after it
+// ("api.example.com.svc.cluster.local"), which is what stub resolvers ask
+// first when resolv.conf has a search list. glibc gives up a lookup on a
+// refused search-list name, and musl waits out its timeout, where after
+// NXDOMAIN both go on to the name as given. Names
 // are normalized as policy entries are (conf.NormalizeName): case, one
 // trailing dot, IDNA; a name that does not normalize is never admitted.
 //

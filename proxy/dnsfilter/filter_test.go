@@ -65,7 +65,6 @@ func TestNotAdmittedRefusedAndNotForwarded(t *testing.T) {
 	}{
 		{"evil.test.", dns.TypeA},
 		{"evil.test.", dns.TypeAAAA},
-		{"api.example.com.evil.test.", dns.TypeA},
 		{"xapi.example.com.", dns.TypeA},
 		{"sub.api.example.com.", dns.TypeA}, // an exact entry admits no name below it
 		{"github.test.", dns.TypeHTTPS},
@@ -84,9 +83,44 @@ func TestNotAdmittedRefusedAndNotForwarded(t *testing.T) {
 	if n := up.queries.Load(); n != 0 {
 		t.Errorf("upstream saw %d queries (%q), want 0", n, up.seenNames())
 	}
-	if s := tf.Stats(); s.Denied != 18 || s.Allowed != 0 {
-		t.Errorf("stats %+v, want 18 denied", s)
+	if s := tf.Stats(); s.Denied != 16 || s.Allowed != 0 {
+		t.Errorf("stats %+v, want 16 denied", s)
 	}
+}
+
+// An allowed name with a search-list domain after it is answered NXDOMAIN,
+// not forwarded, so that stub resolvers go on to the name as given.
+func TestSearchListExpansionNXDOMAIN(t *testing.T) {
+	t.Parallel()
+	up := startUpstream(t, testZone(t))
+	tf := startFilter(t, Config{Upstreams: []netip.AddrPort{up.addr}},
+		policy(t, conf.ModeAllowlist, "api.example.com", "*.github.test"))
+	for _, name := range []string{
+		"api.example.com.default.svc.cluster.local.",
+		"api.example.com.evil.test.",
+		"raw.deep.github.test.corp.test.",
+		"API.Example.com.x.",
+	} {
+		for _, proto := range []string{"udp", "tcp"} {
+			r := tf.query(t, proto, name, dns.TypeA)
+			wantRcode(t, r, dns.RcodeNameError)
+			if len(r.Answer) != 0 {
+				t.Errorf("%s %s: answer %v", proto, name, r.Answer)
+			}
+		}
+	}
+	// Not expansions: refused as ever.
+	for _, name := range []string{"api.example.co.", "github.test.corp.test.", "example.com.api.", "xapi.example.com.x."} {
+		wantRcode(t, tf.query(t, "udp", name, dns.TypeA), dns.RcodeRefused)
+	}
+	if n := up.queries.Load(); n != 0 {
+		t.Errorf("upstream saw %d queries (%q), want 0", n, up.seenNames())
+	}
+	rec := tf.logs.last(t, 12)
+	if rec["verdict"] != "deny" || rec["rcode"] != "REFUSED" {
+		t.Errorf("log record %v", rec)
+	}
+	wantRcode(t, tf.query(t, "udp", "api.example.com.", dns.TypeA), dns.RcodeSuccess)
 }
 
 func TestTunnelQueriesRefused(t *testing.T) {
