@@ -43,10 +43,11 @@ type RuntimeConfig struct {
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	AllowICMP        *bool  `json:"allowICMP,omitempty"`
 	// DNSFilter sends containers' DNS through the proxy's filter
-	// (default false).
+	// (default true).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
-	// HostLayer adds the host-side layer on each container's veth.
-	HostLayer bool `json:"hostLayer,omitempty"`
+	// HostLayer adds the host-side layer on each container's veth
+	// (default true).
+	HostLayer *bool `json:"hostLayer,omitempty"`
 }
 
 // LoadRuntimeConfig reads path; a missing file means the defaults.
@@ -77,8 +78,8 @@ func (c RuntimeConfig) hookArgs() []string {
 	add("--log-dir", c.LogDir)
 	add("--default-policy", c.DefaultPolicy)
 	add("--upstream-resolver", c.UpstreamResolver)
-	if c.HostLayer {
-		a = append(a, "--host-layer")
+	if c.HostLayer != nil {
+		a = append(a, fmt.Sprintf("--host-layer=%t", *c.HostLayer))
 	}
 	if c.DNSFilter != nil {
 		a = append(a, fmt.Sprintf("--dns-filter=%t", *c.DNSFilter))
@@ -127,6 +128,9 @@ func wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
 		prepareExec(args, rest)
 		return runc, nil
 	}
+	if verb == "start" {
+		return runc, completeHostLayer(rest, cfg)
+	}
 	if verb != "create" && verb != "run" {
 		return runc, nil
 	}
@@ -141,6 +145,31 @@ func wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
 		return "", fmt.Errorf("doorman: container %s: %w", id, err)
 	}
 	return runc, nil
+}
+
+// completeHostLayer adds the host-side layer, at `runc start`, to a
+// container whose interfaces did not exist yet when its createRuntime hook
+// ran (Docker >= 28 adds them between create and start). A container
+// doorman does not hold is left alone; one whose layer cannot be installed
+// does not start.
+func completeHostLayer(args []string, cfg RuntimeConfig) error {
+	id := ""
+	for _, a := range args { // runc start takes no flags but --help
+		if !strings.HasPrefix(a, "-") {
+			id = a
+		}
+	}
+	if id == "" {
+		return nil
+	}
+	_, err := sandbox.CompleteHostLayer(orDefault(cfg.StateDir, sandbox.DefaultStateDir), Key(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("doorman: container %s: %w", id, err)
+	}
+	return nil
 }
 
 // splitVerb skips runc's global flags and returns the command and its args.
@@ -291,7 +320,7 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 	if pol.Mode != conf.ModeOpen && !hasNetNSShared(label) {
 		// What the sandbox will record: the hook adds the host-side
 		// layer only where it finds the veth, so it is not counted here.
-		label = sandbox.ComposeLabel(label, false, cfg.DNSFilter != nil && *cfg.DNSFilter, string(pol.Mode))
+		label = sandbox.ComposeLabel(label, false, cfg.DNSFilter == nil || *cfg.DNSFilter, string(pol.Mode))
 	}
 	setEnv(raw, EnvEnforcement, label)
 	addHooks(raw, self, cfg.hookArgs())

@@ -184,7 +184,7 @@ func TestPrepareBundleDocker(t *testing.T) {
 	// hold CAP_NET_RAW.
 	env := got["process"].(map[string]any)["env"].([]any)
 	wantEnv := []any{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=4f2a9c0e1b3d",
-		EnvNetworkMode + "=allowlist", EnvEnforcement + "=partial (container holds CAP_NET_RAW; DNS to the resolvers is not filtered)"}
+		EnvNetworkMode + "=allowlist", EnvEnforcement + "=partial (container holds CAP_NET_RAW)"}
 	if !reflect.DeepEqual(env, wantEnv) {
 		t.Errorf("env = %q, want %q", env, wantEnv)
 	}

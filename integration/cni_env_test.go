@@ -345,3 +345,43 @@ func (e *cniEnv) waitDNSDecision(c *container, name, verdict string) {
 	data, _ := os.ReadFile(filepath.Join(e.logDir, c.key+".log"))
 	e.t.Fatalf("no dns %s line for %s; log:\n%s", verdict, name, data)
 }
+
+// The environment variables that make this test binary, re-executed by
+// checkInHost, run sandbox.Check and exit instead of running tests.
+const (
+	checkStateDirEnv = "DOORMAN_IT_CHECK_STATE_DIR"
+	checkKeyEnv      = "DOORMAN_IT_CHECK_KEY"
+)
+
+func init() {
+	dir, key := os.Getenv(checkStateDirEnv), os.Getenv(checkKeyEnv)
+	if dir == "" || key == "" {
+		return
+	}
+	if err := sandbox.Check(dir, key); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// checkInHost runs sandbox.Check for key in a process of its own in the
+// host namespace, where the plugin or hook ran and the host-side layer
+// lives. Not in this process under InHost: the check looks for the layer
+// in /proc/self/ns/net, which names the namespace of the process's main
+// thread, not that of a thread switched into another namespace.
+func (e *cniEnv) checkInHost(key string) error {
+	e.t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := e.net.HostCommand(ctx, self)
+	cmd.Env = append(cmd.Env, checkStateDirEnv+"="+e.stateDir, checkKeyEnv+"="+key)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("sandbox.Check in the host namespace: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}

@@ -23,13 +23,14 @@ import (
 func TestCNIAllowedAndDenied(t *testing.T) {
 	e := newCNIEnv(t)
 	c := e.newContainer()
-	e.mustAdd(c, e.conflist(map[string]any{"dnsFilter": true}))
+	e.mustAdd(c, e.conflist(nil))
 
 	// HTTPS: real curl, allowed and denied.
 	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {
 		t.Fatalf("allowed HTTPS: %v", r)
 	}
-	// A denied name does not even resolve: the DNS filter refuses it.
+	// A denied name does not even resolve: the DNS filter (on by
+	// default) refuses it.
 	r := curl(t, c.ns, e.caFile, "https://"+evilName+"/")
 	if r.exit != 6 {
 		t.Fatalf("denied name: want curl to fail resolving it (exit 6), got %v", r)
@@ -213,8 +214,10 @@ func TestCNILifecycle(t *testing.T) {
 	if err := e.check(c); err == nil {
 		t.Fatal("CHECK passed with the proxy killed")
 	}
-	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit == 0 {
-		t.Fatalf("with the proxy dead, an allowed connection still got out: %v", r)
+	// (At the address: with the proxy, the DNS filter is gone too, and a
+	// failed lookup would prove nothing about TCP.)
+	if r := curl(t, c.ns, e.caFile, "--resolve", apiName+":443:"+apiAddr4.String(), "https://"+apiName+"/"); r.exit == 0 || r.exit == 6 {
+		t.Fatalf("with the proxy dead, an allowed connection still got out (or was never tried): %v", r)
 	}
 
 	// DEL leaves nothing; DEL again is fine.
@@ -393,21 +396,39 @@ func TestCNIVersionsAndStatus(t *testing.T) {
 	}
 }
 
-// TestCNIHostLayer: with hostLayer (and the DNS filter), a workload that
-// flushes its own namespace's rules still gets nothing out but ICMP (DNS
-// went through the filter, which the flush removed too); allowDirect
-// reaches its destination on both layers.
+// TestCNIHostLayer: with the host-side layer and the DNS filter (both on
+// by default), a workload that flushes its own namespace's rules still gets
+// nothing out but ICMP (DNS went through the filter, which the flush
+// removed too); allowDirect reaches its destination on both layers. A
+// conflist that opts out of both gets neither, and a label that says so.
 func TestCNIHostLayer(t *testing.T) {
 	e := newCNIEnv(t)
 	c := e.newContainer()
 	e.mustAdd(c, e.conflist(map[string]any{
-		"hostLayer":   true,
-		"dnsFilter":   true,
 		"allowDirect": []string{otherAddr.String() + ":5432"},
 	}))
 	s := e.state(c)
-	if !s.HostLayer || s.Label != "full" {
-		t.Fatalf("state: hostLayer %v label %q, want the host layer and label full", s.HostLayer, s.Label)
+	if !s.HostLayer || !s.DNSFilter || s.Label != "full" {
+		t.Fatalf("state: hostLayer %v dnsFilter %v label %q, want both layers and label full", s.HostLayer, s.DNSFilter, s.Label)
+	}
+
+	// Opted out: the in-namespace rules alone, and DNS unfiltered (the
+	// denied name resolves; the proxy still refuses it).
+	bare := e.newContainer()
+	e.mustAdd(bare, e.conflist(map[string]any{"hostLayer": false, "dnsFilter": false}))
+	bs := e.state(bare)
+	if bs.HostLayer || bs.DNSFilter || !strings.HasPrefix(bs.BaseLabel, "partial (") || bs.Label != withDNSGap(bs.BaseLabel) {
+		t.Errorf("opted out: hostLayer %v dnsFilter %v label %q (in-namespace %q), want neither layer and %q",
+			bs.HostLayer, bs.DNSFilter, bs.Label, bs.BaseLabel, withDNSGap(bs.BaseLabel))
+	}
+	if m, err := bare.ns.QueryDNS(context.Background(), e.net.DNS, evilName, dns.TypeA); err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 {
+		t.Errorf("opted out: DNS for %s: want its address, got %v (%v)", evilName, m, err)
+	}
+	if r := curl(t, bare.ns, e.caFile, "https://"+evilName+"/"); r.exit != 35 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
+		t.Errorf("opted out: HTTPS to %s by name: want the TLS access_denied alert, got %v", evilName, r)
+	}
+	if err := e.check(bare); err != nil {
+		t.Errorf("opted out: CHECK: %v", err)
 	}
 	if err := e.check(c); err != nil {
 		t.Fatalf("CHECK: %v", err)
@@ -449,6 +470,7 @@ func TestCNIHostLayer(t *testing.T) {
 	if err := e.del(c); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
+	// The opted-out sandbox, still there, never had any.
 	if tables := hostTables(t, e); len(tables) != 0 {
 		t.Errorf("host-side tables left after DEL: %v", tables)
 	}

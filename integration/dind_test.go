@@ -27,7 +27,10 @@ const inheritedLabel = "inherited (the enclosing sandbox's rules)"
 // user-defined network with Docker's embedded DNS), that an inner label
 // cannot widen what the outer policy allows, that an inner container on the
 // host network (the outer container's namespace) and one started without
-// doorman (--runtime runc) get the outer policy, and that every label says
+// doorman (--runtime runc) get the outer policy, that denied names are
+// refused by the DNS filter, that the inner containers' host-side layer
+// lives in the outer container's namespace (the inner daemon's), that the
+// inner runtime.json can opt out of both layers, and that every label says
 // what its enforcement covers. The cases and their labels are logged as a
 // table.
 func TestDockerInDocker(t *testing.T) {
@@ -43,28 +46,38 @@ func TestDockerInDocker(t *testing.T) {
 	}
 
 	// The outer container holds CAP_NET_ADMIN (a Docker daemon needs it):
-	// it could flush the rules in its own namespace, and its label says so.
+	// it could flush the rules in its own namespace, but not the
+	// host-side layer on its veth in the root namespace (dockerd's).
 	outer := d.state(e.outer)
-	if want := withDNSGap("partial (container holds CAP_NET_ADMIN)"); outer.Label != want {
-		t.Errorf("outer label %q, want %q", outer.Label, want)
+	if outer.Label != "full" || !outer.HostLayer || outer.BaseLabel != "partial (container holds CAP_NET_ADMIN)" {
+		t.Errorf("outer label %q (base %q, host layer %v), want full (base partial (container holds CAP_NET_ADMIN), host layer)",
+			outer.Label, outer.BaseLabel, outer.HostLayer)
 	}
-	assertDoormanEnv(t, processEnv(t, e.outerPID), "allowlist", outer.Label, "the outer container's init")
+	if !hostLayerHolds(t, procNetNS(os.Getpid()), outer.Key) {
+		t.Errorf("no host-side layer chain for the outer container in the root namespace")
+	}
+	// The environment is set at create time, before the veth exists.
+	assertDoormanEnv(t, processEnv(t, e.outerPID), "allowlist", "partial (container holds CAP_NET_ADMIN)", "the outer container's init")
 	record("outer (DinD) container", "test dockerd's bridge", outer.Label, "outer labels: "+apiName+", "+otherName)
 	outerDecisions := func(name, verdict string) int { return countDecisions(outer.LogFile, decided(name, verdict)) }
 
 	t.Run("inner default bridge", func(t *testing.T) {
 		id := e.startInnerProbe("dm-bridge", "--cap-drop", "NET_RAW",
 			"--label", hook.AnnotationAllowedHosts+"="+apiName)
-		s := e.assertInnerSandbox(t, id, "allowlist", withDNSGap("full"))
+		s := e.assertInnerSandbox(t, id, "allowlist", "full", "full")
 		record("inner, --cap-drop NET_RAW", "inner default bridge", s.Label, "inner label: "+apiName)
 		outerAllowed := outerDecisions(apiName, "allow")
 		if r := e.innerProbe(id, "get", "https://"+apiName+"/inner", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 			t.Errorf("allowed HTTPS from an inner container: %v", r)
 		}
-		if r := e.innerProbe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+		// The denied name does not resolve: the inner filter refuses it.
+		assertLookupRefused(t, func(args ...string) dockerResult { return e.innerProbe(id, args...) }, d.net.DNS, evilName)
+		d.waitDNSDecision(t, e.innerLog(id), evilName, "deny")
+		// By address, the inner proxy refuses it.
+		if r := e.innerProbe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, e.resolveTo(d.evil)...)...); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
 			t.Errorf("denied HTTPS from an inner container: want exit 3 (access_denied), got %v", r)
 		}
-		if r := e.innerProbe(id, "get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, id) {
+		if r := e.innerProbe(id, append([]string{"get", "http://" + evilName + "/"}, e.resolveTo(d.evil)...)...); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, id) {
 			t.Errorf("denied HTTP from an inner container: want a 403 naming the inner container %s, got %v", id, r)
 		}
 		// Both layers decided on the allowed connection: the inner proxy's
@@ -83,7 +96,7 @@ func TestDockerInDocker(t *testing.T) {
 			"--opt", "com.docker.network.bridge.name=dmin0", network)
 		id := e.startInnerProbe("dm-usernet", "--network", network,
 			"--label", hook.AnnotationMode+"=allowlist", "--label", hook.AnnotationAllowedHosts+"="+apiName)
-		s := e.assertInnerSandbox(t, id, "allowlist", withDNSGap("partial (container holds CAP_NET_RAW)"))
+		s := e.assertInnerSandbox(t, id, "allowlist", "full", "partial (container holds CAP_NET_RAW)")
 		record("inner", "inner user-defined network", s.Label, "inner label: "+apiName)
 		if want := []netip.Addr{netip.MustParseAddr("127.0.0.11"), d.net.DNS}; !slices.Equal(s.Resolvers, want) {
 			t.Errorf("resolvers %v, want %v", s.Resolvers, want)
@@ -94,7 +107,7 @@ func TestDockerInDocker(t *testing.T) {
 		if r := e.innerProbe(id, "get", "https://"+apiName+"/usernet", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 			t.Errorf("allowed HTTPS on the inner user-defined network: %v", r)
 		}
-		if r := e.innerProbe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 {
+		if r := e.innerProbe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, e.resolveTo(d.evil)...)...); r.exit != 3 {
 			t.Errorf("denied HTTPS on the inner user-defined network: want exit 3, got %v", r)
 		}
 		waitLogDecision(t, e.innerLog(id), decided(apiName, "allow"))
@@ -105,18 +118,34 @@ func TestDockerInDocker(t *testing.T) {
 
 	t.Run("inner label cannot widen the outer policy", func(t *testing.T) {
 		id := e.startInnerProbe("dm-widen", "--label", hook.AnnotationAllowedHosts+"="+evilName)
-		s := e.assertInnerSandbox(t, id, "allowlist", withDNSGap("partial (container holds CAP_NET_RAW)"))
+		s := e.assertInnerSandbox(t, id, "allowlist", "full", "partial (container holds CAP_NET_RAW)")
 		record("inner, label allows "+evilName, "inner default bridge", s.Label, "inner label: "+evilName+"; outer denies it")
-		outerDenied := outerDecisions(evilName, "deny")
-		if r := e.innerProbe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 {
-			t.Errorf("HTTPS to %s, allowed inside, denied outside: want exit 3, got %v", evilName, r)
+		// The inner proxy admits the name, then dials it (it resolves
+		// the name itself, from the outer container's namespace): the
+		// outer sandbox's DNS filter refuses the lookup, so the inner proxy
+		// has nowhere to connect, logs an error and resets the connection.
+		// The outer policy holds before any packet leaves for evil.
+		outerRefused := countDNSDecisions(outer.LogFile, evilName, "deny")
+		if r := e.innerProbe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, e.resolveTo(d.evil)...)...); r.exit != 4 {
+			t.Errorf("HTTPS to %s, allowed inside, denied outside: want exit 4 (reset by the inner proxy), got %v", evilName, r)
 		}
-		// The 403 comes from the outer proxy: it names the outer sandbox.
-		if r := e.innerProbe(id, "get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, e.outer) {
-			t.Errorf("HTTP to %s: want the outer sandbox's 403 naming %s, got %v", evilName, e.outer, r)
+		if r := e.innerProbe(id, append([]string{"get", "http://" + evilName + "/"}, e.resolveTo(d.evil)...)...); r.exit != 4 {
+			t.Errorf("HTTP to %s, allowed inside, denied outside: want exit 4 (reset by the inner proxy), got %v", evilName, r)
 		}
-		waitLogDecision(t, e.innerLog(id), decided(evilName, "allow"))
-		waitFor(t, "the outer proxy to deny "+evilName, func() bool { return outerDecisions(evilName, "deny") >= outerDenied+2 })
+		line := waitLogDecision(t, e.innerLog(id), decided(evilName, "error"))
+		if reason, _ := line["reason"].(string); !strings.Contains(reason, "resolve "+evilName) {
+			t.Errorf("the inner proxy's line for %s: reason %q, want its failed lookup", evilName, reason)
+		}
+		if n := countDecisions(e.innerLog(id), decided(evilName, "allow")); n != 0 {
+			t.Errorf("the inner proxy logged %d connections to %s as allowed (relayed)", n, evilName)
+		}
+		waitFor(t, "the outer DNS filter to refuse "+evilName, func() bool {
+			return countDNSDecisions(outer.LogFile, evilName, "deny") > outerRefused
+		})
+		// The container's own lookup: the inner filter admits the name and
+		// forwards it, the outer filter refuses it.
+		assertLookupRefused(t, func(args ...string) dockerResult { return e.innerProbe(id, args...) }, d.net.DNS, evilName)
+		d.waitDNSDecision(t, e.innerLog(id), evilName, "allow")
 		if n := webTraffic(d.evil); n != 0 {
 			t.Errorf("evil saw %d requests or connections", n)
 		}
@@ -139,7 +168,7 @@ func TestDockerInDocker(t *testing.T) {
 		if r := e.innerProbe(id, "get", "https://"+otherName+"/hostnet", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+otherName+" ") {
 			t.Errorf("HTTPS to %s (outer policy: allowed): %v", otherName, r)
 		}
-		if r := e.innerProbe(id, "get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, e.outer) {
+		if r := e.innerProbe(id, append([]string{"get", "http://" + evilName + "/"}, e.resolveTo(d.evil)...)...); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, e.outer) {
 			t.Errorf("HTTP to %s (outer policy: denied): want the outer sandbox's 403, got %v", evilName, r)
 		}
 		waitLogDecision(t, outer.LogFile, decided(otherName, "allow"))
@@ -161,11 +190,38 @@ func TestDockerInDocker(t *testing.T) {
 		if r := e.innerProbe(id, "get", "https://"+otherName+"/plain", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+otherName+" ") {
 			t.Errorf("HTTPS to %s (outer policy: allowed): %v", otherName, r)
 		}
-		if r := e.innerProbe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 {
+		if r := e.innerProbe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, e.resolveTo(d.evil)...)...); r.exit != 3 {
 			t.Errorf("HTTPS to %s (outer policy: denied): want exit 3, got %v", evilName, r)
 		}
 		waitFor(t, "the outer proxy to allow "+otherName, func() bool { return outerDecisions(otherName, "allow") > outerOther })
 		e.mustInner("rm", "--force", id)
+	})
+
+	t.Run("inner opt-out of the DNS filter and the host-side layer", func(t *testing.T) {
+		// The inner runtime.json with "dnsFilter": false, "hostLayer":
+		// false: the inner sandbox has its in-namespace rules only, and
+		// its label names both gaps. Its DNS still crosses the outer
+		// sandbox, whose filter applies the outer policy.
+		e.optOutInner(t)
+		id := e.startInnerProbe("dm-optout", "--label", hook.AnnotationAllowedHosts+"="+apiName)
+		const want = "partial (container holds CAP_NET_RAW; DNS to the resolvers is not filtered)"
+		s := e.assertInnerSandbox(t, id, "allowlist", want, want)
+		if s.HostLayer || s.DNSFilter {
+			t.Errorf("inner sandbox with host layer %v, DNS filter %v; runtime.json turned both off", s.HostLayer, s.DNSFilter)
+		}
+		record("inner, inner runtime.json opts out", "inner default bridge", s.Label, "inner label: "+apiName)
+		if r := e.innerProbe(id, "get", "https://"+apiName+"/optout", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+			t.Errorf("allowed HTTPS without the inner filter: %v", r)
+		}
+		if r := e.innerProbe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, e.resolveTo(d.evil)...)...); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+			t.Errorf("denied HTTPS without the inner filter: want exit 3 (access_denied), got %v", r)
+		}
+		waitLogDecision(t, e.innerLog(id), decided(apiName, "allow"))
+		waitLogDecision(t, e.innerLog(id), decided(evilName, "deny"))
+		if n := countDNSDecisions(e.innerLog(id), "", ""); n != 0 {
+			t.Errorf("%d DNS filter lines in the log of an inner sandbox without the filter", n)
+		}
+		e.removeInnerContainer(t, id, s)
 	})
 
 	if n := webTraffic(d.evil); n != 0 {
@@ -177,9 +233,12 @@ func TestDockerInDocker(t *testing.T) {
 
 // assertInnerSandbox checks inner container id's sandbox: the inner
 // doorman's state (mode, label), one proxy of its own (a process in the
-// outer container, serving only this container), and the DOORMAN_*
-// environment matching the label. It returns the state.
-func (e *dindEnv) assertInnerSandbox(t *testing.T, id, mode, label string) *sandbox.State {
+// outer container, serving only this container), its host-side layer (if
+// the state records one) in the outer container's namespace and not in the
+// root namespace, and the DOORMAN_* environment, whose label (envLabel) is
+// computed at create time, before the host-side layer. It returns the
+// state.
+func (e *dindEnv) assertInnerSandbox(t *testing.T, id, mode, label, envLabel string) *sandbox.State {
 	t.Helper()
 	s, err := e.innerState(id)
 	if err != nil {
@@ -192,7 +251,13 @@ func (e *dindEnv) assertInnerSandbox(t *testing.T, id, mode, label string) *sand
 	if len(pids) != 1 || nsPID(pids[0]) != s.PID {
 		t.Errorf("proxies for inner container %s: host pids %v, want one whose pid in the outer container is the recorded %d", id, pids, s.PID)
 	}
-	assertDoormanEnv(t, e.innerEnv(id), mode, label, "docker exec env")
+	if inOuter := hostLayerHolds(t, e.outerNetNS(), s.Key); inOuter != s.HostLayer {
+		t.Errorf("inner sandbox %s: host-side layer recorded %v, its chain in the outer container's namespace %v", id, s.HostLayer, inOuter)
+	}
+	if hostLayerHolds(t, procNetNS(os.Getpid()), s.Key) {
+		t.Errorf("inner sandbox %s: a host-side layer chain in the root namespace, not the inner daemon's", id)
+	}
+	assertDoormanEnv(t, e.innerEnv(id), mode, envLabel, "docker exec env")
 	return s
 }
 

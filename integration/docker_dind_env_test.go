@@ -46,6 +46,10 @@ type dindEnv struct {
 	outer        string // the outer container's id
 	outerPID     int    // its init (the inner dockerd), a host pid
 	cgroupParent string // the inner daemon's cgroup parent
+	// innerRuntime is what the inner runtime.json says, and
+	// innerRuntimeJSON its host path (bind-mounted; see optOutInner).
+	innerRuntime     hook.RuntimeConfig
+	innerRuntimeJSON string
 }
 
 // newDinD starts the outer container with outerArgs (its doorman labels)
@@ -136,7 +140,7 @@ func (e *dindEnv) importOuterImage() string {
 		"bip":             dindBridgeIP,
 	})
 	allowICMP := false
-	runtime, _ := json.Marshal(hook.RuntimeConfig{
+	e.innerRuntime = hook.RuntimeConfig{
 		Runc:             "/usr/sbin/runc",
 		DockerRoot:       "/var/lib/docker",
 		StateDir:         dindStateDir,
@@ -144,8 +148,10 @@ func (e *dindEnv) importOuterImage() string {
 		DefaultPolicy:    dindDefaultPolicy,
 		UpstreamResolver: e.net.DNS.String() + ":53",
 		AllowICMP:        &allowICMP,
-	})
+	}
+	runtime, _ := json.Marshal(e.innerRuntime)
 	runtimeJSON := filepath.Join(e.dir, "dind-runtime.json")
+	e.innerRuntimeJSON = runtimeJSON
 	files := map[string][]byte{
 		filepath.Join(rootfs, "etc/docker/daemon.json"): daemon,
 		// The inner daemon-wide default: api.example.test only.
@@ -171,6 +177,32 @@ func (e *dindEnv) importOuterImage() string {
 	}
 	return runtimeJSON
 }
+
+// optOutInner turns the DNS filter and the host-side layer off in the
+// inner runtime.json for the inner containers created until t ends. The
+// file is rewritten in place: the outer container sees it through its bind
+// mount, which a new file (a rename) would leave behind.
+func (e *dindEnv) optOutInner(t *testing.T) {
+	t.Helper()
+	off := false
+	cfg := e.innerRuntime
+	cfg.DNSFilter, cfg.HostLayer = &off, &off
+	e.writeInnerRuntimeConfig(t, cfg)
+	t.Cleanup(func() { e.writeInnerRuntimeConfig(t, e.innerRuntime) })
+}
+
+// writeInnerRuntimeConfig rewrites the inner runtime.json as cfg.
+func (e *dindEnv) writeInnerRuntimeConfig(t *testing.T, cfg hook.RuntimeConfig) {
+	t.Helper()
+	data, _ := json.Marshal(cfg)
+	if err := os.WriteFile(e.innerRuntimeJSON, data, 0o644); err != nil {
+		t.Fatalf("rewrite the inner runtime.json: %v", err)
+	}
+}
+
+// outerNetNS is the path of the outer container's network namespace: the
+// inner daemon's, where its containers' proxies and host-side layer live.
+func (e *dindEnv) outerNetNS() string { return procNetNS(e.outerPID) }
 
 // importInnerProbeImage feeds the probe image to the inner dockerd.
 func (e *dindEnv) importInnerProbeImage() {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
+	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/integration/testnet"
@@ -44,7 +47,8 @@ type dockerEnv struct {
 	id               string // unique per test: names links, bridges, cgroups
 	dir              string
 	stateDir, logDir string
-	defaultPolicy    string // the daemon-wide default policy file
+	defaultPolicy    string             // the daemon-wide default policy file
+	runtime          hook.RuntimeConfig // what runtime.json says (see optOut)
 	dataRoot         string
 	execRoot         string
 	socket           string
@@ -180,7 +184,7 @@ func (d *dockerEnv) writeConfig() {
 		d.t.Fatal(err)
 	}
 	allowICMP := false
-	rt, _ := json.Marshal(hook.RuntimeConfig{
+	d.runtime = hook.RuntimeConfig{
 		Runc:             runc,
 		DockerRoot:       d.dataRoot,
 		StateDir:         d.stateDir,
@@ -188,7 +192,8 @@ func (d *dockerEnv) writeConfig() {
 		DefaultPolicy:    d.defaultPolicy,
 		UpstreamResolver: d.net.DNS.String() + ":53",
 		AllowICMP:        &allowICMP,
-	})
+	}
+	rt, _ := json.Marshal(d.runtime)
 	daemon, _ := json.Marshal(map[string]any{
 		"runtimes":        map[string]any{"doorman": map[string]any{"path": link}},
 		"default-runtime": "doorman",
@@ -209,6 +214,33 @@ func (d *dockerEnv) writeConfig() {
 		if err := os.WriteFile(filepath.Join(d.dir, name), data, 0o644); err != nil {
 			d.t.Fatal(err)
 		}
+	}
+}
+
+// optOut turns the DNS filter and the host-side layer off in runtime.json
+// ("dnsFilter": false, "hostLayer": false) for the containers created until
+// t ends, when the default (both on) comes back. The wrapper reads
+// runtime.json at every runc call, as an operator's edit would take effect.
+func (d *dockerEnv) optOut(t *testing.T) {
+	t.Helper()
+	off := false
+	cfg := d.runtime
+	cfg.DNSFilter, cfg.HostLayer = &off, &off
+	d.writeRuntimeConfig(t, cfg)
+	t.Cleanup(func() { d.writeRuntimeConfig(t, d.runtime) })
+}
+
+// writeRuntimeConfig replaces runtime.json with cfg, atomically: a runc
+// call of another container never reads half of it.
+func (d *dockerEnv) writeRuntimeConfig(t *testing.T, cfg hook.RuntimeConfig) {
+	t.Helper()
+	data, _ := json.Marshal(cfg)
+	path := filepath.Join(d.dir, "runtime.json")
+	if err := os.WriteFile(path+".new", data, 0o644); err != nil {
+		t.Fatalf("rewrite runtime.json: %v", err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatalf("rewrite runtime.json: %v", err)
 	}
 }
 
@@ -546,6 +578,88 @@ func waitLogDecision(t *testing.T, path string, pred func(map[string]any) bool) 
 	data, _ := os.ReadFile(path)
 	t.Fatalf("no matching decision line in %s; log:\n%s", path, data)
 	return nil
+}
+
+// waitDNSDecision waits until the log at path has a "dns" line (the DNS
+// filter's) for name with verdict.
+func (d *dockerEnv) waitDNSDecision(t *testing.T, path, name, verdict string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if countDNSDecisions(path, name, verdict) > 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	data, _ := os.ReadFile(path)
+	t.Fatalf("no dns %s line for %s in %s; log:\n%s", verdict, name, path, data)
+}
+
+// countDNSDecisions counts the DNS filter's lines in the log at path for
+// name with verdict ("" for any name or verdict).
+func countDNSDecisions(path, name, verdict string) int {
+	data, _ := os.ReadFile(path)
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m["msg"] != "dns" {
+			continue
+		}
+		if (name == "" || strings.TrimSuffix(fmt.Sprint(m["name"]), ".") == name) && (verdict == "" || m["verdict"] == verdict) {
+			n++
+		}
+	}
+	return n
+}
+
+// resolveTo are the probe's `get` options that connect to h's first
+// address whenever h's name is dialled. A name the policy denies does not
+// resolve in a sandbox with the DNS filter, so a check of what the proxy
+// does with a denied name connects by address.
+func (d *dockerEnv) resolveTo(h *testnet.Host) []string {
+	return []string{"--resolve", h.Name() + ":" + h.Addrs()[0].String()}
+}
+
+// assertLookupRefused checks that the denied name h does not resolve in
+// container id, whose resolver (server) goes through the DNS filter: asked
+// directly, the filter answers REFUSED, and a client's lookup fails (Go
+// says "server misbehaving").
+func assertLookupRefused(t *testing.T, probe func(args ...string) dockerResult, server netip.Addr, name string) {
+	t.Helper()
+	if r := probe("dns", server.String(), name); r.exit != 0 || !strings.Contains(r.stdout, "rcode: REFUSED") {
+		t.Errorf("DNS query for the denied name %s: want the filter's REFUSED, got %v", name, r)
+	}
+	if r := probe("get", "http://"+name+"/"); r.exit != 1 || !strings.Contains(r.stderr, "lookup "+name) || !strings.Contains(r.stderr, "server misbehaving") {
+		t.Errorf("GET of the denied name %s: want its lookup to fail, got %v", name, r)
+	}
+}
+
+// hostLayerHolds reports whether the host-side layer in the network
+// namespace at nsPath (the runtime's: where the sandbox's proxy runs) has
+// its chain for sandbox key, in table inet doorman-host.
+func hostLayerHolds(t *testing.T, nsPath, key string) bool {
+	t.Helper()
+	f, err := os.Open(nsPath)
+	if err != nil {
+		t.Fatalf("host-side layer: %v", err)
+	}
+	defer f.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatalf("host-side layer in %s: %v", nsPath, err)
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatalf("host-side layer in %s: list chains: %v", nsPath, err)
+	}
+	for _, ch := range chains {
+		// enforce/hostlayer names a sandbox's chain "sbx-" + its key.
+		if ch.Table.Name == hostlayer.TableName && ch.Name == "sbx-"+key {
+			return true
+		}
+	}
+	return false
 }
 
 // countDecisions counts the lines of the log at path that pred accepts.

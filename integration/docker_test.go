@@ -21,10 +21,12 @@ import (
 // proxies it starts all live in the root namespace, which reaches the fake
 // internet through the test's link (see docker_link_test.go). It checks
 // the per-container policy from labels (allowed and denied HTTPS and HTTP,
-// decision log, recorded state and label), the daemon-wide default policy,
-// the DOORMAN_* environment, Docker's embedded DNS on a user-defined
-// network, that `docker rm -f` leaves nothing, and that a bad label stops
-// `docker run` with doorman's own message.
+// denied names refused by the DNS filter, decision log, recorded state and
+// label), the host-side layer on the container's veth, the daemon-wide
+// default policy, the DOORMAN_* environment, Docker's embedded DNS on a
+// user-defined network, the opt-out of both layers in runtime.json, that
+// `docker rm -f` leaves nothing, and that a bad label stops `docker run`
+// with doorman's own message.
 func TestDocker(t *testing.T) {
 	begin := time.Now()
 	d := newDockerEnv(t)
@@ -40,9 +42,15 @@ func TestDocker(t *testing.T) {
 			t.Errorf("doorman recorded id %q name %q runtime %q mode %q; want %q %q hook allowlist", s.ID, s.Name, s.Runtime, s.Mode, id, name)
 		}
 		// Docker gives containers CAP_NET_RAW: rules inside the sandbox
-		// alone do not hold against AF_PACKET, and the label says so.
-		if want := withDNSGap("partial (container holds CAP_NET_RAW)"); s.Label != want {
-			t.Errorf("label %q, want %q", s.Label, want)
+		// alone do not hold against AF_PACKET, but the host-side layer on
+		// the container's veth (installed when the hook runs again after
+		// libnetwork-setkey) does, and the DNS filter is on: full.
+		if s.Label != "full" || !s.HostLayer || !s.DNSFilter || s.BaseLabel != "partial (container holds CAP_NET_RAW)" {
+			t.Errorf("label %q (base %q, host layer %v, DNS filter %v), want full (base partial (container holds CAP_NET_RAW), both layers)",
+				s.Label, s.BaseLabel, s.HostLayer, s.DNSFilter)
+		}
+		if !hostLayerHolds(t, procNetNS(os.Getpid()), s.Key) {
+			t.Errorf("no host-side layer chain for %s in the root namespace (dockerd's)", s.Key)
 		}
 		if want := []netip.Addr{d.net.DNS}; !slices.Equal(s.Resolvers, want) {
 			t.Errorf("resolvers %v, want the container's --dns %v", s.Resolvers, want)
@@ -54,21 +62,33 @@ func TestDocker(t *testing.T) {
 		if ok, err := enforce.Present(procNetNS(pid)); err != nil || !ok {
 			t.Errorf("doorman's table in the container's namespace: %v, %v", ok, err)
 		}
-		assertDoormanEnv(t, processEnv(t, pid), "allowlist", s.Label, "the container's init")
-		assertDoormanEnv(t, d.containerEnv(id), "allowlist", s.Label, "docker exec env")
+		// The wrapper sets the environment at create time, before the veth
+		// (and so the host-side layer) exists: it counts only the DNS
+		// filter.
+		assertDoormanEnv(t, processEnv(t, pid), "allowlist", "partial (container holds CAP_NET_RAW)", "the container's init")
+		assertDoormanEnv(t, d.containerEnv(id), "allowlist", "partial (container holds CAP_NET_RAW)", "docker exec env")
 
-		// HTTPS and HTTP by name (resolved through the fake internet's
-		// DNS server, the container's --dns): allowed and denied.
+		// HTTPS and HTTP by name (resolved through the DNS filter and
+		// the fake internet's DNS server, the container's --dns): allowed.
+		// A denied name does not resolve: the filter refuses it, and
+		// logs it.
 		if r := d.probe(id, "get", "https://"+apiName+"/docker", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 			t.Errorf("allowed HTTPS: %v", r)
 		}
 		if r := d.probe(id, "get", "http://"+apiName+"/docker"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 			t.Errorf("allowed HTTP: %v", r)
 		}
-		if r := d.probe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+		evilQueries := d.net.QueriesFor(evilName)
+		assertLookupRefused(t, func(args ...string) dockerResult { return d.probe(id, args...) }, d.net.DNS, evilName)
+		d.waitDNSDecision(t, s.LogFile, evilName, "deny")
+		if n := d.net.QueriesFor(evilName) - evilQueries; n != 0 {
+			t.Errorf("the fake internet's DNS server saw %d queries for the denied %s", n, evilName)
+		}
+		// Denied HTTPS and HTTP, connecting to evil's address.
+		if r := d.probe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, d.resolveTo(d.evil)...)...); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
 			t.Errorf("denied HTTPS: want the probe's exit 3 with a TLS access_denied alert, got %v", r)
 		}
-		if r := d.probe(id, "get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
+		if r := d.probe(id, append([]string{"get", "http://" + evilName + "/"}, d.resolveTo(d.evil)...)...); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
 			!strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, id) {
 			t.Errorf("denied HTTP: want a 403 naming %s and %s, got %v", evilName, id, r)
 		}
@@ -124,10 +144,11 @@ func TestDocker(t *testing.T) {
 	t.Run("full label without CAP_NET_RAW", func(t *testing.T) {
 		id := d.startProbe("dm-full-"+d.id, append([]string{"--cap-drop", "NET_RAW"}, labels...)...)
 		s := d.state(id)
-		if s.Label != withDNSGap("full") {
-			t.Errorf("label %q, want full", s.Label)
+		if s.Label != "full" || s.BaseLabel != "full" {
+			t.Errorf("label %q (base %q), want full", s.Label, s.BaseLabel)
 		}
-		assertDoormanEnv(t, processEnv(t, d.pid(id)), "allowlist", withDNSGap("full"), "the container's init")
+		// The DNS filter alone makes the create-time label full here.
+		assertDoormanEnv(t, processEnv(t, d.pid(id)), "allowlist", "full", "the container's init")
 		if r := d.probe(id, "get", "https://"+apiName+"/full", "--ca", "/ca.pem"); r.exit != 0 {
 			t.Errorf("allowed HTTPS: %v", r)
 		}
@@ -147,11 +168,14 @@ func TestDocker(t *testing.T) {
 		if err != nil || !strings.Contains(string(policy), otherName) || strings.Contains(string(policy), apiName) {
 			t.Errorf("the sandbox's policy file: %q, %v; want the default policy's", policy, err)
 		}
-		assertDoormanEnv(t, processEnv(t, d.pid(id)), "allowlist", s.Label, "the container's init")
+		if s.Label != "full" {
+			t.Errorf("label %q, want full", s.Label)
+		}
+		assertDoormanEnv(t, processEnv(t, d.pid(id)), "allowlist", "partial (container holds CAP_NET_RAW)", "the container's init")
 		if r := d.probe(id, "get", "https://"+otherName+"/default", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+otherName+" ") {
 			t.Errorf("HTTPS to %s, allowed by the default policy: %v", otherName, r)
 		}
-		if r := d.probe(id, "get", "https://"+apiName+"/", "--ca", "/ca.pem"); r.exit != 3 {
+		if r := d.probe(id, append([]string{"get", "https://" + apiName + "/", "--ca", "/ca.pem"}, d.resolveTo(d.api)...)...); r.exit != 3 {
 			t.Errorf("HTTPS to %s, not in the default policy: want exit 3, got %v", apiName, r)
 		}
 		waitLogDecision(t, s.LogFile, decided(otherName, "allow"))
@@ -188,12 +212,49 @@ func TestDocker(t *testing.T) {
 		if r := d.probe(id, "get", "https://"+apiName+"/usernet", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 			t.Errorf("allowed HTTPS on the user-defined network: %v", r)
 		}
-		if r := d.probe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 {
+		if layer := hostLayerHolds(t, procNetNS(os.Getpid()), s.Key); s.Label != "full" || !layer {
+			t.Errorf("label %q on the user-defined network (host-side layer in the root namespace: %v), want full with the layer", s.Label, layer)
+		}
+		if r := d.probe(id, append([]string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}, d.resolveTo(d.evil)...)...); r.exit != 3 {
 			t.Errorf("denied HTTPS on the user-defined network: want exit 3, got %v", r)
 		}
 		waitLogDecision(t, s.LogFile, decided(apiName, "allow"))
 		waitLogDecision(t, s.LogFile, decided(evilName, "deny"))
 		d.mustDocker("rm", "--force", id, peer)
+		waitGone(t, s.PID)
+	})
+
+	t.Run("opt-out of the DNS filter and the host-side layer", func(t *testing.T) {
+		// runtime.json with "dnsFilter": false, "hostLayer": false: the
+		// sandbox has its in-namespace rules only, and its label names
+		// both gaps, at create time and after.
+		d.optOut(t)
+		id := d.startProbe("dm-optout-"+d.id, labels...)
+		s := d.state(id)
+		const want = "partial (container holds CAP_NET_RAW; DNS to the resolvers is not filtered)"
+		if s.Label != want || s.HostLayer || s.DNSFilter {
+			t.Errorf("label %q (host layer %v, DNS filter %v), want %q without either layer", s.Label, s.HostLayer, s.DNSFilter, want)
+		}
+		assertDoormanEnv(t, processEnv(t, d.pid(id)), "allowlist", want, "the container's init")
+		if hostLayerHolds(t, procNetNS(os.Getpid()), s.Key) {
+			t.Errorf("a host-side layer chain for %s in the root namespace, though runtime.json turned it off", s.Key)
+		}
+		// The denied name resolves (nothing filters DNS); the proxy still
+		// refuses the connection.
+		if r := d.probe(id, "dns", d.net.DNS.String(), evilName); r.exit != 0 || !strings.Contains(r.stdout, evilAddr4.String()) {
+			t.Errorf("DNS for %s without the filter: want its address, got %v", evilName, r)
+		}
+		if r := d.probe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+			t.Errorf("denied HTTPS by name without the filter: want exit 3 (access_denied), got %v", r)
+		}
+		if r := d.probe(id, "get", "https://"+apiName+"/optout", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+			t.Errorf("allowed HTTPS without the filter: %v", r)
+		}
+		waitLogDecision(t, s.LogFile, decided(evilName, "deny"))
+		if n := countDNSDecisions(s.LogFile, "", ""); n != 0 {
+			t.Errorf("%d DNS filter lines in the log of a sandbox without the filter", n)
+		}
+		d.mustDocker("rm", "--force", id)
 		waitGone(t, s.PID)
 	})
 

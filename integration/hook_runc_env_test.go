@@ -215,6 +215,19 @@ func withAnnotations(kv ...string) specOption {
 	}
 }
 
+// withHookFlags adds flags to doorman's arguments in every hook of the
+// spec, before the stage (as an operator opting out of a default would).
+func withHookFlags(flags ...string) specOption {
+	return func(s *specs.Spec) {
+		for _, hooks := range [][]specs.Hook{s.Hooks.CreateRuntime, s.Hooks.Prestart, s.Hooks.Poststop} {
+			for i := range hooks {
+				a := hooks[i].Args
+				hooks[i].Args = slices.Concat(a[:len(a)-1], flags, a[len(a)-1:])
+			}
+		}
+	}
+}
+
 // allowAPI is the policy most containers get.
 func allowAPI() specOption {
 	return withAnnotations(hook.AnnotationMode, "allowlist", hook.AnnotationAllowedHosts, apiName)

@@ -16,7 +16,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/integration/testnet"
 )
@@ -42,9 +41,10 @@ func TestHookRunc(t *testing.T) {
 		t.Errorf("state: runtime %q id %q netns %q mode %q; want hook %q %q allowlist", s.Runtime, s.ID, s.NetNS, s.Mode, c.id, sbx.Path())
 	}
 	// runc spec's default capabilities hold neither CAP_NET_RAW nor
-	// CAP_NET_ADMIN.
-	if s.Label != withDNSGap("full") {
-		t.Errorf("label %q, want %q (runc spec's default capabilities, DNS unfiltered)", s.Label, withDNSGap("full"))
+	// CAP_NET_ADMIN; by default the hook adds the DNS filter and, on the
+	// sandbox's veth (its peer in runc's namespace), the host-side layer.
+	if s.Label != "full" || !s.DNSFilter || !s.HostLayer {
+		t.Errorf("label %q, DNS filter %v, host-side layer %v; want full with both layers", s.Label, s.DNSFilter, s.HostLayer)
 	}
 	if want := []netip.Addr{e.net.DNS, e.net.DNS6}; !slices.Equal(s.Resolvers, want) {
 		t.Errorf("resolvers %v, want %v (the rootfs's resolv.conf)", s.Resolvers, want)
@@ -65,13 +65,20 @@ func TestHookRunc(t *testing.T) {
 	if r := probe("get", "https://"+apiName+"/runc", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 		t.Errorf("allowed HTTPS: %v", r)
 	}
-	if r := probe("get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+	// A denied name does not resolve: the DNS filter refuses it (Go
+	// reports REFUSED as "server misbehaving"). Reached at its address,
+	// it gets the TLS alert or the 403.
+	if r := probe("get", "https://"+evilName+"/", "--ca", "/ca.pem"); !probeRan(r, 1) || !strings.Contains(r.stderr, "lookup "+evilName) || !strings.Contains(r.stderr, "server misbehaving") {
+		t.Errorf("denied name: want the probe to fail resolving it, got %v", r)
+	}
+	evilAt := "--resolve=" + evilName + ":" + evilAddr4.String()
+	if r := probe("get", "https://"+evilName+"/", "--ca", "/ca.pem", evilAt); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
 		t.Errorf("denied HTTPS: want the probe's exit 3 with a TLS access_denied alert, got %v", r)
 	}
 	if r := probe("get", "http://"+apiName+"/plain"); r.exit != 0 || !strings.Contains(r.stdout, "status: 200\n"+apiName+" ") || !strings.Contains(r.stdout, "GET /plain") {
 		t.Errorf("allowed HTTP: %v", r)
 	}
-	if r := probe("get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
+	if r := probe("get", "http://"+evilName+"/", evilAt); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
 		!strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, c.id) {
 		t.Errorf("denied HTTP: want a 403 naming %s and %s, got %v", evilName, c.id, r)
 	}
@@ -80,8 +87,11 @@ func TestHookRunc(t *testing.T) {
 	if r := e.exec(c, "/bin/wget", "-q", "-O", "-", "http://"+apiName+"/busybox"); r.exit != 0 || !strings.Contains(r.stdout, "GET /busybox") {
 		t.Errorf("allowed HTTP with busybox wget: %v", r)
 	}
-	if r := e.exec(c, "/bin/wget", "-q", "-O", "-", "http://"+evilName+"/busybox"); r.exit == 0 || !strings.Contains(r.stderr, "403") {
-		t.Errorf("denied HTTP with busybox wget: want a 403, got %v", r)
+	if r := e.exec(c, "/bin/wget", "-q", "-O", "-", "http://"+evilName+"/busybox"); r.exit == 0 || !strings.Contains(r.stderr, "bad address '"+evilName+"'") {
+		t.Errorf("denied name with busybox wget: want it not to resolve, got %v", r)
+	}
+	if r := e.exec(c, "/bin/wget", "-q", "-O", "-", "--header", "Host: "+evilName, "http://"+evilAddr4.String()+"/busybox"); r.exit == 0 || !strings.Contains(r.stderr, "403") {
+		t.Errorf("denied HTTP with busybox wget (at the address, Host %s): want a 403, got %v", evilName, r)
 	}
 	if n := e.evil.Requests(); n != 0 {
 		t.Errorf("evil host served %d requests", n)
@@ -120,10 +130,18 @@ func TestHookRunc(t *testing.T) {
 	if n := e.evil.UDPDatagrams(testnet.PortUDPEcho); n != 0 {
 		t.Errorf("%d UDP datagrams arrived", n)
 	}
-	// DNS: the resolvers answer; the rogue server never sees a query.
+	// DNS: the resolvers answer (through the filter) for the allowed
+	// name, REFUSED for the denied one, NXDOMAIN for the allowed name
+	// with a label added; the rogue server never sees a query.
 	for _, srv := range []netip.Addr{e.net.DNS, e.net.DNS6} {
 		if r := probe("dns", srv.String(), apiName); r.exit != 0 || !strings.Contains(r.stdout, "rcode: NOERROR") || !strings.Contains(r.stdout, apiAddr4.String()) {
 			t.Errorf("DNS to the resolver %v: %v", srv, r)
+		}
+		if r := probe("dns", srv.String(), evilName); !strings.Contains(r.stdout, "rcode: REFUSED") || strings.Contains(r.stdout, evilAddr4.String()) {
+			t.Errorf("DNS to the resolver %v for %s: want REFUSED, got %v", srv, evilName, r)
+		}
+		if r := probe("dns", srv.String(), apiName+".corp"); !strings.Contains(r.stdout, "rcode: NXDOMAIN") {
+			t.Errorf("DNS to the resolver %v for %s.corp: want NXDOMAIN, got %v", srv, apiName, r)
 		}
 	}
 	rogue := e.net.QueriesSeen(e.net.RogueDNS)
@@ -137,6 +155,8 @@ func TestHookRunc(t *testing.T) {
 	// The decision log, under the container id.
 	e.waitDecision(c.ctr(), decided(apiName, "allow"))
 	e.waitDecision(c.ctr(), decided(evilName, "deny"))
+	e.waitDNSDecision(c.ctr(), apiName, "allow")
+	e.waitDNSDecision(c.ctr(), evilName, "deny")
 	t.Logf("checks by runc exec: %v", time.Since(step).Round(time.Millisecond))
 
 	// runc delete: poststop stops the proxy, removes the table from the
@@ -154,40 +174,56 @@ func TestHookRunc(t *testing.T) {
 	if p := e.cgroupLeft(c); p != "" {
 		t.Errorf("cgroup %s left after runc delete", p)
 	}
+	if tables := hostTables(t, e.cniEnv); len(tables) != 0 {
+		t.Errorf("host-side tables left after runc delete: %v", tables)
+	}
 	t.Logf("runc delete: %v", time.Since(step).Round(time.Millisecond))
 }
 
 // TestHookRuncPolicies creates (without starting) containers whose spec or
 // policy varies, and checks what the createRuntime hook recorded: mode,
-// proxy, table, and the label it computed from the capabilities.
+// proxy, table, and the label it computed from the capabilities and the
+// layers. The DNS filter is on by default; the host-side layer is too, but
+// only a namespace wired by a veth to runc's has an interface for it:
+// without one the label keeps what the in-namespace rules leave open.
 func TestHookRuncPolicies(t *testing.T) {
 	e := newRuncEnv(t)
 	cases := []struct {
 		name      string
 		opts      []specOption
+		wired     bool   // a namespace with a veth to runc's, else an empty one
+		hostLayer bool   // the host-side layer is installed (on the veth)
 		policy    string // the default policy file, if any
 		mode      string
 		label     string
 		withProxy bool
 	}{
 		{name: "net raw", opts: []specOption{allowAPI(), withCaps("CAP_NET_RAW")},
-			mode: "allowlist", label: withDNSGap("partial (container holds CAP_NET_RAW)"), withProxy: true},
+			mode: "allowlist", label: "partial (container holds CAP_NET_RAW)", withProxy: true},
 		{name: "net admin", opts: []specOption{allowAPI(), withCaps("CAP_NET_RAW", "CAP_NET_ADMIN")},
-			mode: "allowlist", label: withDNSGap("partial (container holds CAP_NET_ADMIN)"), withProxy: true},
+			mode: "allowlist", label: "partial (container holds CAP_NET_ADMIN)", withProxy: true},
+		// On a veth, the host-side layer holds what the container could
+		// undo inside its namespace.
+		{name: "net admin, wired", opts: []specOption{allowAPI(), withCaps("CAP_NET_RAW", "CAP_NET_ADMIN")}, wired: true, hostLayer: true,
+			mode: "allowlist", label: "full", withProxy: true},
+		// Both layers opted out: the label names every gap.
+		{name: "net raw, layers opted out", wired: true, opts: []specOption{allowAPI(), withCaps("CAP_NET_RAW"),
+			withHookFlags("--dns-filter=false", "--host-layer=false")},
+			mode: "allowlist", label: withDNSGap("partial (container holds CAP_NET_RAW)"), withProxy: true},
 		{name: "mode none", opts: []specOption{withAnnotations(hook.AnnotationMode, "none")},
 			mode: "none", label: "full"},
 		// The state records what enforcement covers whatever the mode
 		// (the CLI shows n/a while the mode is open).
 		{name: "mode open", opts: []specOption{withAnnotations(hook.AnnotationMode, "open")},
-			mode: "open", label: withDNSGap("full"), withProxy: true},
+			mode: "open", label: "full", withProxy: true},
 		{name: "default policy file", policy: "mode: allowlist\n" + otherName + "\n",
-			mode: "allowlist", label: withDNSGap("full"), withProxy: true},
+			mode: "allowlist", label: "full", withProxy: true},
 		// Docker 20.10 runs its hooks at prestart: the hook acts there too.
 		{name: "prestart stage", opts: []specOption{allowAPI(), func(s *specs.Spec) {
 			h := s.Hooks.CreateRuntime[0]
 			h.Args = slices.Concat(h.Args[:len(h.Args)-1], []string{hook.StagePrestart})
 			s.Hooks.Prestart, s.Hooks.CreateRuntime = []specs.Hook{h}, nil
-		}}, mode: "allowlist", label: withDNSGap("full"), withProxy: true},
+		}}, mode: "allowlist", label: "full", withProxy: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,7 +233,12 @@ func TestHookRuncPolicies(t *testing.T) {
 				}
 				defer os.Remove(e.defaultPolicyFile())
 			}
-			ns := e.net.NewNetns(t, "pol"+strconv.Itoa(int(e.next.Load())+1))
+			var ns *testnet.Netns
+			if tc.wired {
+				ns = e.net.NewSandbox(t).Netns
+			} else {
+				ns = e.net.NewNetns(t, "pol"+strconv.Itoa(int(e.next.Load())+1))
+			}
 			c := e.newContainer("pol", slices.Concat([]specOption{withNetNS(ns.Path())}, tc.opts)...)
 			if r := e.create(c); r.exit != 0 {
 				t.Fatalf("create: %v", r)
@@ -205,6 +246,9 @@ func TestHookRuncPolicies(t *testing.T) {
 			s := e.state(c)
 			if s.Mode != tc.mode || s.Label != tc.label || s.NetNS != ns.Path() {
 				t.Errorf("state: mode %q label %q netns %q; want %q %q %q", s.Mode, s.Label, s.NetNS, tc.mode, tc.label, ns.Path())
+			}
+			if s.HostLayer != tc.hostLayer {
+				t.Errorf("host-side layer %v, want %v", s.HostLayer, tc.hostLayer)
 			}
 			if pids := proxiesFor(c.id); tc.withProxy != (len(pids) == 1 && pids[0] == s.PID) {
 				t.Errorf("proxy processes %v, recorded pid %d; want a proxy: %v", pids, s.PID, tc.withProxy)
@@ -214,6 +258,9 @@ func TestHookRuncPolicies(t *testing.T) {
 			}
 			e.delete(c)
 			e.assertNoSandbox(c)
+			if tables := hostTables(t, e.cniEnv); len(tables) != 0 {
+				t.Errorf("host-side tables left after runc delete: %v", tables)
+			}
 		})
 	}
 
@@ -392,7 +439,8 @@ func TestHookDirect(t *testing.T) {
 // as a pod's do: the first container's sandbox holds it; a second with the
 // same policy adds nothing (one ruleset, one proxy per namespace) and its
 // removal leaves the first's enforcement in place; one with more
-// capabilities lowers the namespace's label; one with another policy is
+// capabilities lowers what the namespace's own rules cover (the host-side
+// layer on its veth keeps the label full); one with another policy is
 // refused.
 func TestHookRuncSharedNetNS(t *testing.T) {
 	e := newRuncEnv(t)
@@ -410,21 +458,31 @@ func TestHookRuncSharedNetNS(t *testing.T) {
 	if pids := proxiesFor(second.id); len(pids) != 0 {
 		t.Errorf("a second proxy serves the shared namespace: %v", pids)
 	}
-	if r := e.exec(second, "/probe", "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 {
+	evilAt := "--resolve=" + evilName + ":" + evilAddr4.String()
+	if r := e.exec(second, "/probe", "get", "https://"+evilName+"/", "--ca", "/ca.pem"); !probeRan(r, 1) || !strings.Contains(r.stderr, "lookup "+evilName) {
+		t.Errorf("denied name from the second container: want it not to resolve, got %v", r)
+	}
+	e.waitDNSDecision(first.ctr(), evilName, "deny")
+	if r := e.exec(second, "/probe", "get", "https://"+evilName+"/", "--ca", "/ca.pem", evilAt); r.exit != 3 {
 		t.Errorf("denied HTTPS from the second container: want exit 3, got %v", r)
 	}
 	if r := e.exec(second, "/probe", "get", "https://"+apiName+"/", "--ca", "/ca.pem"); r.exit != 0 {
 		t.Errorf("allowed HTTPS from the second container: %v", r)
 	}
 
-	// A container that holds CAP_NET_RAW joins: the namespace's label
-	// says what now holds for all of its containers; the proxy stays.
+	// A container that holds CAP_NET_RAW joins: what the namespace's own
+	// rules cover now holds for all of its containers, and the host-side
+	// layer covers it; the proxy stays.
+	if s.Label != "full" || s.BaseLabel != "full" || !s.HostLayer {
+		t.Errorf("first container: label %q (in-namespace %q), host layer %v; want full, full, true", s.Label, s.BaseLabel, s.HostLayer)
+	}
 	raw := e.newContainer("pod", withNetNS(sbx.Path()), allowAPI(), withCaps("CAP_NET_RAW"))
 	if r := e.create(raw); r.exit != 0 {
 		t.Fatalf("create a container with CAP_NET_RAW in the shared namespace: %v", r)
 	}
-	if now := e.state(first); now.Label != withDNSGap("partial (container holds CAP_NET_RAW)") || now.PID != s.PID {
-		t.Errorf("after a container with CAP_NET_RAW joined: label %q, proxy %d; want partial (container holds CAP_NET_RAW), %d", now.Label, now.PID, s.PID)
+	if now := e.state(first); now.BaseLabel != "partial (container holds CAP_NET_RAW)" || now.Label != "full" || !now.HostLayer || now.PID != s.PID {
+		t.Errorf("after a container with CAP_NET_RAW joined: label %q (in-namespace %q), host layer %v, proxy %d; want full (partial (container holds CAP_NET_RAW)), true, %d",
+			now.Label, now.BaseLabel, now.HostLayer, now.PID, s.PID)
 	}
 	e.delete(raw)
 
@@ -435,10 +493,11 @@ func TestHookRuncSharedNetNS(t *testing.T) {
 
 	// The second one goes: the first's sandbox still holds the namespace.
 	e.delete(second)
-	if err := sandbox.Check(e.stateDir, first.id); err != nil {
+	// (Checked where runc ran the hook: the host-side layer is there.)
+	if err := e.checkInHost(hook.Key(first.id)); err != nil {
 		t.Errorf("after the second container was deleted: %v", err)
 	}
-	if r := e.exec(first, "/probe", "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 {
+	if r := e.exec(first, "/probe", "get", "https://"+evilName+"/", "--ca", "/ca.pem", evilAt); r.exit != 3 {
 		t.Errorf("denied HTTPS from the first container after the second was deleted: want exit 3, got %v", r)
 	}
 	e.delete(first)

@@ -30,7 +30,9 @@ import (
 // bind-mounts; `podman stop` (poststop runs at the container's cleanup)
 // leaves nothing, `podman start` enforces the new netns, and `podman rm`
 // leaves nothing. A malformed annotation makes Podman refuse the container
-// with doorman's message.
+// with doorman's message. A second pair of hooks, for containers marked
+// otherwise, opts out of the DNS filter and the host-side layer: its
+// container's label names what that leaves open.
 func TestPodmanHook(t *testing.T) {
 	skipUnlessRoot(t)
 	if _, err := exec.LookPath("podman"); err != nil {
@@ -40,6 +42,11 @@ func TestPodmanHook(t *testing.T) {
 	e := newCNIEnv(t)
 	hooksDir := t.TempDir()
 	writePodmanHooks(t, e, hooksDir)
+	optOutPolicy := filepath.Join(t.TempDir(), "opt-out.policy")
+	if err := os.WriteFile(optOutPolicy, []byte("mode: allowlist\n"+apiName+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writePodmanOptOutHooks(t, e, hooksDir, optOutPolicy)
 	p := newPodmanEnv(t, e, withoutDoormanCNI(), withHooksDir(hooksDir))
 	if v := p.mustPodman("version", "--format", "{{.Client.Version}}"); !strings.HasPrefix(v, "4.") {
 		t.Fatalf("podman %s: this test drives Podman 4 (CNI backend for the plain bridge network)", v)
@@ -68,7 +75,7 @@ func TestPodmanHook(t *testing.T) {
 		[]string{probeImage, "/probe", "sleep", "10m"})...)
 	ctr := &container{key: hook.Key(id)}
 	t.Logf("podman run --detach with the hook: %v", time.Since(step).Round(time.Millisecond))
-	s, ino := p.checkHookSandbox(ctr, id, []netip.Addr{e.net.DNS6})
+	s, ino := p.checkHookSandbox(ctr, id, []netip.Addr{e.net.DNS6}, true)
 
 	step = time.Now()
 	probe := func(id string, args ...string) podmanResult {
@@ -142,8 +149,8 @@ func TestPodmanHook(t *testing.T) {
 	if r := probe(id, "dns", e.net.DNS6.String(), apiName); r.exit != 0 || !strings.Contains(r.stdout, "rcode: NOERROR") || !strings.Contains(r.stdout, apiAddr4.String()) {
 		t.Errorf("DNS to the container's resolver %v: %v", e.net.DNS6, r)
 	}
-	if r := probe(id, "dns", e.net.DNS6.String(), evilName); strings.Contains(r.stdout, evilAddr4.String()) {
-		t.Errorf("DNS to the container's resolver %v for %s: want no address, got %v", e.net.DNS6, evilName, r)
+	if r := probe(id, "dns", e.net.DNS6.String(), evilName); !strings.Contains(r.stdout, "rcode: REFUSED") || strings.Contains(r.stdout, evilAddr4.String()) {
+		t.Errorf("DNS to the container's resolver %v for %s: want REFUSED, no address, got %v", e.net.DNS6, evilName, r)
 	}
 	for _, srv := range []netip.Addr{e.net.DNS, e.net.RogueDNS} {
 		before := e.net.QueriesSeen(srv)
@@ -173,7 +180,7 @@ func TestPodmanHook(t *testing.T) {
 	}
 	p.mustPodman("start", id)
 	old := s
-	s, ino = p.checkHookSandbox(ctr, id, []netip.Addr{e.net.DNS6})
+	s, ino = p.checkHookSandbox(ctr, id, []netip.Addr{e.net.DNS6}, true)
 	if s.NetNS == old.NetNS || s.PID == old.PID {
 		t.Errorf("after podman start: netns %s, proxy %d; before: %s, %d", s.NetNS, s.PID, old.NetNS, old.PID)
 	}
@@ -244,6 +251,27 @@ func TestPodmanHook(t *testing.T) {
 	}
 	t.Logf("refused container: %v", time.Since(step).Round(time.Millisecond))
 
+	// The opt-out hooks: the policy comes from their default policy file;
+	// DNS is not filtered (the denied name resolves), the proxy still
+	// refuses it, and the label says both layers are missing.
+	step = time.Now()
+	optOut := p.mustPodman(slices.Concat([]string{"run", "--detach", "--name", "dm-optout-" + suffix},
+		runArgs("--annotation", optOutAnnotation+"=off"), []string{probeImage, "/probe", "sleep", "10m"})...)
+	optState, _ := p.checkHookSandbox(&container{key: hook.Key(optOut)}, optOut, []netip.Addr{e.net.DNS6}, false)
+	if r := probe(optOut, "dns", e.net.DNS6.String(), evilName); r.exit != 0 || !strings.Contains(r.stdout, "rcode: NOERROR") || !strings.Contains(r.stdout, evilAddr4.String()) {
+		t.Errorf("DNS for %s without the DNS filter: want its address, got %v", evilName, r)
+	}
+	if r := probe(optOut, "get", "https://"+evilName+"/", "--ca", "/ca.pem"); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+		t.Errorf("denied HTTPS by name without the DNS filter: want the probe's exit 3 with a TLS access_denied alert, got %v", r)
+	}
+	if r := probe(optOut, "get", "https://"+apiName+"/opt-out", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+		t.Errorf("allowed HTTPS without the DNS filter: %v", r)
+	}
+	p.mustPodman("rm", "--force", "--time", "0", optOut)
+	waitGone(t, optState.PID)
+	assertHookSandboxGone(t, e, optOut)
+	t.Logf("container hooked without the DNS filter and the host-side layer: %v", time.Since(step).Round(time.Millisecond))
+
 	// podman rm: the poststop hook stops the proxy and removes the state.
 	// Podman has already torn the namespace down by then (it unmounts
 	// /run/netns/netns-… when the container stops, before the hook runs);
@@ -265,10 +293,12 @@ func TestPodmanHook(t *testing.T) {
 // checkHookSandbox checks what the hook recorded for the running Podman
 // container id and returns the state and the inode of its netns: Podman's
 // pre-created netns (the spec's path, which names the container's
-// namespace), the resolvers of the resolv.conf Podman bind-mounts, a label
-// matching the capabilities Podman gave the container, one proxy, and
-// doorman's table in the namespace.
-func (p *podmanEnv) checkHookSandbox(ctr *container, id string, resolvers []netip.Addr) (*sandbox.State, uint64) {
+// namespace), the resolvers of the resolv.conf Podman bind-mounts, an
+// in-namespace label matching the capabilities Podman gave the container,
+// the DNS filter and the host-side layer (on Podman's veth) if layers, else
+// neither, and the label they make; one proxy, and doorman's table in the
+// namespace.
+func (p *podmanEnv) checkHookSandbox(ctr *container, id string, resolvers []netip.Addr, layers bool) (*sandbox.State, uint64) {
 	t := p.t
 	t.Helper()
 	s := p.e.state(ctr)
@@ -291,14 +321,19 @@ func (p *podmanEnv) checkHookSandbox(ctr *container, id string, resolvers []neti
 		t.Errorf("resolvers %v, want %v (the resolv.conf podman bind-mounts, from --dns)", s.Resolvers, resolvers)
 	}
 	caps := p.mustPodman("inspect", "--format", "{{json .BoundingCaps}}", id)
-	wantLabel := "full"
+	base := "full"
 	if strings.Contains(caps, "CAP_NET_ADMIN") {
-		wantLabel = "partial (container holds CAP_NET_ADMIN)"
+		base = "partial (container holds CAP_NET_ADMIN)"
 	} else if strings.Contains(caps, "CAP_NET_RAW") {
-		wantLabel = "partial (container holds CAP_NET_RAW)"
+		base = "partial (container holds CAP_NET_RAW)"
 	}
-	if s.Label != wantLabel {
-		t.Errorf("label %q, want %q (bounding capabilities %s)", s.Label, wantLabel, caps)
+	wantLabel := "full" // the host-side layer holds what the capabilities could undo
+	if !layers {
+		wantLabel = withDNSGap(base)
+	}
+	if s.BaseLabel != base || s.Label != wantLabel || s.HostLayer != layers || s.DNSFilter != layers {
+		t.Errorf("label %q (in-namespace %q), host-side layer %v, DNS filter %v; want %q (%q), %v, %v (bounding capabilities %s)",
+			s.Label, s.BaseLabel, s.HostLayer, s.DNSFilter, wantLabel, base, layers, layers, caps)
 	}
 	if pids := proxiesFor(id); !slices.Equal(pids, []int{s.PID}) {
 		t.Fatalf("proxy processes for %s: %v, want the recorded pid %d", id, pids, s.PID)
@@ -312,19 +347,46 @@ func (p *podmanEnv) checkHookSandbox(ctr *container, id string, resolvers []neti
 // writePodmanHooks writes doorman's hooks.d files as shipped (hook/hooks.d),
 // but with the binary under test as their path and, added to their
 // arguments, the test's directories, a default policy file that does not
-// exist, the Net's resolver (the hook runs in Podman's namespace, the host
-// one, so its proxy dials from there), and the DNS filter.
+// exist, and the Net's resolver (the hook runs in Podman's namespace, the
+// host one, so its proxy dials from there). The layers are left at their
+// defaults: the DNS filter (forwarding to the resolvers the hook read) and
+// the host-side layer are on.
 func writePodmanHooks(t *testing.T, e *cniEnv, dir string) {
 	t.Helper()
-	flags := []string{
+	writeHooksD(t, dir, "doorman", nil, []string{
 		"--state-dir=" + e.stateDir,
 		"--log-dir=" + e.logDir,
 		"--default-policy=" + filepath.Join(dir, "no-default.policy"),
 		"--upstream-resolver=" + netip.AddrPortFrom(e.net.DNS, 53).String(),
-		// Whatever the default, the container's DNS goes through the
-		// proxy's filter, which forwards to the resolvers the hook read.
-		"--dns-filter=true",
-	}
+	})
+}
+
+// optOutAnnotation marks the containers the opt-out hooks serve.
+const optOutAnnotation = "dm-test.io/layers"
+
+// writePodmanOptOutHooks writes a second pair of hooks.d files, for
+// containers annotated optOutAnnotation=off (and not doorman.io/mode): the
+// shipped files with the test's directories, policyFile as the default
+// policy, and both layers opted out.
+func writePodmanOptOutHooks(t *testing.T, e *cniEnv, dir, policyFile string) {
+	t.Helper()
+	when := map[string]any{"annotations": map[string]any{"^" + strings.ReplaceAll(optOutAnnotation, ".", `\.`) + "$": "^off$"}}
+	writeHooksD(t, dir, "doorman-opt-out", when, []string{
+		"--state-dir=" + e.stateDir,
+		"--log-dir=" + e.logDir,
+		"--default-policy=" + policyFile,
+		"--upstream-resolver=" + netip.AddrPortFrom(e.net.DNS, 53).String(),
+		"--dns-filter=false",
+		"--host-layer=false",
+	})
+}
+
+// writeHooksD writes the shipped hooks.d files (hook/hooks.d) into dir as
+// PREFIX-create.json and PREFIX-poststop.json, with the binary under test as
+// their path, flags added to their arguments and, if when is not nil, when
+// as their condition.
+func writeHooksD(t *testing.T, dir, prefix string, when map[string]any, flags []string) {
+	t.Helper()
 	for _, file := range []string{"doorman-create.json", "doorman-poststop.json"} {
 		data, err := os.ReadFile(filepath.Join("..", "hook", "hooks.d", file))
 		if err != nil {
@@ -341,11 +403,14 @@ func writePodmanHooks(t *testing.T, e *cniEnv, dir string) {
 		}
 		entry["path"] = doormanBin()
 		entry["args"] = slices.Concat(args[:2], anySlice(flags), args[2:])
+		if when != nil {
+			h["when"] = when
+		}
 		out, err := json.MarshalIndent(h, "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, file), out, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, strings.Replace(file, "doorman", prefix, 1)), out, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -49,6 +49,13 @@ func TestPodman(t *testing.T) {
 	if pids := proxiesFor(id); !slices.Equal(pids, []int{s.PID}) {
 		t.Fatalf("proxy processes for %s: %v, want the recorded pid %d", id, pids, s.PID)
 	}
+	// CNI does not know the container's capabilities, so the rules in its
+	// namespace alone are partial; the host-side layer on the veth (on by
+	// default, like the DNS filter) makes the label full.
+	if !strings.HasPrefix(s.BaseLabel, "partial (") || !s.HostLayer || !s.DNSFilter || s.Label != "full" {
+		t.Errorf("label %q (in-namespace %q), host-side layer %v, DNS filter %v; want full (partial), both layers",
+			s.Label, s.BaseLabel, s.HostLayer, s.DNSFilter)
+	}
 	t.Logf("podman run --detach: %v", time.Since(step).Round(time.Millisecond))
 
 	step = time.Now()
@@ -68,17 +75,20 @@ func TestPodman(t *testing.T) {
 			t.Errorf("allowed HTTPS (address %v): %v", via, r)
 		}
 	}
-	for _, via := range []netip.Addr{{}, evilAddr4, evilAddr6} {
-		args := []string{"get", "https://" + evilName + "/", "--ca", "/ca.pem"}
-		if via.IsValid() {
-			args = append(args, "--resolve", evilName+":"+via.String())
-		}
+	// A denied name does not resolve: the DNS filter refuses it (Go
+	// reports REFUSED as "server misbehaving"). At each of its addresses
+	// it gets the TLS alert.
+	if r := probe("get", "https://"+evilName+"/", "--ca", "/ca.pem"); !probeFailed(r, 1) || !strings.Contains(r.stderr, "lookup "+evilName) || !strings.Contains(r.stderr, "server misbehaving") {
+		t.Errorf("denied name: want the probe to fail resolving it, got %v", r)
+	}
+	for _, via := range []netip.Addr{evilAddr4, evilAddr6} {
+		args := []string{"get", "https://" + evilName + "/", "--ca", "/ca.pem", "--resolve", evilName + ":" + via.String()}
 		if r := probe(args...); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
 			t.Errorf("denied HTTPS (address %v): want the probe's exit 3 with a TLS access_denied alert, got %v", via, r)
 		}
 	}
 	// HTTP: a 403 naming the host and the sandbox (the container id).
-	if r := probe("get", "http://"+evilName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
+	if r := probe("get", "http://"+evilName+"/", "--resolve", evilName+":"+evilAddr4.String()); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
 		!strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, id) {
 		t.Errorf("denied HTTP: want a 403 naming %s and %s, got %v", evilName, id, r)
 	}
@@ -126,6 +136,7 @@ func TestPodman(t *testing.T) {
 	// The decision log, under the key <container id>-<ifname>.
 	e.waitDecision(ctr, decided(apiName, "allow"))
 	e.waitDecision(ctr, decided(evilName, "deny"))
+	e.waitDNSDecision(ctr, evilName, "deny")
 	t.Logf("checks by podman exec: %v", time.Since(step).Round(time.Millisecond))
 
 	// podman rm: the proxy, doorman's state and the netns all go.

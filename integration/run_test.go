@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -288,14 +289,22 @@ func TestRunAllowedAndDenied(t *testing.T) {
 	if r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {
 		t.Fatalf("allowed HTTPS from inside doorman run: %v", r)
 	}
+	// The denied name does not resolve: the DNS filter (on by default)
+	// refuses it. At its address, it gets the TLS alert.
 	r = e.run(name, allow, "curl", "-sS", "--max-time", "8", "--cacert", e.caFile, "https://"+evilName+"/")
+	if r.exit != 6 || !strings.Contains(r.stderr, "Could not resolve host: "+evilName) {
+		t.Fatalf("denied name from inside doorman run: want curl's exit 6 (not resolved), got %v", r)
+	}
+	evilAt := evilName + ":443:" + evilAddr4.String()
+	r = e.run(name, allow, "curl", "-sS", "--max-time", "8", "--cacert", e.caFile, "--resolve", evilAt, "https://"+evilName+"/")
 	if r.exit != 35 || !strings.Contains(strings.ToLower(r.stderr), "access denied") {
 		t.Fatalf("denied HTTPS from inside doorman run: want curl's exit 35 and a TLS access_denied alert, got %v", r)
 	}
 	if n := e.evil.Connections(testnet.PortHTTPS); n != 0 {
 		t.Fatalf("the denied host accepted %d connections", n)
 	}
-	// Both runs logged to the sandbox's decision log, under its name.
+	// The runs logged to the sandbox's decision log, under its name: the
+	// connections, and the DNS filter's refusal.
 	log, err := os.ReadFile(filepath.Join(e.logDir, name+"-eth0.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -304,6 +313,9 @@ func TestRunAllowedAndDenied(t *testing.T) {
 		if !bytes.Contains(log, []byte(want)) {
 			t.Errorf("decision log lacks %s:\n%s", want, log)
 		}
+	}
+	if !logHas(log, "dns", evilName, "deny") || !logHas(log, "connection", evilName, "deny") || !logHas(log, "dns", apiName, "allow") {
+		t.Errorf("decision log lacks the dns deny, the connection deny of %s, or the dns allow of %s:\n%s", evilName, apiName, log)
 	}
 
 	// The same policy from a policy file; the command's resolv.conf
@@ -331,14 +343,16 @@ func TestRunAllowedAndDenied(t *testing.T) {
 	os.Chmod(public, 0o755)
 	ca := e.net.WriteCA(public)
 	r = e.run(runName(), []string{"--allow", apiName, "--user", "nobody"}, "sh", "-c",
-		"id -u; curl -sS --max-time 8 --cacert "+ca+" https://"+apiName+"/ && curl -sS --max-time 8 --cacert "+ca+" https://"+evilName+"/")
+		"id -u; curl -sS --max-time 8 --cacert "+ca+" https://"+apiName+"/ && curl -sS --max-time 8 --cacert "+ca+" --resolve "+evilAt+" https://"+evilName+"/")
 	if r.exit != 35 || !strings.HasPrefix(r.stdout, "65534\n"+apiName+" ") || !strings.Contains(r.stderr, "access denied") {
 		t.Fatalf("--user nobody: want uid 65534, the allowed fetch, then the denied one, got %v", r)
 	}
-	// Mode none: nothing but DNS leaves.
-	r = e.run(runName(), []string{"--mode", "none", "--allow", apiName}, "curl", "-sS", "--max-time", "8", "--cacert", e.caFile, "https://"+apiName+"/")
-	if r.exit == 0 {
-		t.Fatalf("--mode none: the fetch succeeded: %v", r)
+	// Mode none: nothing leaves (at the address, so that the fetch is
+	// tried whatever DNS does).
+	r = e.run(runName(), []string{"--mode", "none", "--allow", apiName}, "curl", "-sS", "--max-time", "8", "--cacert", e.caFile,
+		"--resolve", apiName+":443:"+apiAddr4.String(), "https://"+apiName+"/")
+	if r.exit == 0 || r.exit == 6 {
+		t.Fatalf("--mode none: the fetch succeeded (or was never tried): %v", r)
 	}
 	e.assertNothingLeft(name)
 }
@@ -384,6 +398,16 @@ func TestRunSignals(t *testing.T) {
 	}
 	if len(proxiesOf(e.stateDir)) != 1 {
 		t.Fatalf("want one proxy while running, have %v", proxiesOf(e.stateDir))
+	}
+	// doorman run takes the plugin's defaults: the DNS filter and the
+	// host-side layer on the run network's veth.
+	if states, err := sandbox.List(e.stateDir); err != nil || len(states) != 1 ||
+		!states[0].DNSFilter || !states[0].HostLayer || states[0].Label != "full" {
+		var got []string
+		for _, s := range states {
+			got = append(got, fmt.Sprintf("%s: dnsFilter %v hostLayer %v label %q", s.Key, s.DNSFilter, s.HostLayer, s.Label))
+		}
+		t.Errorf("sandbox while running: want one, with both layers and label full; got %q (%v)", got, err)
 	}
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	if code, _ := s.wait(t); code != 128+int(syscall.SIGTERM) {
@@ -464,7 +488,14 @@ func TestDemo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("demo (--client %s): %v\n%s", client, err, out)
 		}
-		for _, want := range []string{"hello from allowed.demo.test", "access denied", `"verdict":"allow"`, `"verdict":"deny"`, "none is left"} {
+		if bytes.Contains(out, []byte("UNEXPECTED")) {
+			t.Errorf("demo (--client %s) saw something unexpected:\n%s", client, out)
+		}
+		// The blocked name is refused at DNS, and by the proxy when
+		// reached at its address.
+		for _, want := range []string{"hello from allowed.demo.test", "access denied", `"verdict":"allow"`, `"verdict":"deny"`,
+			`"msg":"dns"`, `"rcode":"REFUSED"`,
+			"--resolve blocked.demo.test:", "none is left"} {
 			if !bytes.Contains(out, []byte(want)) {
 				t.Errorf("demo (--client %s) output lacks %q:\n%s", client, want, out)
 			}
@@ -476,6 +507,20 @@ func TestDemo(t *testing.T) {
 			}
 		}
 	}
+}
+
+// logHas reports whether the JSON-lines log has a record with message msg
+// (connection, dns) for name (a trailing dot ignored) with verdict.
+func logHas(log []byte, msg, name, verdict string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg && m["verdict"] == verdict &&
+			strings.TrimSuffix(fmt.Sprint(m["name"]), ".") == name {
+			return true
+		}
+	}
+	return false
 }
 
 // runTestSubnet is the run network in these tests: documentation addresses.

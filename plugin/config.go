@@ -45,8 +45,8 @@ type NetConf struct {
 	// proxy uses to resolve allowed names; default the host's resolv.conf.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	// HostLayer adds rules on the container's host-side veth that a
-	// workload holding CAP_NET_ADMIN cannot remove (default false).
-	HostLayer bool `json:"hostLayer,omitempty"`
+	// workload holding CAP_NET_ADMIN cannot remove (default true).
+	HostLayer *bool `json:"hostLayer,omitempty"`
 	// AllowDirect are IP or CIDR entries, optionally with a port
 	// ("10.0.0.5:5432"), the containers reach without the proxy.
 	AllowDirect []string `json:"allowDirect,omitempty"`
@@ -58,7 +58,7 @@ type NetConf struct {
 	OTLPInsecure bool              `json:"otlpInsecure,omitempty"`
 	OTLPHeaders  map[string]string `json:"otlpHeaders,omitempty"`
 	// DNSFilter sends the containers' DNS through the proxy's filter,
-	// which answers only names the policy could admit (default false).
+	// which answers only names the policy could admit (default true).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
 
 	RuntimeConfig struct {

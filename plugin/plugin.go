@@ -82,8 +82,8 @@ func cmdAdd(args *skel.CmdArgs) error {
 		StateDir:      n.StateDir,
 		LogDir:        n.LogDir,
 		ProxyResolver: upstream,
-		DNSFilter:     n.DNSFilter != nil && *n.DNSFilter,
-		HostLayer:     n.HostLayer,
+		DNSFilter:     n.DNSFilter == nil || *n.DNSFilter,
+		HostLayer:     n.HostLayer == nil || *n.HostLayer,
 		AllowDirect:   direct,
 		OTLP:          otlp,
 	})

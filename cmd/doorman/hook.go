@@ -25,8 +25,8 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (addr:port) the proxy resolves allowed names with; default the host's")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", true, "let ICMP out of the container")
 	otlpConfig := fs.String("otlp-config", plugin.HostOTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
-	fs.BoolVar(&opts.HostLayer, "host-layer", false, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
-	fs.BoolVar(&opts.DNSFilter, "dns-filter", false, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
+	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
+	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: doorman hook [FLAGS] createRuntime|prestart|poststop   (state JSON on stdin)")
 		fs.PrintDefaults()

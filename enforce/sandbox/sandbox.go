@@ -133,6 +133,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		NetNS: r.NetNS, Mode: string(r.Policy.Mode), Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, DNSFilter: r.DNSFilter,
+		HostLayerWanted: r.HostLayer,
 	}
 	for _, e := range r.AllowDirect {
 		s.AllowDirect = append(s.AllowDirect, e.String())
@@ -192,20 +193,28 @@ func enforceNew(r Request) (_ *State, err error) {
 
 // runtimeNetNS is the namespace the host-side layer lives in: the one the
 // plugin or hook runs in, where the proxy runs too.
-const runtimeNetNS = "/proc/self/ns/net"
+const runtimeNetNS = "/proc/thread-self/ns/net"
 
 // applyHostLayer installs the host-side layer for s. No host interface to
 // hold (no veth) is not an error: the sandbox keeps its label.
 func (s *State) applyHostLayer(ifaces []string) error {
+	if len(ifaces) == 0 {
+		// Look the veth peers up here rather than in Apply, so that the
+		// state records which interfaces hold the layer.
+		var err error
+		ifaces, err = hostlayer.FindHostPeers(s.NetNS, runtimeNetNS)
+		if errors.Is(err, hostlayer.ErrNoHostPeer) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 	spec, err := s.hostSpec(ifaces)
 	if err != nil {
 		return err
 	}
-	err = hostlayer.Apply(runtimeNetNS, spec)
-	if errors.Is(err, hostlayer.ErrNoHostPeer) {
-		return nil
-	}
-	if err != nil {
+	if err := hostlayer.Apply(runtimeNetNS, spec); err != nil {
 		return err
 	}
 	s.HostLayer, s.HostIfaces = true, spec.HostIfaces
@@ -255,7 +264,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	defer socks.close()
 	a := proxyArgs{
 		binary: s.ProxyBinary, sandbox: s.ID, policy: s.PolicyPath(), logFile: s.LogFile,
-		resolver: s.ProxyResolver, otlpConfig: s.OTLPConfig,
+		resolver: s.ProxyResolver, otlpConfig: s.OTLPConfig, allowDirect: s.AllowDirect,
 	}
 	if filter {
 		a.dnsUpstreams = dnsUpstreams(s.Resolvers)
@@ -340,6 +349,7 @@ func reenforce(s *State, r Request) (*State, error) {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	} else if r.HostLayer {
+		s.HostLayerWanted = true
 		if err := s.applyHostLayer(r.HostIfaces); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}

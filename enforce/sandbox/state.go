@@ -51,6 +51,10 @@ type State struct {
 	// HostLayer says the host-side layer holds HostIfaces for this sandbox.
 	HostLayer  bool     `json:"hostLayer,omitempty"`
 	HostIfaces []string `json:"hostIfaces,omitempty"`
+	// HostLayerWanted says the layer was asked for: when HostLayer is
+	// false too, the sandbox had no host-side interface yet (see
+	// CompleteHostLayer).
+	HostLayerWanted bool `json:"hostLayerWanted,omitempty"`
 	// AllowDirect are the entries reached without the proxy.
 	AllowDirect []string `json:"allowDirect,omitempty"`
 	// OTLPConfig is the proxy's OTLP export settings file, if any.

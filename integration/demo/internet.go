@@ -41,7 +41,8 @@ var (
 type site struct {
 	name     string
 	addr     netip.Addr
-	requests atomic.Int64
+	requests atomic.Int64 // HTTP requests its server answered
+	queries  atomic.Int64 // DNS queries for its name the resolver saw
 }
 
 // internet is the demo's world: two namespaces, "inet" holding the
@@ -194,11 +195,12 @@ func (w *internet) listen(fn func() error) error {
 	return w.inet.ns.Do(func(ns.NetNS) error { return fn() })
 }
 
-// serveDNS answers A queries for the sites, NXDOMAIN for other names.
+// serveDNS answers A queries for the sites, NXDOMAIN for other names, and
+// counts each site's queries.
 func (w *internet) serveDNS() error {
-	zone := map[string]netip.Addr{}
+	zone := map[string]*site{}
 	for _, s := range w.sites {
-		zone[dns.Fqdn(s.name)] = s.addr
+		zone[dns.Fqdn(s.name)] = s
 	}
 	handler := dns.HandlerFunc(func(rw dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
@@ -210,14 +212,17 @@ func (w *internet) serveDNS() error {
 			return
 		}
 		q := req.Question[0]
-		a, ok := zone[strings.ToLower(q.Name)]
+		s, ok := zone[strings.ToLower(q.Name)]
+		if ok {
+			s.queries.Add(1)
+		}
 		switch {
 		case !ok:
 			m.Rcode = dns.RcodeNameError
 		case q.Qtype == dns.TypeA:
 			m.Answer = append(m.Answer, &dns.A{
 				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5},
-				A:   a.AsSlice(),
+				A:   s.addr.AsSlice(),
 			})
 		}
 		rw.WriteMsg(m)

@@ -6,9 +6,14 @@
 //
 //	doorman run --allow allowed.demo.test -- curl https://allowed.demo.test/
 //	doorman run --allow allowed.demo.test -- curl https://blocked.demo.test/
+//	doorman run --allow allowed.demo.test -- curl --resolve blocked.demo.test:443:203.0.113.20 https://blocked.demo.test/
 //
-// prints what the client saw, the decision log, and proof that nothing was
-// left behind, then deletes everything. The root network namespace is never
+// The second fails at DNS: doorman's DNS filter answers REFUSED for a name
+// the policy cannot admit. The third skips DNS and connects to the blocked
+// site's address with its name as SNI: doorman's proxy reads the name and
+// refuses the connection with a TLS access_denied alert. The demo prints
+// what the client saw, what the sites and the resolver saw, the decision
+// log, and proof that nothing was left behind, then deletes everything. The root network namespace is never
 // changed and the fake internet has no route out, so no packet leaves the
 // machine. curl is used if installed, else the demo's own client
 // (`doorman-demo fetch`). Needs root.
@@ -132,24 +137,46 @@ func (d *tour) run() int {
 	d.say("Each run below also gets --name %s and --state-dir, --log-dir, --run-dir in %s,", d.name, d.dir)
 	d.say("and runs in %s via `ip netns exec`.\n", w.host.name)
 
-	allowed := d.sandboxed("https://" + allowedName + "/")
-	blocked := d.sandboxed("https://" + blockedName + "/")
+	allowedSite, blockedSite := w.sites[0], w.sites[1]
+	d.say("1. The allowed site, by name:")
+	allowed := d.sandboxed("https://"+allowedName+"/", netip.Addr{})
+	d.say("2. The blocked site, by name:")
+	byName := d.sandboxed("https://"+blockedName+"/", netip.Addr{})
+	if byName != 0 && blockedSite.queries.Load() == 0 {
+		d.say("   The name did not resolve: the sandbox's DNS goes through doorman's filter, which answered")
+		d.say("   REFUSED itself, the policy being unable to admit the name (the \"dns\" lines of the log below;")
+		d.say("   curl reports REFUSED as \"Could not resolve host\", Go as \"server misbehaving\").\n")
+	}
+	d.say("3. The blocked site at its address, skipping DNS (its name still sent as the TLS server name):")
+	byAddr := d.sandboxed("https://"+blockedName+"/", blockedSite.addr)
+	if byAddr != 0 && blockedSite.requests.Load() == 0 {
+		d.say("   The connection went to doorman's proxy all the same, which read the name in the TLS")
+		d.say("   ClientHello and refused it with an access_denied alert (the last \"connection\" line below).\n")
+	}
 
 	ok := true
 	d.say("What the sites saw: %s got %d request(s), %s got %d.",
-		allowedName, w.sites[0].requests.Load(), blockedName, w.sites[1].requests.Load())
-	if allowed != 0 || blocked == 0 || w.sites[0].requests.Load() == 0 || w.sites[1].requests.Load() != 0 {
-		d.say("UNEXPECTED: the allowed fetch should succeed and the blocked one fail without reaching its site.")
+		allowedName, allowedSite.requests.Load(), blockedName, blockedSite.requests.Load())
+	d.say("What the resolver saw: %d query(ies) for %s, %d for %s.",
+		allowedSite.queries.Load(), allowedName, blockedSite.queries.Load(), blockedName)
+	if allowed != 0 || byName == 0 || byAddr == 0 || allowedSite.requests.Load() == 0 || blockedSite.requests.Load() != 0 ||
+		blockedSite.queries.Load() != 0 {
+		d.say("UNEXPECTED: the allowed fetch should succeed, and both blocked ones fail without reaching the site")
+		d.say("(nor the resolver, for its name).")
 		ok = false
 	}
-	d.say("\nThe decision log (%s), one JSON line per connection:", filepath.Join("log", d.name+"-eth0.log"))
+	d.say("\nThe decision log (%s), one JSON line per DNS query (\"dns\") and per connection:", filepath.Join("log", d.name+"-eth0.log"))
 	lines, err := d.decisions()
 	if err != nil {
 		d.say("  (cannot read it: %v)", err)
 		ok = false
 	}
 	for _, l := range lines {
-		d.say("  %s", l)
+		d.say("  %s", l.text)
+	}
+	if !hasRecord(lines, "dns", blockedName, "deny", "REFUSED") || !hasRecord(lines, "connection", blockedName, "deny", "") {
+		d.say("UNEXPECTED: the log should hold the DNS filter's REFUSED and the proxy's denial for %s.", blockedName)
+		ok = false
 	}
 	if left := d.leftovers(); len(left) > 0 {
 		d.say("\nLEFT BEHIND after the runs: %s", strings.Join(left, "; "))
@@ -187,21 +214,33 @@ func (d *tour) setup() error {
 	return os.WriteFile(filepath.Join(dir, "ca.pem"), d.world.caPEM, 0o644)
 }
 
-// clientArgv is the command that fetches url inside the sandbox.
-func (d *tour) clientArgv(url string) []string {
+// clientArgv is the command that fetches url (an https:// URL) inside the
+// sandbox; with at valid, it connects to that address instead of the one
+// DNS would give the URL's host.
+func (d *tour) clientArgv(url string, at netip.Addr) []string {
 	ca := filepath.Join(d.dir, "ca.pem")
+	host := strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/")
 	if d.client == "curl" || d.client == "auto" {
 		if curl, err := exec.LookPath("curl"); err == nil {
-			return []string{curl, "-sS", "--max-time", "10", "--cacert", ca, url}
+			argv := []string{curl, "-sS", "--max-time", "10", "--cacert", ca}
+			if at.IsValid() {
+				argv = append(argv, "--resolve", host+":443:"+at.String())
+			}
+			return append(argv, url)
 		}
 	}
-	return []string{d.self, "fetch", "--ca", ca, url}
+	argv := []string{d.self, "fetch", "--ca", ca}
+	if at.IsValid() {
+		argv = append(argv, "--resolve", host+":"+at.String())
+	}
+	return append(argv, url)
 }
 
-// sandboxed runs the client under `doorman run` in the host namespace,
-// prints the command and its output, and returns its exit status.
-func (d *tour) sandboxed(url string) int {
-	client := d.clientArgv(url)
+// sandboxed runs the client for url (connecting to at, if valid) under
+// `doorman run` in the host namespace, prints the command and its output,
+// and returns its exit status.
+func (d *tour) sandboxed(url string, at netip.Addr) int {
+	client := d.clientArgv(url, at)
 	shown := slices.Clone(client)
 	shown[0] = filepath.Base(shown[0])
 	if shown[0] == filepath.Base(d.self) {
@@ -246,24 +285,39 @@ func (d *tour) sandboxed(url string) int {
 	return code
 }
 
-// decisions returns the decision log's lines, trimmed of fields a new
-// user does not need to read them.
-func (d *tour) decisions() ([]string, error) {
+// logLine is one record of the decision log: its text and the fields the
+// demo checks.
+type logLine struct {
+	text                        string
+	msg, name, verdict, dnsCode string
+}
+
+// decisions returns the decision log's records: the DNS filter's ("dns")
+// and the proxy's ("connection").
+func (d *tour) decisions() ([]logLine, error) {
 	f, err := os.Open(filepath.Join(d.dir, "log", d.name+"-eth0.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []string
+	var out []logLine
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil || m["msg"] != "connection" {
+		var m struct{ Msg, Name, Verdict, Rcode string }
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Msg != "connection" && m.Msg != "dns" {
 			continue
 		}
-		out = append(out, sc.Text())
+		out = append(out, logLine{text: sc.Text(), msg: m.Msg, name: strings.TrimSuffix(m.Name, "."), verdict: m.Verdict, dnsCode: m.Rcode})
 	}
 	return out, sc.Err()
+}
+
+// hasRecord reports whether lines hold a record msg for name with verdict
+// and, if rcode is not "", that DNS response code.
+func hasRecord(lines []logLine, msg, name, verdict, rcode string) bool {
+	return slices.ContainsFunc(lines, func(l logLine) bool {
+		return l.msg == msg && l.name == name && l.verdict == verdict && (rcode == "" || l.dnsCode == rcode)
+	})
 }
 
 // leftovers lists what the runs left behind that doorman run should have
