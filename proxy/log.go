@@ -49,7 +49,8 @@ func (r Record) LogValue() slog.Value {
 }
 
 // log writes r as one line: fields at the top level of the JSON object,
-// message "connection", level INFO for allowed and WARN for denied.
+// message "connection", level INFO for allowed, WARN for denied and ERROR
+// for allowed connections whose upstream failed.
 func (p *Proxy) log(r Record) {
 	if r.Verdict == Allow {
 		p.allowed.Add(1)
@@ -60,8 +61,11 @@ func (p *Proxy) log(r Record) {
 		r.Duration = time.Since(r.Start)
 	}
 	level := slog.LevelInfo
-	if r.Verdict == Deny {
+	switch r.Verdict {
+	case Deny:
 		level = slog.LevelWarn
+	case VerdictError:
+		level = slog.LevelError // allowed, but the upstream failed
 	}
 	v := r.LogValue()
 	p.logger.LogAttrs(context.Background(), level, "connection", v.Group()...)
