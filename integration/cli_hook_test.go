@@ -22,14 +22,17 @@ import (
 // change is checked from inside the container (runc exec of the probe),
 // established connections (one held by busybox nc inside the container,
 // one held from the container's namespace) are closed by deny, and runc
-// delete leaves nothing the CLI could still find.
+// delete leaves nothing the CLI could still find. The first container has
+// the default layers (the DNS filter follows the live policy: a name denied
+// stops resolving); the learner opts out of both.
 func TestCLIHookSandbox(t *testing.T) {
 	begin := time.Now()
 	e := newRuncEnv(t)
 	sbx, sbx2 := e.net.NewSandbox(t), e.net.NewSandbox(t)
 	c := e.newContainer("cli", withNetNS(sbx.Path()), allowAPI())
 	// The learner starts in mode open; its id shares only "dm-" with c's.
-	learner := e.newContainer("learn", withNetNS(sbx2.Path()), withAnnotations(hook.AnnotationMode, "open"))
+	learner := e.newContainer("learn", withNetNS(sbx2.Path()), withAnnotations(hook.AnnotationMode, "open"),
+		withHookFlags("--dns-filter=false", "--host-layer=false"))
 	e.runDetached(c)
 	e.runDetached(learner)
 	ctr, lctr := c.ctr(), learner.ctr()
@@ -37,10 +40,12 @@ func TestCLIHookSandbox(t *testing.T) {
 	id := c.id
 	t.Logf("setup, two containers: %v", time.Since(begin).Round(time.Millisecond))
 
-	get := func(c *runcContainer, url string) runcResult {
+	get := func(c *runcContainer, url string, flags ...string) runcResult {
 		t.Helper()
-		return e.exec(c, "/probe", "get", url, "--ca", "/ca.pem", "--timeout", "3s")
+		return e.exec(c, slices.Concat([]string{"/probe", "get", url, "--ca", "/ca.pem", "--timeout", "3s"}, flags)...)
 	}
+	// at connects to name's address whatever DNS says of it.
+	at := func(name string, addr netip.Addr) string { return "--resolve=" + name + ":" + addr.String() }
 	// served: the named server itself answered.
 	served := func(r runcResult, name string) bool {
 		return r.exit == 0 && strings.HasPrefix(r.stdout, "status: 200\n"+name+" ")
@@ -51,7 +56,7 @@ func TestCLIHookSandbox(t *testing.T) {
 	step := time.Now()
 	s := e.state(c)
 	if l := e.ls(ctr); l.ID != id || l.Runtime != "hook" || l.Mode != "allowlist" || l.Entries != 1 ||
-		l.Proxy.Health != "up" || l.Label != withDNSGap("full") || l.Label != s.Label {
+		l.Proxy.Health != "up" || l.Label != "full" || l.Label != s.Label {
 		t.Errorf("ls: %+v; want id %s, runtime hook, allowlist, 1 entry, proxy up, label %q", l, id, s.Label)
 	}
 	if l := e.ls(lctr); l.ID != learner.id || l.Runtime != "hook" || l.Mode != "open" || l.Entries != 0 ||
@@ -140,10 +145,15 @@ func TestCLIHookSandbox(t *testing.T) {
 		t.Errorf("HTTP keep-alive connection held by nc in the container still open 2s after deny:\n%s", out)
 	}
 	t.Logf("deny: held connections closed %v after the command started", time.Since(start).Round(time.Millisecond))
-	if r := get(c, apiURL); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
+	// The name no longer resolves; at its address, the alert or the 403.
+	if r := get(c, apiURL); !probeRan(r, 1) || !strings.Contains(r.stderr, "lookup "+apiName) {
+		t.Errorf("%s after deny: want it not to resolve, got %v", apiName, r)
+	}
+	e.waitDNSDecision(ctr, apiName, "deny")
+	if r := get(c, apiURL, at(apiName, apiAddr4)); r.exit != 3 || !strings.Contains(r.stderr, "access denied") {
 		t.Errorf("HTTPS to %s after deny: want exit 3 (access_denied), got %v", apiName, r)
 	}
-	if r := get(c, "http://"+apiName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, id) {
+	if r := get(c, "http://"+apiName+"/", at(apiName, apiAddr4)); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, id) {
 		t.Errorf("HTTP to %s after deny: want a 403 naming %s, got %v", apiName, id, r)
 	}
 	if p, err := conf.LoadFile(s.PolicyPath()); err != nil || p.Mode != conf.ModeAllowlist || len(p.Entries) != 0 {
@@ -158,7 +168,7 @@ func TestCLIHookSandbox(t *testing.T) {
 	if r := get(c, apiURL); !served(r, apiName) {
 		t.Errorf("HTTPS to %s after allow: %v", apiName, r)
 	}
-	if r := get(c, evilURL); r.exit != 3 {
+	if r := get(c, evilURL, at(evilName, evilAddr4)); r.exit != 3 {
 		t.Errorf("HTTPS to %s after allow of %s: want exit 3, got %v", evilName, apiName, r)
 	}
 	t.Logf("deny, allow: %v", time.Since(step).Round(time.Millisecond))
@@ -208,7 +218,7 @@ func TestCLIHookSandbox(t *testing.T) {
 	if r := get(c, apiURL); !served(r, apiName) {
 		t.Errorf("HTTPS to %s back in allowlist: %v", apiName, r)
 	}
-	if r := get(c, evilURL); r.exit != 3 {
+	if r := get(c, evilURL, at(evilName, evilAddr4)); r.exit != 3 {
 		t.Errorf("HTTPS to %s back in allowlist: want exit 3, got %v", evilName, r)
 	}
 	if l := e.ls(ctr); l.Mode != "allowlist" || l.Proxy.Health != "up" || l.Entries != 1 || l.Label != s.Label {
@@ -228,6 +238,7 @@ func TestCLIHookSandbox(t *testing.T) {
 				denied = append(denied, fmt.Sprint(d["name"]))
 			}
 		}
+		denied = append(denied, e.dnsDenials(ctr)...) // the DNS filter's
 		text = e.mustCLI("logs", id, "--denied").stdout
 		if n := strings.Count(text, "\n"); n == len(denied) || time.Now().After(deadline) {
 			break
@@ -243,6 +254,9 @@ func TestCLIHookSandbox(t *testing.T) {
 			t.Errorf("logs --denied: no %q in\n%s", want, text)
 		}
 	}
+	if !hasDNSDenial(text, apiName) {
+		t.Errorf("logs --denied: no refused lookup of %s in\n%s", apiName, text)
+	}
 	if strings.Contains(text, " allow ") || strings.Count(text, "\n") != len(denied) {
 		t.Errorf("logs --denied: want the %d denials of the log %v, got\n%s", len(denied), denied, text)
 	}
@@ -250,7 +264,7 @@ func TestCLIHookSandbox(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	for _, l := range lines {
 		var d map[string]any
-		if err := json.Unmarshal([]byte(l), &d); err != nil || d["verdict"] != "deny" || d["msg"] != "connection" {
+		if err := json.Unmarshal([]byte(l), &d); err != nil || d["verdict"] != "deny" || d["msg"] != "connection" && d["msg"] != "dns" {
 			t.Errorf("logs --denied -o json line %q (%v)", l, err)
 		}
 	}
@@ -304,10 +318,11 @@ func TestCLIHookSandbox(t *testing.T) {
 		{"http://" + otherAddr.String() + "/", otherName}, // the address, on another port
 		{"https://" + apiAddr4.String() + "/", apiName},   // the address of a name
 	} {
-		if r := get(learner, u.url); served(r, u.server) || r.exit == 0 && !strings.HasPrefix(r.stdout, "status: 403\n") {
-			t.Errorf("learned policy admits %s: %v", u.url, r)
+		if r := get(learner, u.url); served(r, u.server) || r.exit == 0 && !strings.HasPrefix(r.stdout, "status: 403\n") || strings.Contains(r.stderr, "lookup ") {
+			t.Errorf("learned policy admits %s (or its name does not resolve): %v", u.url, r)
 		}
 	}
+	// Opted out of both layers: DNS is not filtered.
 	if l := e.ls(lctr); l.Mode != "allowlist" || l.Entries != 4 || l.Label != withDNSGap("full") {
 		t.Errorf("ls of the learner after set: %+v", l)
 	}

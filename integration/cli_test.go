@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -141,10 +144,48 @@ func (h *heldConn) open(wait time.Duration) bool {
 }
 
 // reaches reports whether curl gets an answer from name's own server.
-func (e *cniEnv) reaches(c *container, url, name string) bool {
+func (e *cniEnv) reaches(c *container, url, name string, curlArgs ...string) bool {
 	e.t.Helper()
-	r := curl(e.t, c.ns, e.caFile, url)
+	r := curl(e.t, c.ns, e.caFile, append(curlArgs, url)...)
 	return r.exit == 0 && strings.HasPrefix(r.stdout, name+" ")
+}
+
+// refusedTLS reports whether HTTPS to name, connecting to addr whatever DNS
+// says of the name, gets doorman's TLS access_denied alert (curl's exit 35).
+func (e *cniEnv) refusedTLS(c *container, name string, addr netip.Addr) bool {
+	e.t.Helper()
+	r := curl(e.t, c.ns, e.caFile, "--resolve", name+":443:"+addr.String(), "https://"+name+"/")
+	return r.exit == 35 && strings.Contains(strings.ToLower(r.stderr), "access denied")
+}
+
+// unresolved reports whether curl fails to resolve name (exit 6): the DNS
+// filter refused it.
+func (e *cniEnv) unresolved(c *container, name string) bool {
+	e.t.Helper()
+	r := curl(e.t, c.ns, e.caFile, "https://"+name+"/")
+	return r.exit == 6 && strings.Contains(r.stderr, "Could not resolve host")
+}
+
+// dnsDenials returns the names of the DNS filter's denials in c's log.
+func (e *cniEnv) dnsDenials(c *container) []string {
+	data, _ := os.ReadFile(filepath.Join(e.logDir, c.key+".log"))
+	var out []string
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(l, &m) == nil && m["msg"] == "dns" && m["verdict"] == "deny" {
+			out = append(out, fmt.Sprint(m["name"]))
+		}
+	}
+	return out
+}
+
+// hasDNSDenial reports whether `doorman logs` output has a line for an
+// address lookup of name that the DNS filter refused for want of an entry.
+func hasDNSDenial(logs, name string) bool {
+	return slices.ContainsFunc(strings.Split(logs, "\n"), func(l string) bool {
+		return strings.Contains(l, " deny  dns/") && strings.Contains(l, " "+name+" A") &&
+			strings.HasSuffix(l, " answered REFUSED, name not allowed")
+	})
 }
 
 func TestCLILiveEdits(t *testing.T) {
@@ -158,9 +199,12 @@ func TestCLILiveEdits(t *testing.T) {
 		t.Fatalf("ls: %+v", s)
 	}
 	apiURL, evilURL, otherURL := "https://"+apiName+"/", "https://"+evilName+"/", "https://"+otherName+"/"
-	if !e.reaches(c, apiURL, apiName) || e.reaches(c, evilURL, evilName) {
+	// A denied name does not resolve (the DNS filter refuses it); at its
+	// address it gets the TLS alert.
+	if !e.reaches(c, apiURL, apiName) || !e.unresolved(c, evilName) || !e.refusedTLS(c, evilName, evilAddr4) {
 		t.Fatal("initial policy not in force")
 	}
+	e.waitDNSDecision(c, evilName, "deny")
 	held := e.holdConn(c, apiName)
 
 	// allow: in force when the command returns.
@@ -182,9 +226,10 @@ func TestCLILiveEdits(t *testing.T) {
 		t.Fatal("established connection to a denied name still open a second after deny")
 	}
 	t.Logf("deny: held connection closed %v after the command started", time.Since(start).Round(time.Millisecond))
-	if e.reaches(c, apiURL, apiName) {
-		t.Fatal("denied name reachable after deny")
+	if !e.unresolved(c, apiName) || !e.refusedTLS(c, apiName, apiAddr4) {
+		t.Fatal("denied name resolves, or is not refused at its address, after deny")
 	}
+	e.waitDNSDecision(c, apiName, "deny")
 	if p, err := conf.LoadFile(e.state(c).PolicyPath()); err != nil || strings.Join(p.Hosts(), " ") != evilName {
 		t.Fatalf("policy file after allow and deny: %v, %v", p, err)
 	}
@@ -225,7 +270,7 @@ func TestCLILiveEdits(t *testing.T) {
 	if s := e.ls(c); s.Mode != "none" || s.Proxy.Health != "none" {
 		t.Errorf("ls in mode none: %+v", s)
 	}
-	if e.reaches(c, evilURL, evilName) {
+	if e.reaches(c, evilURL, evilName) || e.reaches(c, evilURL, evilName, "--resolve", evilName+":443:"+evilAddr4.String()) {
 		t.Fatal("mode none: allowed name reachable")
 	}
 	if err := e.check(c); err != nil {
@@ -240,8 +285,8 @@ func TestCLILiveEdits(t *testing.T) {
 	if !e.reaches(c, evilURL, evilName) {
 		t.Fatal("back in allowlist: allowed name refused")
 	}
-	if e.reaches(c, apiURL, apiName) {
-		t.Fatal("back in allowlist: denied name reachable")
+	if !e.refusedTLS(c, apiName, apiAddr4) {
+		t.Fatal("back in allowlist: denied name not refused")
 	}
 	if s := e.ls(c); s.Mode != "allowlist" || s.Proxy.Health != "up" || s.Entries != 1 {
 		t.Errorf("ls back in allowlist: %+v", s)
@@ -275,21 +320,22 @@ func TestCLILiveEdits(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	// logs: readable, JSON, denials only.
+	// logs: readable, JSON, denials only (of connections and of DNS
+	// queries).
 	r = e.mustCLI("logs", id, "--denied", "-o", "json")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	for _, l := range lines {
 		var d map[string]any
-		if err := json.Unmarshal([]byte(l), &d); err != nil || d["verdict"] != "deny" || d["msg"] != "connection" {
+		if err := json.Unmarshal([]byte(l), &d); err != nil || d["verdict"] != "deny" || d["msg"] != "connection" && d["msg"] != "dns" {
 			t.Errorf("logs --denied -o json line %q (%v)", l, err)
 		}
 	}
-	if len(lines) != want.Denied {
-		t.Errorf("logs --denied: %d lines, want %d", len(lines), want.Denied)
+	if dnsDenied := e.dnsDenials(c); len(dnsDenied) == 0 || len(lines) != want.Denied+len(dnsDenied) {
+		t.Errorf("logs --denied: %d lines, want %d connections and %d DNS queries %v", len(lines), want.Denied, len(dnsDenied), dnsDenied)
 	}
 	r = e.mustCLI("logs", c.ns.Path(), "--since", "1h")
 	if !strings.Contains(r.stdout, " deny  tls     "+apiName+" ") || !strings.Contains(r.stdout, "name not allowed") ||
-		!strings.Contains(r.stdout, " allow tls     "+evilName+" ") {
+		!strings.Contains(r.stdout, " allow tls     "+evilName+" ") || !hasDNSDenial(r.stdout, evilName) {
 		t.Errorf("logs by netns path:\n%s", r.stdout)
 	}
 	r = e.mustCLI("show", id)
@@ -396,8 +442,10 @@ func TestCLILearn(t *testing.T) {
 	} {
 		// Refusals are a TLS alert or a 403 from doorman: either way the
 		// server never answers.
-		if r := curl(t, c.ns, e.caFile, "-k", u.url); r.exit == 0 && strings.HasPrefix(r.stdout, u.server+" ") {
-			t.Errorf("learned policy admits %s: %v", u.url, r)
+		// The names are the policy's, so they resolve: the refusal is
+		// the proxy's, not the DNS filter's.
+		if r := curl(t, c.ns, e.caFile, "-k", u.url); r.exit == 0 && strings.HasPrefix(r.stdout, u.server+" ") || r.exit == 6 {
+			t.Errorf("learned policy admits %s (or its name does not resolve): %v", u.url, r)
 		}
 	}
 	if s := e.ls(c); s.Mode != "allowlist" || s.Entries != 4 {

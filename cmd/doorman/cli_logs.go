@@ -16,7 +16,11 @@ func runLogs(args []string, stdout, stderr io.Writer) int {
 Prints a sandbox's decisions, one line per connection: time, verdict
 (allow, deny, or error: allowed but the upstream failed), protocol, name,
 original destination, and the rule that admitted it or why it was refused.
--o json prints the proxy's JSON lines as they are.
+With the DNS filter on, each DNS query is a line too: "dns/udp" or
+"dns/tcp", the name and type asked, the rcode answered, and why. A name
+the policy does not admit is refused at the lookup, so its denial is a
+DNS line and no connection follows. -o json prints the proxy's JSON lines
+as they are ("msg" is "connection" or "dns").
 
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
@@ -86,7 +90,10 @@ Prints the smallest allowlist that admits the connections the sandbox was
 seen making since it was enforced (or since --since): each named connection
 by its name and port, each one without a name by its address and port. It
 learns from what mode open let through, and from what mode allowlist let
-through or refused for want of an entry. The output is a policy file:
+through or refused for want of an entry, DNS lookups (A, AAAA, HTTPS,
+SVCB) the DNS filter refused included: a query carries no port, so a name
+only ever refused at the lookup is listed without one. The output is a
+policy file:
 
   doorman learn SANDBOX > policy && doorman set SANDBOX --file policy
 
@@ -120,8 +127,8 @@ through or refused for want of an entry. The output is a policy file:
 		return c.fail(err)
 	}
 	l := decisionlog.Learn(ds, decisionlog.LearnOptions{Wildcards: *wildcards, AnyPort: *anyPort, Denied: *denied})
-	if l.Used == 0 {
-		c.errorf("nothing to learn from: no connection an entry could admit in %s since %s (%d decisions)",
+	if l.Used == 0 && l.UsedDNS == 0 {
+		c.errorf("nothing to learn from: no connection or DNS lookup an entry could admit in %s since %s (%d decisions)",
 			s.LogFile, from.Local().Format(time.DateTime), len(ds))
 		return exitFailed
 	}
@@ -129,10 +136,18 @@ through or refused for want of an entry. The output is a policy file:
 	if s.Name != "" {
 		name += " (" + s.Name + ")"
 	}
+	sources := plural(l.Used, "connection", "connections")
+	if l.UsedDNS > 0 {
+		sources += " and " + plural(l.UsedDNS, "refused DNS lookup", "refused DNS lookups")
+	}
 	fmt.Fprintf(stdout, "# learned by doorman from %s of sandbox %s since %s\n",
-		plural(l.Used, "connection", "connections"), name, from.Local().Format(time.RFC3339))
+		sources, name, from.Local().Format(time.RFC3339))
 	if l.Skipped > 0 {
 		fmt.Fprintf(stdout, "# (%s skipped: nothing an entry could admit)\n", plural(l.Skipped, "decision", "decisions"))
+	}
+	if l.QueriedOnly > 0 {
+		fmt.Fprintf(stdout, "# (%s only looked up, never connected to: listed without a port, as a DNS query carries none)\n",
+			plural(l.QueriedOnly, "name", "names"))
 	}
 	if _, err := stdout.Write(l.Policy().MarshalFile()); err != nil {
 		return c.fail(err)

@@ -108,7 +108,9 @@ func runLs(args []string, stdout, stderr io.Writer) int {
 Lists every enforced sandbox on this host: id, container name, runtime path
 (cni or hook), policy mode and number of entries, proxy health (up, down:
 its TCP is refused, none: mode none has no proxy), connections allowed and
-denied since it was enforced, and its enforcement label.`, stdout, stderr)
+denied since it was enforced, DNS queries its DNS filter refused ("-"
+without the filter), and its enforcement label. -o json has the DNS
+filter's counts under "dnsQueries".`, stdout, stderr)
 	out := c.outputFlag()
 	if _, code, ok := c.parse(args, 0, 0); !ok {
 		return code
@@ -134,7 +136,7 @@ denied since it was enforced, and its enforcement label.`, stdout, stderr)
 		perID[s.ID]++
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tALLOWED\tDENIED\tLABEL")
+	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
 	for _, i := range infos {
 		id := shortID(i.ID)
 		if perID[i.ID] > 1 {
@@ -144,8 +146,12 @@ denied since it was enforced, and its enforcement label.`, stdout, stderr)
 		if i.Entries < 0 {
 			entries = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
-			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, i.Allowed, i.Denied, i.Label)
+		dnsDenied := "-"
+		if i.state.DNSFilter {
+			dnsDenied = fmt.Sprint(i.DNS.Denied)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, i.Allowed, i.Denied, dnsDenied, i.Label)
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -165,7 +171,8 @@ type showInfo struct {
 func runShow(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
 Shows one sandbox: its policy, resolvers, enforcement label, proxy pid and
-uptime, and its most recent decisions.
+uptime, counts of connections and of DNS queries (with the DNS filter on),
+and its most recent decisions, DNS queries included.
 
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
@@ -256,6 +263,13 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 		counts = i.CountError
 	}
 	row("connections", counts)
+	if i.state != nil && i.state.DNSFilter {
+		dns := fmt.Sprintf("%d allowed, %d denied, %d failed upstream", i.DNS.Allowed, i.DNS.Denied, i.DNS.Errors)
+		if i.CountError != "" {
+			dns = i.CountError
+		}
+		row("dns queries", dns)
+	}
 	row("log", i.LogFile)
 	row("state", i.StateDir)
 	tw.Flush()

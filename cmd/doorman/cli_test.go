@@ -20,8 +20,8 @@ import (
 // sandboxes are in integration/cli_test.go.
 
 // fakeSandbox records sandbox key (container id, name) in stateDir, with
-// policy entries and decision log lines.
-func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, entries []string, logLines ...string) *sandbox.State {
+// policy entries, the DNS filter on or off, and decision log lines.
+func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, dnsFilter bool, entries []string, logLines ...string) *sandbox.State {
 	t.Helper()
 	dir := filepath.Join(stateDir, key)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -31,6 +31,7 @@ func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, e
 	s := &sandbox.State{
 		Key: key, ID: id, Name: name, Runtime: "cni", Network: "net", IfName: "eth0", NetNS: "/run/netns/" + key,
 		Mode: string(mode), Label: "full", LogFile: logFile, Created: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
+		DNSFilter: dnsFilter,
 	}
 	data, _ := json.Marshal(s)
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), data, 0o600); err != nil {
@@ -67,6 +68,20 @@ func decisionLine(at string, verdict, name, dst, reason string) string {
 		at, level, dst, name, rule, verdict, reason, up, down)
 }
 
+// dnsLine is a DNS filter's line as dnsfilter writes it (see
+// dnsfilter.Filter.log).
+func dnsLine(at, verdict, name, qtype, rcode, reason string) string {
+	level, rule, upstream := "INFO", "", ""
+	switch verdict {
+	case "deny":
+		level = "WARN"
+	case "allow":
+		rule, upstream = name, "192.0.2.53:53"
+	}
+	return fmt.Sprintf(`{"time":%q,"level":%q,"msg":"dns","sandbox":"x","proto":"udp","client":"127.0.0.1:5353","name":%q,"qtype":%q,"verdict":%q,"rule":%q,"reason":%q,"rcode":%q,"upstream":%q,"ech_removed":false,"duration_ms":0.25}`,
+		at, level, name, qtype, verdict, rule, reason, rcode, upstream)
+}
+
 type result struct {
 	code           int
 	stdout, stderr string
@@ -90,15 +105,21 @@ func policyHosts(t *testing.T, s *sandbox.State) string {
 
 func newState(t *testing.T) (string, *sandbox.State, *sandbox.State) {
 	stateDir := filepath.Join(t.TempDir(), "state")
-	a := fakeSandbox(t, stateDir, "aaa111-eth0", "aaa111", "web", conf.ModeAllowlist,
+	a := fakeSandbox(t, stateDir, "aaa111-eth0", "aaa111", "web", conf.ModeAllowlist, true,
 		[]string{"api.example.test", "*.example.org:443"},
 		decisionLine("2024-01-01T00:00:00Z", "allow", "old.example.test", "203.0.113.9:443", "name allowed"), // before Created
 		decisionLine("2025-06-01T10:00:00Z", "allow", "api.example.test", "203.0.113.10:443", "name allowed"),
 		`{"time":"2025-06-01T10:00:01Z","level":"INFO","msg":"policy loaded","mode":"allowlist","entries":2}`,
 		decisionLine("2025-06-01T10:00:02Z", "deny", "evil.example.test", "203.0.113.20:443", "name not allowed"),
 		decisionLine("2025-06-01T10:00:03Z", "deny", "evil.example.test", "203.0.113.20:80", "name not allowed"),
+		dnsLine("2025-06-01T10:00:04Z", "allow", "api.example.test", "A", "NOERROR", "name allowed"),
+		dnsLine("2025-06-01T10:00:05Z", "deny", "evil.example.test", "AAAA", "REFUSED", "name not allowed"),
+		dnsLine("2025-06-01T10:00:06Z", "deny", "api.example.test.svc.cluster.local", "A", "NXDOMAIN",
+			"name not allowed: api.example.test with a search-list suffix (answered NXDOMAIN)"),
+		dnsLine("2025-06-01T10:00:07Z", "deny", "blocked.example.test", "HTTPS", "REFUSED", "name not allowed"),
+		dnsLine("2025-06-01T10:00:08Z", "deny", "9.113.0.203.in-addr.arpa", "PTR", "REFUSED", "reverse name of an address not allowed"),
 	)
-	b := fakeSandbox(t, stateDir, "aab222-eth0", "aab222", "db", conf.ModeOpen, nil)
+	b := fakeSandbox(t, stateDir, "aab222-eth0", "aab222", "db", conf.ModeOpen, false, nil)
 	return stateDir, a, b
 }
 
@@ -109,10 +130,12 @@ func TestCLIListAndShow(t *testing.T) {
 	if r.code != 0 || len(lines) != 3 {
 		t.Fatalf("ls: %+v", r)
 	}
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down 1 2 full" {
+	// Connections allowed and denied, then the queries the DNS filter
+	// refused, "-" without the filter.
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down 1 2 4 full" {
 		t.Errorf("ls row %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down 0 0 n/a" {
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down 0 0 - n/a" {
 		t.Errorf("ls row %q", lines[2])
 	}
 
@@ -125,19 +148,27 @@ func TestCLIListAndShow(t *testing.T) {
 		a["proxy"].(map[string]any)["health"] != "down" || a["mode"] != "allowlist" {
 		t.Errorf("ls -o json: %v", a)
 	}
+	if dns, _ := infos[0]["dnsQueries"].(map[string]any); dns["allowed"] != 1.0 || dns["denied"] != 4.0 || dns["errors"] != 0.0 {
+		t.Errorf("ls -o json dnsQueries: %v", infos[0]["dnsQueries"])
+	}
 	if r := doorman(stateDir, "ls", "-o", "yaml"); r.code != 2 {
 		t.Errorf("ls -o yaml: %+v", r)
 	}
 
-	r = doorman(stateDir, "show", "web", "-n", "2")
+	r = doorman(stateDir, "show", "web", "-n", "7")
 	for _, want := range []string{
 		"sandbox      aaa111-eth0", "runtime      cni (network net, interface eth0)", "policy       api.example.test",
 		"             *.example.org:443", "proxy        NOT RUNNING", "connections  1 allowed, 2 denied, 0 failed upstream",
+		"dns queries  1 allowed, 4 denied, 0 failed upstream",
 		"recent decisions:\n  2025-06-01 10:00:02.000 deny  tls     evil.example.test 203.0.113.20:443 name not allowed\n  2025-06-01 10:00:03.000 deny ",
+		"\n  2025-06-01 10:00:07.000 deny  dns/udp blocked.example.test HTTPS answered REFUSED, name not allowed\n",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show: no %q in\n%s", want, r.stdout)
 		}
+	}
+	if r := doorman(stateDir, "show", "db"); strings.Contains(r.stdout, "dns queries") {
+		t.Errorf("show of a sandbox without the DNS filter counts DNS queries:\n%s", r.stdout)
 	}
 	r = doorman(stateDir, "show", "aab", "-o", "json")
 	var show map[string]any
@@ -297,15 +328,22 @@ func TestCLILogsAndLearn(t *testing.T) {
 	stateDir, _, _ := newState(t)
 	r := doorman(stateDir, "logs", "web")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if r.code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "2024-01-01 00:00:00.000 allow tls     old.example.test 203.0.113.9:443 rule old.example.test (up 10 B, down 20 B, 5ms)") {
+	if r.code != 0 || len(lines) != 9 || !strings.HasPrefix(lines[0], "2024-01-01 00:00:00.000 allow tls     old.example.test 203.0.113.9:443 rule old.example.test (up 10 B, down 20 B, 5ms)") ||
+		lines[4] != "2025-06-01 10:00:04.000 allow dns/udp api.example.test A answered NOERROR, rule api.example.test (resolver 192.0.2.53:53, 250µs)" {
 		t.Errorf("logs:\n%s", r.stdout)
 	}
+	// Denials of connections and of DNS queries, nothing else.
+	r = doorman(stateDir, "logs", "web", "--denied")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 6 || strings.Contains(r.stdout, " allow ") ||
+		lines[2] != "2025-06-01 10:00:05.000 deny  dns/udp evil.example.test AAAA answered REFUSED, name not allowed" {
+		t.Errorf("logs --denied:\n%s", r.stdout)
+	}
 	r = doorman(stateDir, "logs", "web", "--denied", "-o", "json", "-n", "1")
-	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, `"dst":"203.0.113.20:80"`) {
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || !strings.Contains(r.stdout, `"msg":"dns"`) || !strings.Contains(r.stdout, `"name":"9.113.0.203.in-addr.arpa"`) {
 		t.Errorf("logs --denied -o json -n 1: %+v", r)
 	}
 	r = doorman(stateDir, "logs", "web", "--since", "2025-06-01T10:00:02Z")
-	if strings.Count(r.stdout, "\n") != 2 {
+	if strings.Count(r.stdout, "\n") != 7 {
 		t.Errorf("logs --since: %+v", r)
 	}
 	if r := doorman(stateDir, "logs", "web", "--since", "yesterday"); r.code != exitUsage || !strings.Contains(r.stderr, `--since "yesterday"`) {
@@ -315,21 +353,25 @@ func TestCLILogsAndLearn(t *testing.T) {
 		t.Errorf("logs of a sandbox without a log: %+v", r)
 	}
 
-	// Since the sandbox was created: the 2024 line is not learned.
+	// Since the sandbox was created: the 2024 line is not learned. The
+	// name refused at the lookup, never connected to, has no port; the
+	// one also seen connecting has only its ports; the search-list
+	// expansion and the reverse name are not learned.
 	r = doorman(stateDir, "learn", "web")
 	p, err := conf.ParseFile([]byte(r.stdout))
-	if r.code != 0 || err != nil || strings.Join(p.Hosts(), " ") != "api.example.test:443 evil.example.test:80 evil.example.test:443" {
+	if r.code != 0 || err != nil || strings.Join(p.Hosts(), " ") != "api.example.test:443 blocked.example.test evil.example.test:80 evil.example.test:443" {
 		t.Fatalf("learn: %v %+v", err, r)
 	}
-	if !strings.HasPrefix(r.stdout, "# learned by doorman from 3 connections of sandbox aaa111-eth0 (web) since ") {
+	if !strings.HasPrefix(r.stdout, "# learned by doorman from 3 connections and 2 refused DNS lookups of sandbox aaa111-eth0 (web) since ") ||
+		!strings.Contains(r.stdout, "\n# (1 name only looked up, never connected to: listed without a port") {
 		t.Errorf("learn header:\n%s", r.stdout)
 	}
 	r = doorman(stateDir, "learn", "web", "--denied", "--any-port")
-	if p, _ := conf.ParseFile([]byte(r.stdout)); p == nil || strings.Join(p.Hosts(), " ") != "evil.example.test" {
+	if p, _ := conf.ParseFile([]byte(r.stdout)); p == nil || strings.Join(p.Hosts(), " ") != "blocked.example.test evil.example.test" {
 		t.Errorf("learn --denied --any-port: %+v", r)
 	}
 	r = doorman(stateDir, "learn", "web", "--wildcards")
-	if p, _ := conf.ParseFile([]byte(r.stdout)); p == nil || strings.Join(p.Hosts(), " ") != "*.example.test:443 evil.example.test:80" {
+	if p, _ := conf.ParseFile([]byte(r.stdout)); p == nil || strings.Join(p.Hosts(), " ") != "*.example.test:443 blocked.example.test evil.example.test:80" {
 		t.Errorf("learn --wildcards: %+v", r)
 	}
 	if r := doorman(stateDir, "learn", "db"); r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "nothing to learn from") {

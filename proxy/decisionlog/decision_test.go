@@ -48,7 +48,7 @@ func TestParseProxyRecord(t *testing.T) {
 	}
 	d := got[0]
 	want := Decision{
-		Level: "INFO", Sandbox: "ctr1", Client: "127.0.0.1:40000", Dst: "[2001:db8::10]:443", Proto: "tls",
+		Level: "INFO", Kind: KindConnection, Sandbox: "ctr1", Client: "127.0.0.1:40000", Dst: "[2001:db8::10]:443", Proto: "tls",
 		Name: "api.example.test", Rule: "api.example.test", Verdict: Allow, Reason: "name allowed",
 		Upstream: "[2001:db8::10]:443", BytesUp: 517, BytesDown: 4120, DurationMS: 1.5,
 	}

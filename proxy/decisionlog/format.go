@@ -18,11 +18,15 @@ const timeLayout = "2006-01-02 15:04:05.000"
 //
 //	2025-06-01 12:00:00.123 allow tls     api.example.com 203.0.113.10:443 rule api.example.com (up 517 B, down 4.1 kB, 120ms)
 //	2025-06-01 12:00:01.456 deny  http    evil.example    203.0.113.20:80 name not allowed
+//
+// A DNS query has "dns/" and its transport where a connection has its
+// protocol, and its type and the rcode of the answer where a connection
+// has its destination (see formatDNS).
 func Format(d Decision) string {
-	name := d.Name
-	if name == "" {
-		name = "(no name)"
+	if d.IsDNS() {
+		return formatDNS(d)
 	}
+	name := orNoName(d.Name)
 	var why string
 	switch {
 	case d.Verdict == Allow && d.Rule != "":
@@ -37,6 +41,55 @@ func Format(d Decision) string {
 		s += fmt.Sprintf(" (up %s, down %s, %s)", size(d.BytesUp), size(d.BytesDown), duration(d.DurationMS))
 	}
 	return s
+}
+
+// formatDNS renders a DNS query's decision: time, verdict, "dns/udp" or
+// "dns/tcp", the name and type queried, "answered" and the rcode (or "not
+// answered"), and why; for an admitted query, the resolver that answered
+// and how long it took:
+//
+//	2025-06-01 12:00:02.000 allow dns/udp api.example.com AAAA answered NOERROR, rule *.example.com:443 (resolver 192.0.2.53:53, 1.2ms)
+//	2025-06-01 12:00:02.789 deny  dns/tcp evil.example TXT answered REFUSED, name not allowed
+func formatDNS(d Decision) string {
+	q := orNoName(d.Name)
+	if d.QType != "" {
+		q += " " + d.QType
+	}
+	answered := "answered " + d.Rcode
+	if d.Rcode == "" || d.Rcode == "none" {
+		answered = "not answered"
+	}
+	// The reason may say the rcode again (a search-list expansion's
+	// does): once is enough.
+	why := strings.TrimSuffix(d.Reason, " (answered "+d.Rcode+")")
+	if d.Verdict == Allow && d.Rule != "" {
+		why = "rule " + d.Rule
+		// What the forwarder adds after the policy's reason: resolvers
+		// that failed before one answered (see dnsfilter.forward).
+		if _, more, ok := strings.Cut(d.Reason, "; "); ok {
+			why += "; " + more
+		}
+	}
+	s := fmt.Sprintf("%s %-5s %-7s %s %s, %s", d.Time.Format(timeLayout), d.Verdict, "dns/"+d.Proto, q, answered, why)
+	if d.Verdict == Allow {
+		var extra []string
+		if d.Upstream != "" {
+			extra = append(extra, "resolver "+d.Upstream)
+		}
+		extra = append(extra, duration(d.DurationMS))
+		if d.ECHRemoved {
+			extra = append(extra, "ECH removed")
+		}
+		s += " (" + strings.Join(extra, ", ") + ")"
+	}
+	return s
+}
+
+func orNoName(name string) string {
+	if name == "" {
+		return "(no name)"
+	}
+	return name
 }
 
 // size renders a byte count in decimal units: 517 B, 4.1 kB, 12.0 MB.

@@ -30,8 +30,14 @@ type LearnOptions struct {
 // Learned is an allowlist that admits what a sandbox was seen doing.
 type Learned struct {
 	Entries []conf.Entry
-	Used    int // decisions the entries come from
-	Skipped int // decisions that say nothing an entry could admit
+	Used    int // connections the entries come from
+	Skipped int // connections that say nothing an entry could admit
+	// UsedDNS counts the refused DNS lookups of the names the entries
+	// admit, and QueriedOnly those names never seen in a connection (each
+	// an entry without a port). DNS queries not learned from are not
+	// counted: most are admitted lookups, or expansions by a search list.
+	UsedDNS     int
+	QueriedOnly int
 }
 
 // Policy is the learned allowlist as a policy in mode allowlist.
@@ -49,6 +55,14 @@ func (l Learned) Policy() *conf.Policy {
 // no entry could change are skipped: refusals of upstream addresses the
 // proxy never dials, of malformed requests, connections made while the
 // policy was in mode none, and lines without a readable destination.
+//
+// It learns from the DNS filter's refusals too: with the filter on, a name
+// the policy does not admit never resolves, so the workload never connects
+// to it and only the query tells what it tried (see learnableQuery). A
+// query carries no port: such a name is an entry without a port, unless
+// it was also seen in a connection, whose entry then admits it. A name
+// that is another name seen with labels added at the end is taken for a
+// search-list expansion and left out.
 func Learn(ds []Decision, opts LearnOptions) Learned {
 	var l Learned
 	type key struct {
@@ -57,8 +71,15 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 	}
 	names := map[uint16]map[string]bool{} // port -> names
 	addrs := map[key]bool{}
+	queried := map[string]int{} // names of refused queries -> how many
 	for _, d := range ds {
 		if opts.Denied && d.Verdict != Deny {
+			continue
+		}
+		if d.IsDNS() {
+			if n, ok := learnableQuery(d); ok {
+				queried[n]++
+			}
 			continue
 		}
 		dst, ok := d.DstAddrPort()
@@ -85,6 +106,43 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 		}
 		l.Used++
 	}
+	seen := func(n string) bool {
+		for _, set := range names {
+			if set[n] {
+				return true
+			}
+		}
+		return false
+	}
+	// A name with labels added at the end of another name seen is what a
+	// stub resolver asks first when resolv.conf has a search list
+	// ("github.com.svc.cluster.local" before "github.com"); the filter
+	// names the suffix only for names the policy admits.
+	expansion := func(n string) bool {
+		for i := strings.LastIndexByte(n, '.'); i > 0; i = strings.LastIndexByte(n[:i], '.') {
+			if p := n[:i]; queried[p] > 0 || seen(p) {
+				return true
+			}
+		}
+		return false
+	}
+	var queriedOnly []string
+	for n, count := range queried {
+		switch {
+		case expansion(n):
+			continue
+		case !seen(n):
+			queriedOnly = append(queriedOnly, n)
+		}
+		l.UsedDNS += count
+	}
+	for _, n := range queriedOnly {
+		if names[0] == nil {
+			names[0] = map[string]bool{}
+		}
+		names[0][n] = true
+	}
+	l.QueriedOnly = len(queriedOnly)
 
 	var out []conf.Entry
 	add := func(host string, port uint16) {
@@ -144,6 +202,34 @@ func learnable(d Decision) bool {
 			r == "proxy shutting down"
 	}
 	return false
+}
+
+// learnableQuery returns the name of a DNS query an entry could admit: one
+// the filter refused for want of an entry ("name not allowed"), of a type a
+// client asks before it connects (A, AAAA, HTTPS, SVCB). Not learned from:
+// names an entry admits but for a search-list suffix the resolver added
+// ("api.example.com.svc.cluster.local", whose reason names the suffix),
+// reverse names (PTR lookups, and anything under in-addr.arpa and
+// ip6.arpa: an address entry, not a name one, admits those), other types
+// (TXT, MX, ...: not a lookup before a connection, and the usual carrier
+// of data written into names), and refusals in mode none.
+func learnableQuery(d Decision) (string, bool) {
+	if d.Verdict != Deny || d.Reason != "name not allowed" {
+		return "", false
+	}
+	switch strings.ToUpper(d.QType) {
+	case "A", "AAAA", "HTTPS", "SVCB":
+	default:
+		return "", false
+	}
+	n, err := conf.NormalizeName(d.Name)
+	if err != nil || strings.HasSuffix(n, ".in-addr.arpa") || strings.HasSuffix(n, ".ip6.arpa") {
+		return "", false
+	}
+	if e, err := conf.ParseEntry(n); err != nil || e.Kind != conf.KindName {
+		return "", false // an all-numeric name, which entries read as an address
+	}
+	return n, true
 }
 
 // collapse picks wildcards for names (see LearnOptions.Wildcards): deepest

@@ -1,0 +1,341 @@
+package decisionlog
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/dnsfilter"
+)
+
+// lockedBuffer is a log the filter's goroutines write to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startResolver serves UDP DNS on 127.0.0.1, answering every A question
+// with 203.0.113.10.
+func startResolver(t *testing.T) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if q := r.Question[0]; q.Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{
+				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+				A:   net.ParseIP("203.0.113.10").To4(),
+			})
+		}
+		w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go srv.ActivateAndServe()
+	<-started
+	t.Cleanup(func() { srv.Shutdown() })
+	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// dnsFilterLog runs a real DNS filter in mode allowlist admitting
+// api.example.test, asks it the questions, and returns what it logged.
+func dnsFilterLog(t *testing.T, questions []dnsQuestion) string {
+	t.Helper()
+	var logs lockedBuffer
+	p, err := conf.NewPolicy(conf.ModeAllowlist, []string{"api.example.test:443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := dnsfilter.New(dnsfilter.Config{
+		Sandbox:   "sb-dl",
+		Upstreams: []netip.AddrPort{startResolver(t)},
+		Logger:    slog.New(slog.NewJSONHandler(&logs, nil)),
+	}, p)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.ServeUDP(pc)
+	go f.ServeTCP(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.Shutdown(ctx)
+	})
+	for _, q := range questions {
+		addr := pc.LocalAddr().String()
+		if q.net == "tcp" {
+			addr = ln.Addr().String()
+		}
+		m := new(dns.Msg)
+		m.SetQuestion(q.name, q.qtype)
+		c := &dns.Client{Net: q.net, Timeout: 5 * time.Second}
+		if _, _, err := c.Exchange(m, addr); err != nil {
+			t.Fatalf("query %s: %v", q.name, err)
+		}
+	}
+	// The filter logs a query before it sends the answer.
+	return logs.String()
+}
+
+type dnsQuestion struct {
+	net, name string
+	qtype     uint16
+}
+
+// The reader reads what the DNS filter writes, field for field, and the
+// CLI's uses of it (format, filter, count, learn) treat it as a query.
+func TestParseDNSFilterRecords(t *testing.T) {
+	log := dnsFilterLog(t, []dnsQuestion{
+		{"udp", "API.Example.Test.", dns.TypeA},                      // allowed, forwarded
+		{"tcp", "evil.example.test.", dns.TypeTXT},                   // refused
+		{"udp", "api.example.test.svc.cluster.local.", dns.TypeA},    // search-list expansion: NXDOMAIN
+		{"udp", "9.113.0.203.in-addr.arpa.", dns.TypePTR},            // reverse name
+		{"udp", "blocked.example.test.", dns.TypeAAAA},               // refused: learned
+		{"udp", "10.113.0.203.in-addr.arpa.", dns.TypeA},             // under in-addr.arpa, not a PTR
+		{"udp", "evil.example.test.api.example.test.", dns.TypeAAAA}, // below an exact entry: refused
+	})
+	// A policy event between the queries' lines is not a decision.
+	log += `{"time":"2025-06-01T12:00:00Z","level":"INFO","msg":"policy loaded","sandbox":"sb-dl","mode":"allowlist","entries":1}` + "\n"
+
+	var got []Decision
+	if _, err := Scan(strings.NewReader(log), func(d Decision) error { got = append(got, d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 7 {
+		t.Fatalf("got %d decisions, want 7, from\n%s", len(got), log)
+	}
+	type fields struct{ level, proto, name, qtype, verdict, rule, rcode, reason string }
+	want := []fields{
+		{"INFO", "udp", "api.example.test", "A", Allow, "api.example.test:443", "NOERROR", "name allowed"},
+		{"WARN", "tcp", "evil.example.test", "TXT", Deny, "", "REFUSED", "name not allowed"},
+		{"WARN", "udp", "api.example.test.svc.cluster.local", "A", Deny, "", "NXDOMAIN",
+			"name not allowed: api.example.test:443 with a search-list suffix (answered NXDOMAIN)"},
+		{"WARN", "udp", "9.113.0.203.in-addr.arpa", "PTR", Deny, "", "REFUSED", "reverse name of an address not allowed"},
+		{"WARN", "udp", "blocked.example.test", "AAAA", Deny, "", "REFUSED", "name not allowed"},
+		{"WARN", "udp", "10.113.0.203.in-addr.arpa", "A", Deny, "", "REFUSED", "reverse name of an address not allowed"},
+		{"WARN", "udp", "evil.example.test.api.example.test", "AAAA", Deny, "", "REFUSED", "name not allowed"},
+	}
+	for i, d := range got {
+		g := fields{d.Level, d.Proto, d.Name, d.QType, d.Verdict, d.Rule, d.Rcode, d.Reason}
+		if g != want[i] {
+			t.Errorf("decision %d\n got %+v\nwant %+v", i, g, want[i])
+		}
+		if !d.IsDNS() || d.Kind != KindDNS || d.Sandbox != "sb-dl" || d.Time.IsZero() || d.Dst != "" || len(d.Raw) == 0 {
+			t.Errorf("decision %d: %+v", i, d)
+		}
+		if _, err := netip.ParseAddrPort(d.Client); err != nil {
+			t.Errorf("decision %d: client %q: %v", i, d.Client, err)
+		}
+		if _, ok := d.DstAddrPort(); ok {
+			t.Errorf("decision %d: a query has a destination: %q", i, d.Dst)
+		}
+	}
+	allowed := got[0]
+	if up, err := netip.ParseAddrPort(allowed.Upstream); err != nil || !up.Addr().IsLoopback() || allowed.DurationMS <= 0 {
+		t.Errorf("allowed query: upstream %q, duration %v", allowed.Upstream, allowed.DurationMS)
+	}
+	if got[1].Upstream != "" {
+		t.Errorf("refused query: upstream %q", got[1].Upstream)
+	}
+
+	// Format: said to be DNS, with the rcode; the time and the duration
+	// vary.
+	formats := []string{
+		"allow dns/udp api.example.test A answered NOERROR, rule api.example.test:443 (resolver " + allowed.Upstream + ", ",
+		"deny  dns/tcp evil.example.test TXT answered REFUSED, name not allowed",
+		"deny  dns/udp api.example.test.svc.cluster.local A answered NXDOMAIN, name not allowed: api.example.test:443 with a search-list suffix",
+		"deny  dns/udp 9.113.0.203.in-addr.arpa PTR answered REFUSED, reverse name of an address not allowed",
+		"deny  dns/udp blocked.example.test AAAA answered REFUSED, name not allowed",
+	}
+	for i, w := range formats {
+		s := Format(got[i])
+		at := got[i].Time.Format(timeLayout) + " "
+		if !strings.HasPrefix(s, at+w) {
+			t.Errorf("Format\n got %q\nwant %q...", s, at+w)
+		}
+		if i > 0 && s != at+w {
+			t.Errorf("Format of a denial\n got %q\nwant %q", s, at+w)
+		}
+	}
+
+	// Filter and Counts: denials are denials, counted apart from
+	// connections.
+	var denied int
+	var c Counts
+	for _, d := range got {
+		if (Filter{Denied: true}).Match(d) {
+			denied++
+		}
+		c.Add(d)
+	}
+	if denied != 6 {
+		t.Errorf("Filter denied: %d, want 6", denied)
+	}
+	if c != (Counts{DNS: DNSCounts{Allowed: 1, Denied: 6}}) {
+		t.Errorf("Counts: %+v", c)
+	}
+
+	// Learn: only the lookup refused for want of an entry, of a type a
+	// client asks before it connects; not the TXT, the expansion, the
+	// reverse names; no port.
+	l := Learn(got, LearnOptions{})
+	if h := hosts(l); h != "evil.example.test.api.example.test blocked.example.test" {
+		t.Errorf("learned %q", h)
+	}
+	if l.Used != 0 || l.UsedDNS != 2 || l.QueriedOnly != 2 || l.Skipped != 0 {
+		t.Errorf("learned from %+v", l)
+	}
+}
+
+func TestFormatDNS(t *testing.T) {
+	line := func(level, verdict, name, qtype, rule, reason, rcode, upstream string, ech bool) string {
+		e := "false"
+		if ech {
+			e = "true"
+		}
+		return `{"time":"2025-06-01T12:00:00.5+02:00","level":"` + level + `","msg":"dns","sandbox":"ctr1","proto":"udp","client":"10.0.0.2:40000","name":"` + name +
+			`","qtype":"` + qtype + `","verdict":"` + verdict + `","rule":"` + rule + `","reason":"` + reason + `","rcode":"` + rcode +
+			`","upstream":"` + upstream + `","ech_removed":` + e + `,"duration_ms":1.25}`
+	}
+	const at = "2025-06-01 12:00:00.500 "
+	tests := []struct{ line, want string }{
+		{line("INFO", "allow", "www.example.org", "HTTPS", "*.example.org", "name allowed", "NOERROR", "192.0.2.53:53", true),
+			"allow dns/udp www.example.org HTTPS answered NOERROR, rule *.example.org (resolver 192.0.2.53:53, 1ms, ECH removed)"},
+		// The last answer passed on when every resolver failed so.
+		{line("INFO", "allow", "api.example.com", "A", "api.example.com", "name allowed; 192.0.2.53:53: answered SERVFAIL", "SERVFAIL", "192.0.2.53:53", false),
+			"allow dns/udp api.example.com A answered SERVFAIL, rule api.example.com; 192.0.2.53:53: answered SERVFAIL (resolver 192.0.2.53:53, 1ms)"},
+		{line("INFO", "allow", "anything.example", "TXT", "", "mode open", "NOERROR", "192.0.2.53:53", false),
+			"allow dns/udp anything.example TXT answered NOERROR, mode open (resolver 192.0.2.53:53, 1ms)"},
+		{line("ERROR", "error", "api.example.com", "AAAA", "api.example.com", "no upstream answered: 192.0.2.53:53: i/o timeout", "SERVFAIL", "192.0.2.53:53", false),
+			"error dns/udp api.example.com AAAA answered SERVFAIL, no upstream answered: 192.0.2.53:53: i/o timeout"},
+		{line("WARN", "deny", "x.example", "A", "", "mode none", "REFUSED", "", false),
+			"deny  dns/udp x.example A answered REFUSED, mode none"},
+		// No name, no type, no answer.
+		{line("WARN", "deny", "", "", "", "not a query: the QR bit is set", "none", "", false),
+			"deny  dns/udp (no name) not answered, not a query: the QR bit is set"},
+	}
+	for _, tt := range tests {
+		d, ok := Parse([]byte(tt.line))
+		if !ok {
+			t.Fatalf("parse %s", tt.line)
+		}
+		if got := Format(d); got != at+tt.want {
+			t.Errorf("Format\n got %q\nwant %q", got, at+tt.want)
+		}
+	}
+	// A connection line is not read as a query, nor a query with another
+	// msg as anything.
+	if d, ok := Parse([]byte(lineAllow)); !ok || d.IsDNS() || d.Kind != KindConnection {
+		t.Errorf("connection line: %+v, %v", d, ok)
+	}
+	bad := strings.Replace(line("WARN", "deny", "x.example", "A", "", "mode none", "REFUSED", "", false), `"msg":"dns"`, `"msg":"dnsx","m":"\"msg\":\"dns\""`, 1)
+	if d, ok := Parse([]byte(bad)); ok {
+		t.Errorf("line with msg dnsx read as %+v", d)
+	}
+}
+
+// query builds a DNS decision as the filter logs it.
+func query(verdict, reason, name, qtype string) Decision {
+	return Decision{Kind: KindDNS, Verdict: verdict, Reason: reason, Name: name, QType: qtype}
+}
+
+func TestLearnDNS(t *testing.T) {
+	ds := []Decision{
+		// Seen connecting: the connection's entry admits it; the refused
+		// lookup adds nothing.
+		seen(Allow, "name allowed", "api.example.test", "203.0.113.10:443"),
+		query(Deny, "name not allowed", "evil.example.test", "A"),
+		seen(Deny, "name not allowed", "evil.example.test", "203.0.113.20:443"),
+		// Only looked up: no port.
+		query(Deny, "name not allowed", "Blocked.Example.Test.", "AAAA"),
+		query(Deny, "name not allowed", "blocked.example.test", "A"), // twice: once
+		query(Deny, "name not allowed", "svc.example.net", "HTTPS"),
+		query(Deny, "name not allowed", "svc2.example.net", "SVCB"),
+		// Not learned.
+		// Search-list expansions of names not admitted, of a name also
+		// looked up and of one seen connecting.
+		query(Deny, "name not allowed", "github.com.default.svc.cluster.local", "A"),
+		query(Deny, "name not allowed", "github.com.svc.cluster.local", "AAAA"),
+		query(Deny, "name not allowed", "github.com", "A"),
+		query(Deny, "name not allowed", "evil.example.test.corp.test", "A"),
+		query(Allow, "name allowed", "api.example.test", "A"),
+		query(Allow, "mode open", "open.example.test", "A"),
+		query(Deny, "name not allowed: api.example.test with a search-list suffix (answered NXDOMAIN)", "api.example.test.svc.cluster.local", "A"),
+		query(Deny, "name not allowed", "7.113.0.203.in-addr.arpa", "PTR"),
+		query(Deny, "name not allowed", "113.0.203.in-addr.arpa", "A"),
+		query(Deny, "name not allowed", "1.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa", "AAAA"),
+		query(Deny, "name not allowed", "aGVsbG8.t.attacker.example", "TXT"),
+		query(Deny, "name not allowed", "mx.example.test", "MX"),
+		query(Deny, "mode none", "none.example.test", "A"),
+		query(Deny, "class CH is not served (only IN)", "version.bind", "A"),
+		query(Deny, "name not allowed", "bad name!", "A"),
+		query(Deny, "name not allowed", "203.0.113.5", "A"),
+		query(Error, "no upstream answered", "gone.example.test", "A"),
+	}
+	l := Learn(ds, LearnOptions{})
+	if got, want := hosts(l), "github.com svc.example.net svc2.example.net api.example.test:443 blocked.example.test evil.example.test:443"; got != want {
+		t.Errorf("learned\n got %s\nwant %s", got, want)
+	}
+	if l.Used != 2 || l.Skipped != 0 || l.UsedDNS != 6 || l.QueriedOnly != 4 {
+		t.Errorf("used %d, skipped %d, used DNS %d, queried only %d; want 2, 0, 6, 4", l.Used, l.Skipped, l.UsedDNS, l.QueriedOnly)
+	}
+	// The names only looked up are admitted on every port; the learned
+	// policy admits no name the lookups did not ask for.
+	p := roundTrip(t, l)
+	for _, n := range []string{"blocked.example.test", "svc.example.net", "svc2.example.net"} {
+		if _, ok := p.MatchName(n, 8443); !ok {
+			t.Errorf("learned policy refuses %s", n)
+		}
+	}
+	if e, ok := p.MatchName("evil.example.test", 80); ok {
+		t.Errorf("learned policy admits evil.example.test:80 (by %s)", e)
+	}
+	for _, n := range []string{"github.com.svc.cluster.local", "evil.example.test.corp.test", "open.example.test", "aGVsbG8.t.attacker.example", "mx.example.test", "none.example.test", "gone.example.test", "api.example.test.svc.cluster.local"} {
+		if e, ok := p.MatchName(strings.ToLower(n), 443); ok {
+			t.Errorf("learned policy admits %s (by %s)", n, e)
+		}
+	}
+
+	// Denials only, any port: the refused connection's name once.
+	if got := hosts(Learn(ds, LearnOptions{Denied: true, AnyPort: true})); got != "github.com svc.example.net svc2.example.net blocked.example.test evil.example.test" {
+		t.Errorf("denied, any port: %s", got)
+	}
+	// Wildcards collapse the names only looked up among themselves.
+	if got := hosts(Learn(ds, LearnOptions{Wildcards: true})); got != "github.com *.example.net *.example.test:443 blocked.example.test" {
+		t.Errorf("wildcards: %s", got)
+	}
+	// Nothing but refused lookups is something to learn from.
+	if l := Learn(ds[3:4], LearnOptions{}); hosts(l) != "blocked.example.test" || l.Used != 0 || l.UsedDNS != 1 {
+		t.Errorf("lookups only: %+v", l)
+	}
+}
