@@ -71,10 +71,9 @@ func decide(p *conf.Policy, q dns.Question) decision {
 // extension by one or more labels at the end: what a stub resolver asks
 // first for an allowed name when its resolv.conf has a search list (every
 // Kubernetes pod: ndots:5 and three cluster domains). Such names get
-// NXDOMAIN rather than REFUSED, still without being forwarded: glibc gives
-// up the whole lookup on a refused search-list name instead of going on
-// to the name as given, and musl ignores a refusal and waits for its
-// timeout, while both go on after NXDOMAIN. Nothing leaves the sandbox
+// NXDOMAIN rather than REFUSED, still without being forwarded: musl
+// ignores a refusal and waits for its timeout, and glibc stops walking the
+// search list at one, while both go on at once after NXDOMAIN. Nothing leaves the sandbox
 // either way, and the answer tells the workload only what the policy
 // already says.
 func searchExpansion(p *conf.Policy, name string) (conf.Entry, bool) {

@@ -24,9 +24,9 @@
 // kind of name not admitted is answered NXDOMAIN instead, equally without
 // forwarding it: an admitted name with more labels after it
 // ("api.example.com.svc.cluster.local"), which is what stub resolvers ask
-// first when resolv.conf has a search list. glibc gives up a lookup on a
-// refused search-list name, and musl waits out its timeout, where after
-// NXDOMAIN both go on to the name as given. Names
+// first when resolv.conf has a search list. musl ignores a REFUSED answer
+// and waits out its timeout, and glibc stops walking the search list at
+// one, where after NXDOMAIN both go on at once. Names
 // are normalized as policy entries are (conf.NormalizeName): case, one
 // trailing dot, IDNA; a name that does not normalize is never admitted.
 //
