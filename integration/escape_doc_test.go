@@ -82,12 +82,16 @@ These cannot be closed by doorman's design, whatever the tables say:
 - **Exfiltration to an allowed writable service.** An allowed API that stores what it is sent (a bucket,
   a paste site, an issue tracker, an LLM provider) is a channel whatever the proxy does; allowlists
   should name only what the workload needs, as narrowly as the services allow.
+- **Names under a wildcard entry.** The DNS filter forwards every name an entry could admit, so with
+  ~*.example.com~ allowed, queries for ~<data>.example.com~ reach example.com's authoritative servers:
+  whoever runs an allowed wildcard zone can read them. Prefer exact names to wildcards where the
+  services allow it.
 - **ICMP when the policy allows it.** ~allowICMP~ (the CNI plugin's default is true) lets echo requests
   with any payload reach any address; set it to false where ping is not needed. The suite does not
   count ICMP.
 - **Connections the sandbox accepted.** Replies on an inbound connection (a published port) go back to
   whoever connected; that peer is a channel by design.
-- **What the host side lets through.** DNS to the sandbox's resolvers (when the DNS filter is off), ICMP if allowed and allowDirect
+- **What the host side lets through.** DNS to the sandbox's resolvers (only when the DNS filter is turned off), ICMP if allowed and allowDirect
   entries leave the sandbox; on them the workload can forge its source address, and ARP and IPv6
   neighbour discovery reach the other containers on the same bridge.
 - **Timing and volume.** Admitted connections can signal by their timing and size.

@@ -15,7 +15,7 @@ import (
 // The escape suite's sandbox kinds, as docs/security.md names them.
 const (
 	escapeKindCNI     = "CNI sandbox"
-	escapeKindCNIFull = "CNI sandbox with dnsFilter and hostLayer"
+	escapeKindCNIBare = "CNI sandbox with dnsFilter and hostLayer off"
 	escapeKindDocker  = "Docker container"
 	escapeKindDinD    = "DinD inner container"
 )
@@ -24,35 +24,37 @@ const (
 const escapeImage = "dm-escape:test"
 
 // escapeCNI runs the matrix for containers attached through libcni (the
-// bridge plugin with doorman chained after it). The probe runs as root in
-// the container's namespace through `ip netns exec` and first cuts its own
+// bridge plugin with doorman chained after it, doorman's defaults: the DNS
+// filter and the host-side layer on). The probe runs as root in the
+// container's namespace through `ip netns exec` and first cuts its own
 // capabilities down to Docker's default set (plus CAP_NET_ADMIN in the
-// flushed mode), so that it holds what a container would.
+// flushed mode), so that it holds what a container would. The label must
+// be "full", so every row must be 0 bytes in both columns.
 func escapeCNI(t *testing.T, bin string, writeDoc bool) *escapeKind {
 	return escapeCNIKind(t, bin, writeDoc, &escapeKind{
 		name: escapeKindCNI,
-		setup: "libcni ADD of a conflist: bridge (host-local IPAM) with doorman chained after it, run in a namespace " +
-			"playing the host; the probe runs as root in the container's namespace (`ip netns exec`) with its " +
-			"capabilities cut down to Docker's default set, plus CAP_NET_ADMIN in the second column.",
-	}, nil)
+		setup: "libcni ADD of a conflist: bridge (host-local IPAM) with doorman chained after it with its defaults " +
+			"(the DNS filter and the host-side layer on), run in a namespace playing the host; the probe runs as root " +
+			"in the container's namespace (`ip netns exec`) with its capabilities cut down to Docker's default set, " +
+			"plus CAP_NET_ADMIN in the second column. The label must be `full`, so every row must be 0 bytes, the " +
+			"flushed column included: the host-side layer on the sandbox's veth holds what the flushed rules no longer do.",
+	}, nil, true)
 }
 
-// escapeCNIFull runs the matrix for CNI sandboxes with both opt-in layers
-// on: the DNS filter and the host-side layer. Their label must be "full",
-// so every row must be 0 bytes in both columns.
-func escapeCNIFull(t *testing.T, bin string, writeDoc bool) *escapeKind {
+// escapeCNIBare runs the matrix for CNI sandboxes with both layers turned
+// off: only the in-namespace rules hold, and the label must say so.
+func escapeCNIBare(t *testing.T, bin string, writeDoc bool) *escapeKind {
 	return escapeCNIKind(t, bin, writeDoc, &escapeKind{
-		name: escapeKindCNIFull,
-		setup: "As the CNI sandbox above, with `\"dnsFilter\": true` and `\"hostLayer\": true` in doorman's entry of " +
-			"the conflist (allowICMP keeps its default): the sandbox's DNS goes through the proxy's filter and the " +
-			"host-side layer filters what leaves the sandbox's veth in the host's namespace, so the label must be " +
-			"`full` and every row must be 0 bytes, the flushed column included.",
-	}, map[string]any{"dnsFilter": true, "hostLayer": true})
+		name: escapeKindCNIBare,
+		setup: "As the CNI sandbox above, with `\"dnsFilter\": false` and `\"hostLayer\": false` in doorman's entry of " +
+			"the conflist: only the rules inside the sandbox's namespace hold, DNS to the resolvers is not filtered, " +
+			"and the label says both.",
+	}, map[string]any{"dnsFilter": false, "hostLayer": false}, false)
 }
 
 // escapeCNIKind runs k's two columns on CNI sandboxes whose conflist has
-// extra merged into doorman's entry.
-func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra map[string]any) *escapeKind {
+// extra merged into doorman's entry; wantFull requires the label "full".
+func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra map[string]any, wantFull bool) *escapeKind {
 	e := newCNIEnv(t)
 	w := escapeWorld{net: e.net, api: e.api, evil: e.evil, other: e.other}
 	for _, mode := range escapeModes {
@@ -63,8 +65,8 @@ func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra
 			caps = "docker,NET_ADMIN"
 		}
 		st := e.state(c)
-		if extra != nil && st.Label != "full" {
-			t.Fatalf("%s: label %q, want \"full\" with dnsFilter and hostLayer (host layer %v, DNS filter %v)",
+		if wantFull && st.Label != "full" {
+			t.Fatalf("%s: label %q, want \"full\" (host layer %v, DNS filter %v)",
 				mode, st.Label, st.HostLayer, st.DNSFilter)
 		}
 		s := &escapeSandbox{
@@ -123,7 +125,9 @@ func escapeDocker(t *testing.T, d *dockerEnv, image string, writeDoc bool) *esca
 	w := escapeWorld{net: d.net, api: d.api, evil: d.evil, other: d.other}
 	k := &escapeKind{
 		name: escapeKindDocker,
-		setup: "Docker 20.10 with doorman's runc wrapper as the default runtime (the OCI hook); the container runs " +
+		setup: "Docker 20.10 with doorman's runc wrapper as the default runtime (the OCI hook, with its defaults: the DNS " +
+			"filter and the host-side layer, which the hook installs on the container's veth in dockerd's namespace once " +
+			"libnetwork has wired it); the container runs " +
 			"on the default bridge with doorman labels; `docker run` with Docker's default capabilities, then " +
 			"with `--cap-add NET_ADMIN`; the probe runs through `docker exec`. Docker's default bridge gives the " +
 			"container no IPv6 address, so the IPv6 row cannot leave whatever the rules say.",
@@ -133,6 +137,9 @@ func escapeDocker(t *testing.T, d *dockerEnv, image string, writeDoc bool) *esca
 		id := d.mustDocker(slices.Concat([]string{"run", "--detach", "--name", name}, d.runArgs(), escapeLabels(),
 			modeRunArgs(mode), []string{image, "/escape", "sleep", "10m"})...)
 		st := d.state(id)
+		if st.Label != "full" {
+			t.Fatalf("%s: label %q, want \"full\" (host layer %v, DNS filter %v)", mode, st.Label, st.HostLayer, st.DNSFilter)
+		}
 		s := &escapeSandbox{
 			mode:      mode,
 			state:     st,
@@ -161,7 +168,9 @@ func escapeDinD(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escape
 		name: escapeKindDinD,
 		setup: "an outer container (itself a doorman sandbox allowing api.example.test and other.example.test, " +
 			"with the capabilities a Docker daemon needs) runs Docker 20.10 with doorman's wrapper as its default " +
-			"runtime; the inner container runs on the inner default bridge with doorman labels, with the inner " +
+			"runtime (with its defaults: the DNS filter, and the host-side layer in the outer container's namespace, " +
+			"where the inner daemon wires the inner container's veth); the inner container runs on the inner default " +
+			"bridge with doorman labels, with the inner " +
 			"Docker's default capabilities, then with `--cap-add NET_ADMIN`; the probe runs through a nested `docker exec`. " +
 			"Everything the inner container sends is forwarded through the outer sandbox, whose rules stay in place " +
 			"in both columns (only the inner container's own ruleset is flushed). The inner default bridge gives the " +
@@ -174,6 +183,9 @@ func escapeDinD(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escape
 		st, err := e.innerState(id)
 		if err != nil {
 			t.Fatalf("inner doorman state of %s: %v", id, err)
+		}
+		if st.Label != "full" {
+			t.Fatalf("%s: inner label %q, want \"full\" (host layer %v, DNS filter %v)", mode, st.Label, st.HostLayer, st.DNSFilter)
 		}
 		nsPath := ""
 		if pid := e.mustInner("inspect", "--format", "{{.State.Pid}}", id); pid != "" && pid != "0" {

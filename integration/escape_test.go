@@ -240,7 +240,7 @@ func TestEscape(t *testing.T) {
 	report := &escapeReport{}
 
 	t.Run("cni", func(t *testing.T) { report.add(escapeCNI(t, bin, writeDoc)) })
-	t.Run("cni-full", func(t *testing.T) { report.add(escapeCNIFull(t, bin, writeDoc)) })
+	t.Run("cni-bare", func(t *testing.T) { report.add(escapeCNIBare(t, bin, writeDoc)) })
 	t.Run("docker", func(t *testing.T) {
 		for _, tool := range []string{"dockerd", "runc", "containerd"} {
 			if _, err := exec.LookPath(tool); err != nil {

@@ -249,8 +249,11 @@ func tryAFPacket(cfg *config) row {
 		how = "by ARP"
 	}
 	// A UDP socket on the frame's source port catches the echo, should the
-	// frame get through.
-	echo, err := net.ListenUDP("udp4", &net.UDPAddr{IP: src.AsSlice()})
+	// frame get through. The port is outside the ephemeral range: an echo
+	// that comes back leaves a conntrack entry for it, which would let a
+	// later attempt's socket that happened to get the same port out as
+	// a reply.
+	echo, err := net.ListenUDP("udp4", &net.UDPAddr{IP: src.AsSlice(), Port: afPacketSourcePort})
 	if err != nil {
 		t.fail("UDP socket for the echo", err)
 		return t.row("af-packet")
@@ -287,6 +290,10 @@ func tryAFPacket(cfg *config) row {
 	}
 	return t.row("af-packet")
 }
+
+// afPacketSourcePort is the AF_PACKET frame's UDP source port, above Linux's
+// default ephemeral range (32768-60999).
+const afPacketSourcePort = 61999
 
 // tryIPv4Mapped reaches the denied host's IPv4 address through AF_INET6
 // sockets, as ::ffff:a.b.c.d.
