@@ -173,16 +173,17 @@ func enforceNew(r Request) (_ *State, err error) {
 	if err := enforce.Apply(r.NetNS, s.spec()); err != nil {
 		return nil, err
 	}
+	// So does the host-side layer: it does not depend on the proxy.
+	if r.HostLayer {
+		if err := s.applyHostLayer(r.HostIfaces); err != nil {
+			return nil, err
+		}
+	}
 	if spawned != nil {
 		if s.PID, s.PIDStart, err = spawned.wait(); err != nil {
 			return nil, err
 		}
 		spawned = nil
-	}
-	if r.HostLayer {
-		if err := s.applyHostLayer(r.HostIfaces); err != nil {
-			return nil, err
-		}
 	}
 	s.relabel()
 	if err := s.save(); err != nil {
