@@ -443,6 +443,12 @@ func TestCNIHostLayer(t *testing.T) {
 	if n := e.other.Received(testnet.PortPostgres); n == 0 {
 		t.Fatal("allowDirect destination received nothing")
 	}
+	// It bypassed the proxy, and still has its decision line.
+	direct := netip.AddrPortFrom(otherAddr, testnet.PortPostgres).String()
+	e.waitDecision(c, func(d map[string]any) bool {
+		return d["reason"] == "allowDirect" && d["verdict"] == "allow" && d["dst"] == direct &&
+			d["proto"] == "tcp" && d["rule"] == otherAddr.String()+":5432"
+	})
 
 	// The workload flushes its own ruleset (it holds CAP_NET_ADMIN).
 	if err := enforce.Remove(c.ns.Path()); err != nil {
