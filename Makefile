@@ -41,8 +41,20 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRequestHead$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 
-# Benchmarks print tables; they are never pass/fail.
+# Benchmarks print tables; they are never pass/fail. Run as root. The
+# relay benchmark compares doorman with Debian's HAProxy and Squid
+# (squid-openssl), installed here if missing, without starting their system
+# services (a policy-rc.d that refuses, removed afterwards if it was ours);
+# a peer that still cannot be installed is skipped, with a line saying so.
 bench:
+	@command -v haproxy >/dev/null 2>&1 && command -v squid >/dev/null 2>&1 || { \
+		ours=; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; ours=1; fi; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy squid-openssl; } || echo "bench: could not install haproxy/squid-openssl: those paths will be skipped"; \
+		if [ -n "$$ours" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
+		for s in haproxy squid; do \
+			if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet $$s 2>/dev/null; then systemctl disable --now $$s; fi; \
+			if pidof -q $$s && [ -x /etc/init.d/$$s ]; then /etc/init.d/$$s stop; fi; \
+		done; true; }
 	$(GO) test -run='^$$' -bench=. -benchmem ./proxy/sniff
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 15m ./integration
 

@@ -132,3 +132,24 @@ func benchReadMachineCPU() (benchMachineCPU, error) {
 func (a benchMachineCPU) sub(b benchMachineCPU) benchMachineCPU {
 	return benchMachineCPU{busy: a.busy - b.busy, steal: a.steal - b.steal, total: a.total - b.total}
 }
+
+// benchProcPss returns the proportional set size of pid (its private pages
+// plus its share of the pages it shares with other processes), in bytes,
+// from /proc/PID/smaps_rollup.
+func benchProcPss(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "Pss:" && f[2] == "kB" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/smaps_rollup: %q: %w", pid, line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/smaps_rollup has no Pss line", pid)
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ const (
 var benchAddr = netip.MustParseAddr("203.0.113.80")
 
 // relayBed is the world of the relay benchmarks: a fake internet holding
-// benchName, two sandboxes routed to it the same way, and three paths from
+// benchName, sandboxes routed to it the same way, and up to five paths from
 // a client in a sandbox to the server:
 //
 //   - direct: from the sandbox that is left alone, straight to the server;
@@ -52,16 +53,37 @@ var benchAddr = netip.MustParseAddr("203.0.113.80")
 //     host namespace (runBareRelay), which dials the server: the floor for
 //     any user-space TCP relay;
 //   - doorman: from the sandbox enforced by sandbox.Enforce with the real
-//     doorman binary, through its nftables redirect and proxy.
+//     doorman binary, through its nftables redirect and proxy;
+//   - haproxy and squid: from a sandbox of each, through the peer
+//     configured as an SNI allowlist (see bench_peers_test.go); a peer that
+//     is not installed has no path.
 type relayBed struct {
 	net     *testnet.Net
-	paths   []*benchPath // direct, bare relay, doorman
+	paths   []*benchPath // direct, bare relay, doorman, then the peers
 	direct  *benchPath
 	relay   *benchPath
 	doorman *benchPath
+	haproxy *benchPath     // nil if HAProxy is not installed
+	squid   *benchPath     // nil if Squid is not installed
 	state   *sandbox.State // the enforced sandbox: its proxy's pid
 	hello   []byte         // a real ClientHello from crypto/tls, SNI benchName
+	denied  []byte         // the same for benchDeniedName, which no path allows
 	tlsConf *tls.Config    // trusts the TLS server's certificate
+}
+
+// benchDeniedName is a name no relaying path allows: checkPaths proves
+// each refuses it.
+const benchDeniedName = "denied.example.test"
+
+// peers are the peer paths that run.
+func (bed *relayBed) peers() []*benchPath {
+	var out []*benchPath
+	for _, p := range []*benchPath{bed.haproxy, bed.squid} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // benchPath is one way from a client to the server.
@@ -70,6 +92,7 @@ type benchPath struct {
 	side     *benchSide     // where the client runs
 	raw, tls netip.AddrPort // what the client dials
 	pid      int            // the relaying process, 0 for none
+	logs     []string       // its log files, shown when a check fails
 	freshRSS int64          // its VmRSS right after it started
 	// freshAnon is the anonymous part of freshRSS (heap, stacks): the
 	// rest maps the binary, whose pages all processes running it share.
@@ -109,6 +132,9 @@ func newRelayBed(b *testing.B) *relayBed {
 	if bed.hello, err = benchClientHello(benchName); err != nil {
 		b.Fatal(err)
 	}
+	if bed.denied, err = benchClientHello(benchDeniedName); err != nil {
+		b.Fatal(err)
+	}
 	startBenchServer(b, n.InetNS(), raw, tlsAddr, cert)
 
 	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
@@ -142,8 +168,20 @@ func newRelayBed(b *testing.B) *relayBed {
 	})
 	bed.doorman.pid = bed.state.PID
 
+	// The peers, each with a sandbox of its own.
+	sb := n.NewSandbox(b)
+	if pid, logs := startHAProxy(b, n, sb); pid != 0 {
+		bed.haproxy = &benchPath{name: "haproxy", side: newBenchSide(b, sb), raw: raw, tls: tlsAddr, pid: pid, logs: logs}
+		bed.paths = append(bed.paths, bed.haproxy)
+	}
+	sb = n.NewSandbox(b)
+	if pid, logs := startSquid(b, n, sb); pid != 0 {
+		bed.squid = &benchPath{name: "squid", side: newBenchSide(b, sb), raw: raw, tls: tlsAddr, pid: pid, logs: logs}
+		bed.paths = append(bed.paths, bed.squid)
+	}
+
 	time.Sleep(benchSettleTime) // let the new processes settle
-	for _, p := range []*benchPath{bed.relay, bed.doorman} {
+	for _, p := range bed.paths[1:] {
 		v, err := benchProcStatus(p.pid, "VmRSS", "RssAnon")
 		if err != nil {
 			b.Fatalf("%s memory: %v", p.name, err)
@@ -167,35 +205,69 @@ func newBenchSide(b *testing.B, sb *testnet.Sandbox) *benchSide {
 
 // checkPaths proves that each path is the one it is named for: the server
 // sees direct clients by their own address, and relayed ones arriving from
-// the host namespace, where the relay and the proxy dial.
+// the host namespace, where the relays, the proxy and the peers dial; and
+// doorman and each peer refuse a ClientHello for a name they do not allow
+// (the server never sees it).
 func (bed *relayBed) checkPaths(b *testing.B) {
 	b.Helper()
-	want := map[*benchPath]netip.Addr{
-		bed.direct: bed.direct.side.sb.Addr4, bed.relay: bed.net.HostAddr4, bed.doorman: bed.net.HostAddr4,
-	}
-	for p, addr := range want {
-		var seen string
-		err := p.side.parallel(1, func(int) error {
-			c, err := benchDial(p.raw)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			if _, err := c.Write(bed.request(0, benchModePeer)); err != nil {
-				return err
-			}
-			out, err := io.ReadAll(c)
-			seen = string(out)
-			return err
-		})
+	for _, p := range bed.paths {
+		want := bed.net.HostAddr4
+		if p == bed.direct {
+			want = p.side.sb.Addr4
+		}
+		seen, err := bed.askPeerAddr(p, bed.hello)
 		if err != nil {
 			b.Fatalf("%s path: %v", p.name, err)
 		}
-		if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr().Unmap() != addr {
-			b.Fatalf("%s path: the server saw the client as %q, want %s", p.name, seen, addr)
+		if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr().Unmap() != want {
+			b.Fatalf("%s path: the server saw the client as %q, want %s%s", p.name, seen, want, p.logTails())
 		}
 	}
+	for _, p := range append([]*benchPath{bed.doorman}, bed.peers()...) {
+		seen, _ := bed.askPeerAddr(p, bed.denied) // refused: a reset, a TLS alert, or EOF
+		if _, err := netip.ParseAddrPort(seen); err == nil {
+			b.Fatalf("%s path: a ClientHello for %s reached the server (it saw %q); want it refused%s", p.name, benchDeniedName, seen, p.logTails())
+		}
+	}
+}
+
+// logTails is the end of each of p's log files, for an error message.
+func (p *benchPath) logTails() string {
+	var sb strings.Builder
+	for _, f := range p.logs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if len(data) > 4096 {
+			data = data[len(data)-4096:]
+		}
+		fmt.Fprintf(&sb, "\n%s:\n%s", f, data)
+	}
+	return sb.String()
+}
+
+// askPeerAddr sends hello and a benchModePeer request over p and returns
+// everything it gets back: from the raw server, the client's address as
+// the server saw it.
+func (bed *relayBed) askPeerAddr(p *benchPath, hello []byte) (string, error) {
+	var seen string
+	err := p.side.parallel(1, func(int) error {
+		c, err := benchDial(p.raw)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		req := benchRequest(hello, 0, benchModePeer)
+		if _, err := c.Write(req); err != nil {
+			return err
+		}
+		out, err := io.ReadAll(c)
+		seen = string(out)
+		return err
+	})
+	return seen, err
 }
 
 // parallel runs fn(0..n-1) on n goroutines whose threads are moved into
@@ -241,10 +313,20 @@ const (
 // benchForever is a count the server never reaches.
 const benchForever = 1 << 62
 
-// request is what a raw client sends: the ClientHello, then the count of
-// bytes it wants back (8 bytes, big-endian) and the mode.
+// request is what a raw client sends: the ClientHello, then one TLS
+// application-data record holding the count of bytes it wants back (8
+// bytes, big-endian) and the mode. (Squid, peeking, insists that all the
+// client sent so far parses as TLS records; the relays do not look past
+// the hello.)
 func (bed *relayBed) request(count uint64, mode byte) []byte {
-	out := bytes.Clone(bed.hello)
+	return benchRequest(bed.hello, count, mode)
+}
+
+// benchRequestLen is the size of the record request appends to the hello.
+const benchRequestLen = 5 + 9
+
+func benchRequest(hello []byte, count uint64, mode byte) []byte {
+	out := append(bytes.Clone(hello), 23, 3, 3, 0, 9) // application_data, TLS 1.2, 9 bytes
 	out = binary.BigEndian.AppendUint64(out, count)
 	return append(out, mode)
 }
@@ -410,12 +492,15 @@ func (s *benchServer) serveRaw(c *net.TCPConn) error {
 	if hdr[0] != 22 {
 		return fmt.Errorf("not a TLS handshake record")
 	}
-	rest := make([]byte, int(binary.BigEndian.Uint16(hdr[3:5]))+9)
+	rest := make([]byte, int(binary.BigEndian.Uint16(hdr[3:5]))+benchRequestLen)
 	if _, err := io.ReadFull(c, rest); err != nil {
 		return err
 	}
 	c.SetReadDeadline(time.Time{})
 	req := rest[len(rest)-9:]
+	if rest[len(rest)-benchRequestLen] != 23 {
+		return fmt.Errorf("no application-data record after the hello")
+	}
 	count, mode := binary.BigEndian.Uint64(req), req[8]
 	switch mode {
 	case benchModePeer:

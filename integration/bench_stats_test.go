@@ -77,7 +77,8 @@ func benchRotate(rounds, paths int, round func(r, p int)) {
 }
 
 // benchTable is one benchmark's result table: a column per path, then the
-// ratio of each other path to the first. A row added again under the same
+// ratio of each other path to the first, and, where peers are set, the
+// subject's ratio to the best of them. A row added again under the same
 // metric replaces the old one (and a note under the same key), so a
 // sub-benchmark that the testing package runs twice is reported once.
 type benchTable struct {
@@ -85,7 +86,18 @@ type benchTable struct {
 	paths []string
 	rows  []*benchRow
 	notes [][2]string // key, text
+	// subject and peers are path indexes: with peers set, every row whose
+	// better is set gets the subject's ratio to the peer whose median is
+	// best on that row.
+	subject int
+	peers   []int
 }
+
+// Which way a metric is better, for the ratio to the best peer.
+const (
+	benchLowerBetter  = -1
+	benchHigherBetter = 1
+)
 
 // benchRow is one metric: per path, the values of every round (nil where
 // the metric does not apply to the path).
@@ -94,6 +106,46 @@ type benchRow struct {
 	format string
 	vals   [][]float64
 	target string // rendered by verdict, "" for none
+	better int    // benchLowerBetter, benchHigherBetter, or 0: no best peer
+}
+
+// bestPeer is the peer whose median is best on r (by r.better), and false
+// where the table has no peers, r is not compared, or no peer has a value.
+func (t *benchTable) bestPeer(r *benchRow) (int, bool) {
+	best, found := 0, false
+	for _, p := range t.peers {
+		if r.better == 0 || r.vals[p] == nil {
+			continue
+		}
+		if !found || float64(r.better)*(r.med(p)-r.med(best)) > 0 {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+// ratioToBest is the subject's median over the best peer's, NaN where
+// there is no best peer.
+func (t *benchTable) ratioToBest(r *benchRow) float64 {
+	p, ok := t.bestPeer(r)
+	if !ok {
+		return math.NaN()
+	}
+	return r.med(t.subject) / r.med(p)
+}
+
+// beats reports whether the subject's median is better than every peer's
+// on r (false where a peer has no value: nothing to beat is not a win).
+func (t *benchTable) beats(r *benchRow, peers ...int) bool {
+	if r.better == 0 || len(peers) == 0 {
+		return false
+	}
+	for _, p := range peers {
+		if r.vals[p] == nil || float64(r.better)*(r.med(t.subject)-r.med(p)) <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // med is the median of path p, NaN where the row has no value for it.
@@ -147,6 +199,9 @@ func (t *benchTable) header() []string {
 	for _, p := range t.paths[1:] {
 		h = append(h, p+"/"+t.paths[0]+" [rounds]")
 	}
+	if len(t.peers) > 0 {
+		h = append(h, t.paths[t.subject]+"/best peer [rounds]")
+	}
 	return append(h, "target")
 }
 
@@ -167,6 +222,14 @@ func (t *benchTable) cells(r *benchRow) []string {
 		}
 		pr := benchSpreadOf(benchPairedRatios(r.vals[0], r.vals[p]))
 		c = append(c, fmt.Sprintf("%.2fx [%.2f..%.2f]", r.ratio(p), pr.min, pr.max))
+	}
+	if len(t.peers) > 0 {
+		if p, ok := t.bestPeer(r); ok && r.vals[t.subject] != nil {
+			pr := benchSpreadOf(benchPairedRatios(r.vals[p], r.vals[t.subject]))
+			c = append(c, fmt.Sprintf("%.2fx %s [%.2f..%.2f]", t.ratioToBest(r), t.paths[p], pr.min, pr.max))
+		} else {
+			c = append(c, "-")
+		}
 	}
 	return append(c, r.target)
 }
