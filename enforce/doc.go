@@ -9,10 +9,11 @@
 // The package talks netlink through google/nftables with
 // nftables.WithNetNSFd: it needs neither the nft binary nor setns in the
 // caller. Apply sends the whole table in one batch (add table, delete
-// table, add table, chains, rules), so a namespace holds the old ruleset
-// or the new one, never a mix and never none, and re-applying is
-// idempotent. Other tools' tables in the namespace (Docker's nat rules for
-// its embedded DNS at 127.0.0.11, for example) are never touched.
+// table, add table, chains, rules; or, where there is no table yet, create
+// it exclusively, chains, rules), so a namespace holds the old ruleset or
+// the new one, never a mix and never none, and re-applying is idempotent.
+// Other tools' tables in the namespace (Docker's nat rules for its
+// embedded DNS at 127.0.0.11, for example) are never touched.
 //
 // # Chain layout
 //

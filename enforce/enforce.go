@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
 )
 
 // Apply installs table inet doorman in the netns at nsPath (for example
@@ -34,12 +35,54 @@ func apply(nsPath string, spec Spec) error {
 	}
 	defer ns.Close()
 
-	c, t := ns.conn, table()
-	// Adding an existing table is no error; deleting it in the same batch
-	// then drops every chain and rule it held, whoever added them.
-	c.AddTable(t)
-	c.DelTable(t)
-	c.AddTable(t)
+	exists, err := present(ns)
+	if err != nil {
+		return fmt.Errorf("look up the table: %w", err)
+	}
+	if err := install(ns, s, exists); err != nil {
+		// The batch is atomic and holds the fib rule: a kernel without
+		// fib rejects it whole, nothing weaker is left. Probe (on a
+		// fresh connection) only now, to say why in words.
+		if !s.DenyAll {
+			if perr := ProbeFib(nsPath); perr != nil {
+				return perr
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// install sends the table in one batch: a replacement if exists (what a
+// look-up found), else an exclusive creation. If the table appeared
+// after the look-up, the kernel rejects the creation whole (EEXIST) and
+// install replaces it instead.
+func install(ns *netNS, s Spec, exists bool) error {
+	stageTable(ns.conn, s, exists)
+	err := ns.conn.Flush()
+	if !exists && errors.Is(err, unix.EEXIST) {
+		stageTable(ns.conn, s, true)
+		err = ns.conn.Flush()
+	}
+	return err
+}
+
+// stageTable queues the whole table in c's batch. A table that exists is
+// replaced: adding it is no error, and deleting it in the same batch then
+// drops every chain and rule it held, whoever added them. A table that
+// does not is created exclusively, so the batch fails whole (EEXIST) if
+// one appeared meanwhile. Only a batch that deletes something makes the
+// kernel free the old objects after an RCU grace period, which closing
+// the netlink socket waits for (about 10 ms): a new sandbox is spared it.
+func stageTable(c *nftables.Conn, s Spec, replace bool) {
+	t := table()
+	if replace {
+		c.AddTable(t)
+		c.DelTable(t)
+		c.AddTable(t)
+	} else {
+		c.CreateTable(t)
+	}
 	for _, cs := range buildRuleset(s) {
 		ch := c.AddChain(&nftables.Chain{
 			Name:     cs.name,
@@ -58,18 +101,6 @@ func apply(nsPath string, spec Spec) error {
 			})
 		}
 	}
-	if err := c.Flush(); err != nil {
-		// The batch is atomic and holds the fib rule: a kernel without
-		// fib rejects it whole, nothing weaker is left. Probe (on a
-		// fresh connection) only now, to say why in words.
-		if !s.DenyAll {
-			if perr := ProbeFib(nsPath); perr != nil {
-				return perr
-			}
-		}
-		return err
-	}
-	return nil
 }
 
 // Remove deletes table inet doorman from the netns at nsPath. It is no
@@ -90,6 +121,12 @@ func remove(nsPath string) error {
 		return err
 	}
 	defer ns.Close()
+	// Deleting a table that is not there fails the batch, and the kernel
+	// waits for an RCU grace period (about 10 ms) to abort a failed
+	// batch: look first. (If it goes meanwhile, the ENOENT is no error.)
+	if ok, err := present(ns); err != nil || !ok {
+		return err
+	}
 	ns.conn.DelTable(table())
 	return ns.conn.Flush()
 }

@@ -562,3 +562,43 @@ func TestApplyRejectsBadSpec(t *testing.T) {
 		t.Errorf("a failed Apply left tables behind: %v", got)
 	}
 }
+
+// TestApplyTableAppearsMeanwhile covers the race Apply's look-up leaves: a
+// table that appears after the look-up found none. The exclusive creation
+// is then rejected whole, leaving the other table as it was, and Apply
+// replaces that table instead.
+func TestApplyTableAppearsMeanwhile(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	sb := newTestNS(t, "race")
+	first := Spec{Port4: 15001, Port6: 15002, Resolvers: []netip.Addr{resolverA}, AllowICMP: true}
+	second := Spec{Port4: 16001, Port6: 16002, Resolvers: []netip.Addr{resolverB}}
+	if err := Apply(sb.path, first); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := openNetNS(sb.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	s, err := second.normalized()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stageTable(ns.conn, s, false)
+	if err := ns.conn.Flush(); !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("creating the table over an existing one: err = %v, want EEXIST", err)
+	}
+	if err := Check(sb.path, first); err != nil {
+		t.Fatalf("the rejected creation changed the table: %v", err)
+	}
+	if err := install(ns, s, false); err != nil {
+		t.Fatalf("install after a stale look-up: %v", err)
+	}
+	if err := Check(sb.path, second); err != nil {
+		t.Fatalf("after install over a table that appeared: %v", err)
+	}
+	if got := tables(t, sb); len(got) != 1 {
+		t.Errorf("tables: %v, want only inet doorman", got)
+	}
+}

@@ -53,13 +53,23 @@ func apply(nsPath string, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := n.checkMACConflicts(s, ifaces); err != nil {
+	inet, bridge := inetLayout(), bridgeLayout()
+	inetSets, err := n.readSets(inet)
+	if err != nil {
+		return fmt.Errorf("%s: %w", inet, err)
+	}
+	bridgeSets, err := n.readSets(bridge)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bridge, err)
+	}
+	if err := n.checkMACConflicts(s, ifaces, inetSets, bridgeSets); err != nil {
 		return err
 	}
-	for _, l := range layouts() {
-		if err := n.stageApply(l, s, ifaces); err != nil {
-			return fmt.Errorf("%s: %w", l, err)
-		}
+	if err := n.stageApply(inet, s, ifaces, inetSets); err != nil {
+		return fmt.Errorf("%s: %w", inet, err)
+	}
+	if err := n.stageApply(bridge, s, ifaces, bridgeSets); err != nil {
+		return fmt.Errorf("%s: %w", bridge, err)
 	}
 	return n.nft.Flush()
 }
@@ -70,15 +80,8 @@ func apply(nsPath string, spec Spec) error {
 // ran would otherwise take the neighbour's element over, and the
 // neighbour's traffic would be judged by its rules. An owner whose ports
 // are all gone is a leftover, which Apply replaces.
-func (n *runtimeNS) checkMACConflicts(s Spec, ifaces []hostIface) error {
-	inet, err := n.readSets(inetLayout())
-	if err != nil {
-		return fmt.Errorf("table inet %s: %w", TableName, err)
-	}
-	bridge, err := n.readSets(bridgeLayout())
-	if err != nil {
-		return fmt.Errorf("table bridge %s: %w", TableName, err)
-	}
+// inet and bridge are the elements of the two tables' sets (see readSets).
+func (n *runtimeNS) checkMACConflicts(s Spec, ifaces []hostIface, inet, bridge map[string][]element) error {
 	own := chainName(s.Key)
 	for _, i := range ifaces {
 		if i.bridge == "" {
@@ -110,34 +113,45 @@ func (n *runtimeNS) checkMACConflicts(s Spec, ifaces []hostIface) error {
 }
 
 // stageApply queues, in the connection's batch, everything Apply changes in
-// one table. The table, its sets, base chains and their rules are shared
-// by all sandboxes: adding them again is a no-op when they exist, and
-// flushing a base chain before adding its rules repairs it if it was
-// altered.
-func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface) error {
-	current, err := n.readSets(l)
+// one table; current are the elements of its sets (see readSets). The
+// table, its sets, base chains and their rules are shared by all
+// sandboxes. When they are all there as Apply installs them, they are
+// left out of the batch; otherwise they are added again (a no-op for
+// those that exist), and each base chain is flushed before its rules are
+// added, which repairs it if it was altered. (Flushing an intact chain
+// would be harmless, but a batch that deletes anything makes closing the
+// netlink socket wait for the kernel to free it after an RCU grace
+// period, about 10 ms.)
+func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map[string][]element) error {
+	intact, err := n.skeletonIntact(l)
 	if err != nil {
 		return err
 	}
 	c := n.nft
-	c.AddTable(l.table)
 	sets := map[string]*nftables.Set{}
-	for i, ss := range l.sets {
-		set := l.set(ss)
-		// The batch-local id, given here: google/nftables would draw it
-		// from a package counter that it does not guard against
-		// concurrent use.
-		set.ID = uint32(l.table.Family)<<8 | uint32(i+1)
-		if err := c.AddSet(set, nil); err != nil {
-			return fmt.Errorf("set %s: %w", ss.name, err)
+	if intact {
+		for _, ss := range l.sets {
+			sets[ss.name] = l.set(ss)
 		}
-		sets[ss.name] = set
-	}
-	for _, b := range l.bases {
-		ch := c.AddChain(l.baseChain(b))
-		c.FlushChain(ch)
-		for _, r := range b.rules {
-			addRule(c, ch, r)
+	} else {
+		c.AddTable(l.table)
+		for i, ss := range l.sets {
+			set := l.set(ss)
+			// The batch-local id, given here: google/nftables would draw
+			// it from a package counter that it does not guard against
+			// concurrent use.
+			set.ID = uint32(l.table.Family)<<8 | uint32(i+1)
+			if err := c.AddSet(set, nil); err != nil {
+				return fmt.Errorf("set %s: %w", ss.name, err)
+			}
+			sets[ss.name] = set
+		}
+		for _, b := range l.bases {
+			ch := c.AddChain(l.baseChain(b))
+			c.FlushChain(ch)
+			for _, r := range b.rules {
+				addRule(c, ch, r)
+			}
 		}
 	}
 	ch := c.AddChain(l.sandboxChain(s.Key))
@@ -146,6 +160,52 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface) error {
 		addRule(c, ch, r)
 	}
 	return n.stageElements(l, sets, current, ch.Name, l.elements(ch.Name, ifaces))
+}
+
+// skeletonIntact reports whether l's table holds its shared skeleton as
+// Apply installs it: the table, without flags (not dormant); its sets,
+// with the right map flag; its base chains, with the right type, hook,
+// priority and policy, holding exactly their rules. It compares as Check
+// does.
+func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
+	t, err := n.nft.ListTableOfFamily(TableName, l.table.Family)
+	if isNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up the table: %w", err)
+	}
+	if t.Flags != 0 {
+		return false, nil // dormant, or owned by a process: re-adding it says no flags
+	}
+	sets, err := n.nft.GetSets(l.table)
+	if err != nil {
+		return false, fmt.Errorf("list sets: %w", err)
+	}
+	for _, ss := range l.sets {
+		i := slices.IndexFunc(sets, func(set *nftables.Set) bool { return set.Name == ss.name })
+		if i < 0 || sets[i].IsMap != ss.verdicts {
+			return false, nil
+		}
+	}
+	chains, err := n.nft.ListChainsOfTableFamily(l.table.Family)
+	if err != nil {
+		return false, fmt.Errorf("list chains: %w", err)
+	}
+	for _, b := range l.bases {
+		i := slices.IndexFunc(chains, func(c *nftables.Chain) bool {
+			return c.Table != nil && c.Table.Name == TableName && c.Name == b.name
+		})
+		if i < 0 || compareBaseChain(l.baseChain(b), chains[i]) != nil {
+			return false, nil
+		}
+		// compareRules fails on a difference and on a failed read alike:
+		// either way the chain is rebuilt, as Apply always did.
+		if n.compareRules(l, chains[i], b.rules) != nil {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // stageElements queues the replacement of the sandbox's elements in every

@@ -11,7 +11,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -114,7 +113,7 @@ func (n *runtimeNS) peerMAC(sandboxNetNS string, l netlink.Link) (net.HardwareAd
 	if sandboxID < 0 || a.NetNsID != sandboxID {
 		return nil, fmt.Errorf("its peer is not in the sandbox's namespace %s", sandboxNetNS)
 	}
-	sh, err := netlink.NewHandleAt(netns.NsHandle(int(sf.Fd())))
+	sh, err := newRouteHandle(sf)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", sandboxNetNS, err)
 	}

@@ -52,7 +52,7 @@ func openRuntimeNS(path string, exclusive bool) (_ *runtimeNS, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables connection into %s: %w", path, err)
 	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(int(f.Fd())))
+	h, err := newRouteHandle(f)
 	if err != nil {
 		conn.CloseLasting()
 		return nil, fmt.Errorf("netlink handle in %s: %w", path, err)
@@ -79,6 +79,15 @@ func openNetNSFile(path string) (*os.File, error) {
 		return nil, fmt.Errorf("%s: %w", path, errNotNetNS)
 	}
 	return f, nil
+}
+
+// newRouteHandle returns a netlink handle in the namespace of f for
+// rtnetlink only, all the layer asks of it. (netlink.NewHandleAt without
+// families also opens NETLINK_XFRM and NETLINK_NETFILTER sockets, and
+// closing a netfilter socket waits for nf_tables to free what recent
+// batches deleted, an RCU grace period: about 10 ms.)
+func newRouteHandle(f *os.File) (*netlink.Handle, error) {
+	return netlink.NewHandleAt(netns.NsHandle(int(f.Fd())), unix.NETLINK_ROUTE)
 }
 
 // lock takes flock(2) on the namespace file. Every path to one namespace

@@ -40,12 +40,12 @@ func findHostPeers(sandboxNetNS, runtimeNetNS string) ([]string, error) {
 		return nil, err
 	}
 	defer rf.Close()
-	sh, err := netlink.NewHandleAt(netns.NsHandle(int(sf.Fd())))
+	sh, err := newRouteHandle(sf)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", sandboxNetNS, err)
 	}
 	defer sh.Close()
-	rh, err := netlink.NewHandleAt(netns.NsHandle(int(rf.Fd())))
+	rh, err := newRouteHandle(rf)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", runtimeNetNS, err)
 	}

@@ -400,3 +400,56 @@ func TestRemoveOfNothing(t *testing.T) {
 		t.Errorf("Remove with an invalid key: nil, want an error")
 	}
 }
+
+// baseRuleHandles returns the handles of the rules in every base chain of
+// the layer's tables.
+func baseRuleHandles(t *testing.T, nsPath string) []uint64 {
+	t.Helper()
+	n, err := openRuntimeNS(nsPath, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var out []uint64
+	for _, l := range layouts() {
+		for _, b := range l.bases {
+			rules, err := n.nft.GetRules(l.table, l.baseChain(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rules {
+				out = append(out, r.Handle)
+			}
+		}
+	}
+	return out
+}
+
+// TestApplyLeavesIntactBaseChains: a sandbox that joins others leaves the
+// shared base chains alone when they are intact (rebuilding them would
+// give their rules new handles), and still rebuilds one that was altered
+// (see TestCheckDetectsTampering).
+func TestApplyLeavesIntactBaseChains(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	rt := newDummyRuntime(t, 2)
+	if err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
+		t.Fatal(err)
+	}
+	before := baseRuleHandles(t, rt.path)
+	if len(before) == 0 {
+		t.Fatal("no rules in the base chains")
+	}
+	y := dummySpec("y", "d1")
+	if err := Apply(rt.path, y); err != nil {
+		t.Fatal(err)
+	}
+	if after := baseRuleHandles(t, rt.path); !slices.Equal(after, before) {
+		t.Errorf("base chain rule handles went from %v to %v: the chains were rebuilt", before, after)
+	}
+	for _, s := range []Spec{dummySpec("x", "d0"), y} {
+		if err := Check(rt.path, s); err != nil {
+			t.Errorf("Check %s: %v", s.Key, err)
+		}
+	}
+}

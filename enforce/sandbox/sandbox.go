@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -154,7 +155,7 @@ func enforceNew(r Request) (_ *State, err error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	if err := conf.WriteFileAtomic(s.PolicyPath(), r.Policy); err != nil {
+	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
 	}
 	if r.OTLP.Endpoint != "" {
@@ -168,16 +169,25 @@ func enforceNew(r Request) (_ *State, err error) {
 			return nil, err
 		}
 	}
-	// The ruleset goes in while the proxy starts: redirected connections
-	// wait in the listeners' backlog until it accepts.
-	if err := enforce.Apply(r.NetNS, s.spec()); err != nil {
+	// The ruleset and the host-side layer go in while the proxy starts
+	// (redirected connections wait in the listeners' backlog until it
+	// accepts), and at the same time as each other: neither depends on
+	// the other or on the proxy. The host-side layer is applied on the
+	// calling goroutine, since runtimeNetNS names the calling thread's
+	// namespace. Both are waited for, whatever fails, so that the undo
+	// above never races an Apply still in progress.
+	spec := s.spec()
+	applied := make(chan error, 1)
+	go func() { applied <- enforce.Apply(r.NetNS, spec) }()
+	var hostErr error
+	if r.HostLayer {
+		hostErr = s.applyHostLayer(r.HostIfaces)
+	}
+	if err := <-applied; err != nil {
 		return nil, err
 	}
-	// So does the host-side layer: it does not depend on the proxy.
-	if r.HostLayer {
-		if err := s.applyHostLayer(r.HostIfaces); err != nil {
-			return nil, err
-		}
+	if hostErr != nil {
+		return nil, hostErr
 	}
 	if spawned != nil {
 		if s.PID, s.PIDStart, err = spawned.wait(); err != nil {
@@ -324,7 +334,7 @@ func reenforce(s *State, r Request) (*State, error) {
 		}
 		s = u.State
 	}
-	if err := conf.WriteFileAtomic(s.PolicyPath(), r.Policy); err != nil {
+	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	s.Mode, s.AllowICMP, s.BaseLabel = string(r.Policy.Mode), r.AllowICMP, r.Label
@@ -395,23 +405,35 @@ func Teardown(stateDir, key string) error {
 		}
 		return nil
 	}
-	var errs []error
-	if err := stopProxy(s.PID, s.PIDStart, time.Second); err != nil {
-		errs = append(errs, err)
-	}
+	// The proxy, the sandbox's ruleset and its host-side rules do not
+	// depend on each other, so they go at the same time: each removal of
+	// rules ends waiting for the kernel to free them after an RCU grace
+	// period (about 10 ms), and the proxy takes milliseconds to exit;
+	// one after another, these waits would add up. The host-side layer
+	// is removed on the calling goroutine, since runtimeNetNS names the
+	// calling thread's namespace. The state goes last, whatever failed
+	// (the error says what).
+	var proxyErr, rulesErr, hostErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		proxyErr = stopProxy(s.PID, s.PIDStart, time.Second)
+	}()
+	go func() {
+		defer wg.Done()
+		rulesErr = enforce.Remove(s.NetNS)
+	}()
 	if s.HostLayer {
-		if err := hostlayer.Remove(runtimeNetNS, s.Key); err != nil {
-			errs = append(errs, err)
-		}
+		hostErr = hostlayer.Remove(runtimeNetNS, s.Key)
 	}
-	if err := enforce.Remove(s.NetNS); err != nil {
-		errs = append(errs, err)
-	}
+	wg.Wait()
+	errs := []error{proxyErr, hostErr, rulesErr}
 	if err := os.RemoveAll(s.Dir); err != nil {
 		errs = append(errs, err)
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("tear down sandbox %s: %w", key, errors.Join(errs...))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("tear down sandbox %s: %w", key, err)
 	}
 	return nil
 }
