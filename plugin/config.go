@@ -31,7 +31,8 @@ type NetConf struct {
 	AllowedHosts []string `json:"allowedHosts,omitempty"`
 	// Resolvers are the DNS servers containers may query. Default: the
 	// DNS servers in prevResult or the runtime's dns capability, else the
-	// host's /etc/resolv.conf.
+	// host's /etc/resolv.conf (systemd-resolved's upstreams when that
+	// names only a loopback stub).
 	Resolvers []string `json:"resolvers,omitempty"`
 	// AllowICMP lets ICMP out (default true).
 	AllowICMP *bool `json:"allowICMP,omitempty"`
@@ -180,11 +181,40 @@ func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
 	if len(n.DNS.Nameservers) > 0 {
 		return parseAddrs(n.DNS.Nameservers, "dns.nameservers")
 	}
-	data, err := os.ReadFile(hostResolvConf)
+	return hostResolvers(hostResolvConf, systemdResolvConf)
+}
+
+// hostResolvers reads the host's resolvers from resolvConf or, where that
+// names only a local stub (systemd-resolved's 127.0.0.53), out of a
+// container's reach, from systemd, where systemd-resolved lists the stub's
+// upstreams: runtimes give containers those instead.
+func hostResolvers(resolvConf, systemd string) ([]netip.Addr, error) {
+	data, err := os.ReadFile(resolvConf)
 	if err != nil {
-		return nil, fmt.Errorf("no resolvers configured and %s unreadable: %w", hostResolvConf, err)
+		return nil, fmt.Errorf("no resolvers configured and %s unreadable: %w", resolvConf, err)
 	}
-	return parseResolvConf(data), nil
+	addrs := parseResolvConf(data)
+	if onlyLoopback(addrs) {
+		if up, err := os.ReadFile(systemd); err == nil {
+			if ups := parseResolvConf(up); len(ups) > 0 {
+				return ups, nil
+			}
+		}
+	}
+	return addrs, nil
+}
+
+// systemdResolvConf lists systemd-resolved's upstream servers.
+const systemdResolvConf = "/run/systemd/resolve/resolv.conf"
+
+// onlyLoopback reports whether addrs has servers and all are loopback.
+func onlyLoopback(addrs []netip.Addr) bool {
+	for _, a := range addrs {
+		if !a.IsLoopback() {
+			return false
+		}
+	}
+	return len(addrs) > 0
 }
 
 func parseAddrs(ss []string, what string) ([]netip.Addr, error) {

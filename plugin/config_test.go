@@ -1,0 +1,48 @@
+package plugin
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func TestHostResolvers(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	stub := write("stub.conf", "nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch corp.test\n")
+	upstreams := write("systemd.conf", "nameserver 192.0.2.53\nnameserver 2001:db8::53\n")
+	plain := write("plain.conf", "nameserver 198.51.100.53\nnameserver 127.0.0.1\n")
+	missing := filepath.Join(dir, "missing.conf")
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name             string
+		resolvConf, sysd string
+		want             []netip.Addr
+	}{
+		{"stub only: systemd-resolved's upstreams", stub, upstreams, addrs("192.0.2.53", "2001:db8::53")},
+		{"stub only, no systemd-resolved: the stub", stub, missing, addrs("127.0.0.53")},
+		{"a reachable server: resolv.conf as it is", plain, upstreams, addrs("198.51.100.53", "127.0.0.1")},
+	} {
+		got, err := hostResolvers(tc.resolvConf, tc.sysd)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := hostResolvers(missing, upstreams); err == nil {
+		t.Errorf("an unreadable resolv.conf gave no error")
+	}
+}
