@@ -1,16 +1,21 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net"
 )
 
 // pipe copies src to dst until src reaches EOF or fails, then half-closes:
 // dst gets a FIN so the other side sees the end of the stream while the
-// opposite direction keeps flowing. Both ends are bare *net.TCPConn, so
-// io.Copy uses splice(2) and the bytes never enter user space.
+// opposite direction keeps flowing. The bytes never enter user space: they
+// go through spliceCopy's pipe, or, where that cannot run, through io.Copy,
+// which also splices between bare *net.TCPConn.
 func pipe(dst, src *net.TCPConn) (int64, error) {
-	n, err := io.Copy(dst, src)
+	n, err := spliceCopy(dst, src)
+	if errors.Is(err, errNoSplice) {
+		n, err = io.Copy(dst, src)
+	}
 	dst.CloseWrite()
 	return n, err
 }
