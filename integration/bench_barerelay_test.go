@@ -90,7 +90,7 @@ func bareRelayConn(c *net.TCPConn, upstream string) {
 }
 
 // startBareRelay starts the bare relay as a process of its own in ns (with
-// GOMAXPROCS=2, as sandbox.Enforce starts the proxy), serving the pairs of
+// GOMAXPROCS=2; sandbox.Enforce starts the proxy with 1), serving the pairs of
 // spec, and stops it at the end of the benchmark. It returns the pid.
 func startBareRelay(b *testing.B, where *testnet.Netns, spec string) int {
 	b.Helper()

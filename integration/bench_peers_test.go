@@ -85,8 +85,8 @@ func benchIsExecutable(path string) bool {
 // sniff timeout for a whole ClientHello, relay an allowed SNI to the
 // original destination, refuse everything else. It logs one line per
 // connection (as doorman logs one decision per connection), splices where
-// it pays (splice-auto), and runs two threads, as the doorman proxy runs
-// with GOMAXPROCS=2.
+// it pays (splice-auto), and runs two threads, its own default on this
+// 2-core machine (the doorman proxy runs with GOMAXPROCS=1).
 func haproxyConfig(netnsName string) string {
 	return fmt.Sprintf(`global
     maxconn %[1]d

@@ -51,7 +51,7 @@ const (
 func BenchmarkProxyRelay(b *testing.B) {
 	bed := newRelayBed(b)
 	table := &benchTable{
-		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds, paths in rotating order; %d cores; relays run with GOMAXPROCS=2, HAProxy with 2 threads",
+		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds, paths in rotating order; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads",
 			benchRounds, runtime.NumCPU()),
 		subject: bed.index(bed.doorman),
 	}
