@@ -17,6 +17,14 @@ func CompleteHostLayer(stateDir, key string) (*State, error) {
 	if stateDir == "" {
 		stateDir = DefaultStateDir
 	}
+	// Most containers need nothing: say so without taking the lock,
+	// which every `runc start` would otherwise wait on.
+	if s, err := Load(stateDir, key); err != nil || !s.HostLayerWanted || s.HostLayer {
+		if err != nil {
+			return nil, fmt.Errorf("host-side layer of sandbox %s: %w", key, err)
+		}
+		return s, nil
+	}
 	unlock, err := lockDir(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("host-side layer of sandbox %s: %w", key, err)
