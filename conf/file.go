@@ -127,6 +127,20 @@ func LoadFile(path string) (*Policy, error) {
 	return parseFile(path+":", data)
 }
 
+// EncodeFile returns p in the file form (MarshalFile), refusing a nil
+// policy and one that would not read back equal (an invalid mode or entry
+// built by hand): what a writer of policy files must check first.
+func EncodeFile(p *Policy) ([]byte, error) {
+	if p == nil {
+		return nil, errors.New("refusing to write a nil policy")
+	}
+	data := p.MarshalFile()
+	if q, err := ParseFile(data); err != nil || !q.Equal(p) {
+		return nil, fmt.Errorf("refusing to write a policy that does not read back: %v", err)
+	}
+	return data, nil
+}
+
 // WriteFileAtomic writes p to path in the file form so that readers see
 // the old file or the new one, never a part: it writes a temporary file in
 // the same directory, syncs it, renames it over path, and syncs the
@@ -134,12 +148,9 @@ func LoadFile(path string) (*Policy, error) {
 // 0644. A policy that would not read back equal (an invalid mode or entry
 // built by hand) is refused and nothing is written.
 func WriteFileAtomic(path string, p *Policy) (err error) {
-	if p == nil {
-		return fmt.Errorf("policy file %s: refusing to write a nil policy", path)
-	}
-	data := p.MarshalFile()
-	if q, perr := ParseFile(data); perr != nil || !q.Equal(p) {
-		return fmt.Errorf("policy file %s: refusing to write a policy that does not read back: %v", path, perr)
+	data, err := EncodeFile(p)
+	if err != nil {
+		return fmt.Errorf("policy file %s: %w", path, err)
 	}
 	perm := fs.FileMode(0o644)
 	if fi, serr := os.Stat(path); serr == nil {

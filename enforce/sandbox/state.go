@@ -169,15 +169,11 @@ func (s *State) save() error {
 }
 
 // writePolicy writes a new sandbox's policy file as conf.WriteFileAtomic
-// does (refusing a policy that does not read back, mode 0644), but
-// without its fsyncs: see writeAtomic.
+// does (mode 0644), but without its fsyncs: see writeAtomic.
 func writePolicy(path string, p *conf.Policy) error {
-	if p == nil {
-		return fmt.Errorf("policy file %s: refusing to write a nil policy", path)
-	}
-	data := p.MarshalFile()
-	if q, err := conf.ParseFile(data); err != nil || !q.Equal(p) {
-		return fmt.Errorf("policy file %s: refusing to write a policy that does not read back: %v", path, err)
+	data, err := conf.EncodeFile(p)
+	if err != nil {
+		return fmt.Errorf("policy file %s: %w", path, err)
 	}
 	return writeAtomic(path, data, 0o644)
 }
