@@ -239,6 +239,11 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		f.Write([]byte("ready\n"))
 		f.Close()
 	}
+	// What the start touched of the binary need not stay mapped (see
+	// dropBinaryPages); a second later, so as not to compete with the
+	// plugin or hook that is still finishing the sandbox. Failing to drop
+	// it costs only RSS.
+	time.AfterFunc(time.Second, func() { dropBinaryPages() })
 
 	go returnIdleMemory(ctx, p)
 
@@ -365,7 +370,8 @@ func inheritedFile(flag, s string) (*os.File, error) {
 }
 
 // returnIdleMemory gives the heap's free pages back to the kernel once a
-// burst of connections is over. The Go runtime keeps them for minutes
+// burst of connections is over, and unmaps the binary's pages the burst
+// mapped (dropBinaryPages). The Go runtime keeps free pages for minutes
 // otherwise, and a host runs one proxy per sandbox: their idle footprint
 // is what adds up.
 func returnIdleMemory(ctx context.Context, p *proxy.Proxy) {
@@ -381,6 +387,7 @@ func returnIdleMemory(ctx context.Context, p *proxy.Proxy) {
 			if total := st.Allowed + st.Denied; total != seen && st.Active == 0 {
 				seen = total
 				debug.FreeOSMemory()
+				dropBinaryPages()
 			}
 		}
 	}
