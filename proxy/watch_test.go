@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// waitAllows waits up to within for the proxy's policy to admit (or, with
+// want false, not admit) name on port 443, and fails the test otherwise.
+func waitAllows(t *testing.T, p *Proxy, name string, want bool, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		_, ok := p.Policy().MatchName(name, 443)
+		if ok == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, policy admits %s: %v, want %v (policy %s)", within, name, ok, want, p.Policy())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWatcherFollowsEdits checks that edits reach the proxy within the
+// one-second promise through inotify alone: the safety poll is several
+// seconds apart.
+func TestWatcherFollowsEdits(t *testing.T) {
+	if checkInterval <= 2*time.Second {
+		t.Fatalf("checkInterval %v: this test needs it above 2 s to show the watch works", checkInterval)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy")
+	if err := os.WriteFile(file, []byte("a.test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnv(t, nil, Config{})
+	w, err := NewPolicyWatcher(e.p, file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := contextWithCancel()
+	defer cancel()
+	go w.Run(ctx)
+	time.Sleep(100 * time.Millisecond) // the watch is added
+
+	writeAtomic(t, file, "b.test\n") // replaced by rename, as doorman allow does
+	waitAllows(t, e.p, "b.test", true, time.Second)
+	waitAllows(t, e.p, "a.test", false, 0)
+
+	if err := os.WriteFile(file, []byte("c.test\n"), 0o644); err != nil { // written in place
+		t.Fatal(err)
+	}
+	waitAllows(t, e.p, "c.test", true, time.Second)
+}
+
+// TestWatcherDirectoryReplaced removes the watched directory: the proxy
+// denies everything while the file is gone, then polls, and follows the
+// file once a new directory holds it.
+func TestWatcherDirectoryReplaced(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sbx")
+	os.Mkdir(dir, 0o755)
+	file := filepath.Join(dir, "policy")
+	if err := os.WriteFile(file, []byte("a.test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEnv(t, nil, Config{})
+	w, err := NewPolicyWatcher(e.p, file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := contextWithCancel()
+	defer cancel()
+	go w.Run(ctx)
+	time.Sleep(100 * time.Millisecond)
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	waitAllows(t, e.p, "a.test", false, time.Second)
+	os.Mkdir(dir, 0o755)
+	writeAtomic(t, file, "b.test\n")
+	waitAllows(t, e.p, "b.test", true, time.Second)
+}
