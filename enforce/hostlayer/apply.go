@@ -188,20 +188,24 @@ func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
 			return false, nil
 		}
 	}
-	chains, err := n.nft.ListChainsOfTableFamily(l.table.Family)
-	if err != nil {
-		return false, fmt.Errorf("list chains: %w", err)
-	}
+	// Each base chain is looked up by name: listing the table's chains
+	// would read every sandbox's chain too, a cost that grows with them.
 	for _, b := range l.bases {
-		i := slices.IndexFunc(chains, func(c *nftables.Chain) bool {
-			return c.Table != nil && c.Table.Name == TableName && c.Name == b.name
-		})
-		if i < 0 || compareBaseChain(l.baseChain(b), chains[i]) != nil {
+		// A failed look-up (google/nftables does not keep ENOENT in
+		// the error it returns) counts as a missing chain: the skeleton
+		// is added again, and a real failure shows when the batch is
+		// sent.
+		ch, err := n.nft.ListChain(l.table, b.name)
+		if err != nil {
+			return false, nil
+		}
+		ch.Table = l.table
+		if compareBaseChain(l.baseChain(b), ch) != nil {
 			return false, nil
 		}
 		// compareRules fails on a difference and on a failed read alike:
 		// either way the chain is rebuilt, as Apply always did.
-		if n.compareRules(l, chains[i], b.rules) != nil {
+		if n.compareRules(l, ch, b.rules) != nil {
 			return false, nil
 		}
 	}

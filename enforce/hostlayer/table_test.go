@@ -144,6 +144,12 @@ func TestCheckDetectsTampering(t *testing.T) {
 		{"a deleted table", func(t *testing.T, n *runtimeNS) {
 			n.nft.DelTable(bridge.table)
 		}, "table is missing"},
+		{"a deleted base chain", func(t *testing.T, n *runtimeNS) {
+			i := slices.IndexFunc(bridge.bases, func(b baseSpec) bool { return b.name == "forward" })
+			c := bridge.baseChain(bridge.bases[i])
+			n.nft.FlushChain(c)
+			n.nft.DelChain(c)
+		}, "forward"},
 		{"a base chain with policy drop", func(t *testing.T, n *runtimeNS) {
 			c := inet.baseChain(inet.bases[0])
 			c.Policy = ptr(nftables.ChainPolicyDrop)
