@@ -39,7 +39,10 @@ const (
 	benchTLSPort     = 7443 // real TLS, then bulk application data
 	bareRelayRawPort = 7100 // relays to benchRawPort
 	bareRelayTLSPort = 7543 // relays to benchTLSPort
-	benchSettleTime  = 200 * time.Millisecond
+	// benchSettleTime is how long the relays run idle before their
+	// fresh memory is read: the proxy unmaps the binary pages its start
+	// touched a second after it started.
+	benchSettleTime = 1500 * time.Millisecond
 )
 
 var benchAddr = netip.MustParseAddr("203.0.113.80")
@@ -93,7 +96,7 @@ type benchPath struct {
 	raw, tls netip.AddrPort // what the client dials
 	pid      int            // the relaying process, 0 for none
 	logs     []string       // its log files, shown when a check fails
-	freshRSS int64          // its VmRSS right after it started
+	freshRSS int64          // its VmRSS benchSettleTime after it started
 	// freshAnon is the anonymous part of freshRSS (heap, stacks): the
 	// rest maps the binary, whose pages all processes running it share.
 	freshAnon int64

@@ -524,7 +524,7 @@ func (bed *relayBed) benchMemory(b *testing.B, t *benchTable) {
 	}
 
 	lower := func(r *benchRow) *benchRow { r.better = benchLowerBetter; return r }
-	r := lower(t.add("relay process RSS, fresh, MiB", "%.1f", fresh...))
+	r := lower(t.add("relay process RSS, fresh (idle 1.5 s after start), MiB", "%.1f", fresh...))
 	r.target = benchVerdict(fmt.Sprintf("doorman < %d MiB", benchTargetIdleRSS>>20), r.med(d) < benchMiB(benchTargetIdleRSS))
 	lower(t.add("  of which anonymous (heap, stacks; the rest is the binary's shared pages), MiB", "%.1f", freshAnon...))
 	r = lower(t.add("relay process RSS, idle after the load above, MiB", "%.1f", idle...))
