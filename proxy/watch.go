@@ -118,12 +118,16 @@ func (w *PolicyWatcher) Run(ctx context.Context) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	base := filepath.Base(w.path)
+	events, errs := fw.Events, fw.Errors
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-fw.Events:
+		case ev, ok := <-events:
 			if !ok {
+				// The watcher gave up: poll from here on.
+				events = nil
+				tick.Reset(pollInterval)
 				continue
 			}
 			if filepath.Base(ev.Name) == base {
@@ -134,14 +138,17 @@ func (w *PolicyWatcher) Run(ctx context.Context) error {
 				tick.Reset(pollInterval)
 				w.reload()
 			}
-		case err, ok := <-fw.Errors:
-			if ok {
-				// A lost event (queue overflow) or a broken watch: the
-				// file is read now and, from here on, polled.
-				w.logger.Warn("policy watch", "path", w.path, "err", err.Error())
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
 				tick.Reset(pollInterval)
-				w.reload()
+				continue
 			}
+			// A lost event (queue overflow) or a broken watch: the file
+			// is read now and, from here on, polled.
+			w.logger.Warn("policy watch", "path", w.path, "err", err.Error())
+			tick.Reset(pollInterval)
+			w.reload()
 		case <-tick.C:
 			w.reload()
 		}
