@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -35,12 +36,19 @@ func dropBinaryPages() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	data, err := os.ReadFile("/proc/self/smaps")
+	// Read as a stream, line by line without copies: whatever this
+	// allocates stays in the heap's RSS until the runtime scavenges it.
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return 0, err
+	}
+	maps, err := parseSmaps(f, exe)
+	f.Close()
 	if err != nil {
 		return 0, err
 	}
 	dropped := 0
-	for _, m := range parseSmaps(data) {
+	for _, m := range maps {
 		if m.end == 0 || m.path != exe || strings.ContainsRune(m.perms, 'w') || m.anonKiB != 0 {
 			continue
 		}
@@ -61,21 +69,23 @@ type smapsEntry struct {
 	anonKiB    int64  // the "Anonymous:" field
 }
 
-// parseSmaps reads the mappings of a /proc/PID/smaps file. A mapping whose
-// header or Anonymous field cannot be read is reported with anonKiB -1, so
-// that a caller checking for 0 leaves it alone.
-func parseSmaps(data []byte) []smapsEntry {
+// parseSmaps reads the mappings of a /proc/PID/smaps file that map path
+// (every mapping if path is empty). A mapping whose header or Anonymous
+// field cannot be read is reported with anonKiB -1, so that a caller
+// checking for 0 leaves it alone.
+func parseSmaps(r io.Reader, path string) ([]smapsEntry, error) {
 	var out []smapsEntry
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	keep := false // the current mapping is one of path's
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		line := sc.Text()
-		key, val, isField := strings.Cut(line, ":")
-		if isField && !strings.ContainsRune(key, ' ') && !strings.ContainsRune(key, '-') {
+		line := sc.Bytes()
+		key, val, isField := bytes.Cut(line, []byte(":"))
+		if isField && !bytes.ContainsAny(key, " -") {
 			// A field of the current mapping: "Anonymous:  0 kB".
-			if key == "Anonymous" && len(out) > 0 {
+			if keep && string(key) == "Anonymous" {
 				n := int64(-1)
-				if f := strings.Fields(val); len(f) == 2 && f[1] == "kB" {
-					if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				if f := bytes.Fields(val); len(f) == 2 && string(f[1]) == "kB" {
+					if v, err := strconv.ParseInt(string(f[0]), 10, 64); err == nil {
 						n = v
 					}
 				}
@@ -85,20 +95,25 @@ func parseSmaps(data []byte) []smapsEntry {
 		}
 		// A mapping's header:
 		// 00400000-008c1000 r-xp 00000000 fd:01 1234   /path/to/doorman
-		f := strings.Fields(line)
-		e := smapsEntry{anonKiB: -1}
+		f := bytes.Fields(line)
+		var name []byte
+		if len(f) >= 6 {
+			name = bytes.Join(f[5:], []byte(" "))
+		}
+		keep = path == "" || string(name) == path
+		if !keep {
+			continue
+		}
+		e := smapsEntry{anonKiB: -1, path: string(name)}
 		if len(f) >= 5 {
-			lo, hi, _ := strings.Cut(f[0], "-")
-			start, err1 := strconv.ParseUint(lo, 16, 64)
-			end, err2 := strconv.ParseUint(hi, 16, 64)
+			lo, hi, _ := bytes.Cut(f[0], []byte("-"))
+			start, err1 := strconv.ParseUint(string(lo), 16, 64)
+			end, err2 := strconv.ParseUint(string(hi), 16, 64)
 			if err1 == nil && err2 == nil && end > start {
-				e.start, e.end, e.perms = uintptr(start), uintptr(end), f[1]
-			}
-			if len(f) >= 6 {
-				e.path = strings.Join(f[5:], " ")
+				e.start, e.end, e.perms = uintptr(start), uintptr(end), string(f[1])
 			}
 		}
 		out = append(out, e)
 	}
-	return out
+	return out, sc.Err()
 }

@@ -22,7 +22,10 @@ Anonymous:            88 kB
 7f0000000000-7f0000001000 r--p 00000000 fd:01 99                         /opt/my dir/lib (deleted)
 Anonymous:   x kB
 `
-	got := parseSmaps([]byte(smaps))
+	got, err := parseSmaps(strings.NewReader(smaps), "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []smapsEntry{
 		{0x400000, 0x8c1000, "r-xp", "/usr/bin/doorman", 0},
 		{0x8c1000, 0xdd1000, "r--p", "/usr/bin/doorman", 12},
@@ -37,6 +40,13 @@ Anonymous:   x kB
 		if got[i] != want[i] {
 			t.Errorf("mapping %d: got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+	only, err := parseSmaps(strings.NewReader(smaps), "/usr/bin/doorman")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(only) != 3 || only[1] != want[1] || only[2] != want[2] {
+		t.Errorf("mappings of /usr/bin/doorman: %+v, want the first three of %+v", only, want)
 	}
 }
 
