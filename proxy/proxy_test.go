@@ -281,17 +281,8 @@ func TestHTTPKeepAliveHostSwitch(t *testing.T) {
 }
 
 func TestReloadClosesLiveConnections(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "policy")
-	os.WriteFile(file, []byte("api.test\n*.wild.test\n"), 0o644)
-	e := newTestEnv(t, nil, Config{})
-	w, err := NewPolicyWatcher(e.p, file, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := contextWithCancel()
-	defer cancel()
-	go w.Run(ctx)
+	file := filepath.Join(t.TempDir(), "policy")
+	e := watchedEnv(t, file, "api.test\n*.wild.test\n")
 
 	keep := e.dial(netip.AddrPortFrom(apiAddr, e.tlsPort))
 	keepTLS, _, err := e.tlsClient(keep, "x.wild.test")

@@ -115,6 +115,9 @@ func (w *PolicyWatcher) Run(ctx context.Context) error {
 		w.logger.Warn("cannot watch policy directory, polling only", "path", w.path, "err", err.Error())
 		interval = pollInterval
 	}
+	// An edit between the load in NewPolicyWatcher and the watch above
+	// raised no event: read the file once more now.
+	w.reload()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	base := filepath.Base(w.path)

@@ -24,16 +24,12 @@ func waitAllows(t *testing.T, p *Proxy, name string, want bool, within time.Dura
 	}
 }
 
-// TestWatcherFollowsEdits checks that edits reach the proxy within the
-// one-second promise through inotify alone: the safety poll is several
-// seconds apart.
-func TestWatcherFollowsEdits(t *testing.T) {
-	if checkInterval <= 2*time.Second {
-		t.Fatalf("checkInterval %v: this test needs it above 2 s to show the watch works", checkInterval)
-	}
-	dir := t.TempDir()
-	file := filepath.Join(dir, "policy")
-	if err := os.WriteFile(file, []byte("a.test\n"), 0o644); err != nil {
+// watchedEnv writes content to the policy file, starts a test proxy and a
+// PolicyWatcher that keeps it in line with the file, and returns the
+// proxy's environment. The watcher stops with the test.
+func watchedEnv(t *testing.T, file, content string) *testEnv {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e := newTestEnv(t, nil, Config{})
@@ -42,9 +38,20 @@ func TestWatcherFollowsEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := contextWithCancel()
-	defer cancel()
+	t.Cleanup(cancel)
 	go w.Run(ctx)
-	time.Sleep(100 * time.Millisecond) // the watch is added
+	return e
+}
+
+// TestWatcherFollowsEdits checks that edits reach the proxy within the
+// one-second promise through inotify alone: the safety poll is several
+// seconds apart.
+func TestWatcherFollowsEdits(t *testing.T) {
+	if checkInterval <= 2*time.Second {
+		t.Fatalf("checkInterval %v: this test needs it above 2 s to show the watch works", checkInterval)
+	}
+	file := filepath.Join(t.TempDir(), "policy")
+	e := watchedEnv(t, file, "a.test\n")
 
 	writeAtomic(t, file, "b.test\n") // replaced by rename, as doorman allow does
 	waitAllows(t, e.p, "b.test", true, time.Second)
@@ -63,18 +70,7 @@ func TestWatcherDirectoryReplaced(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sbx")
 	os.Mkdir(dir, 0o755)
 	file := filepath.Join(dir, "policy")
-	if err := os.WriteFile(file, []byte("a.test\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e := newTestEnv(t, nil, Config{})
-	w, err := NewPolicyWatcher(e.p, file, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := contextWithCancel()
-	defer cancel()
-	go w.Run(ctx)
-	time.Sleep(100 * time.Millisecond)
+	e := watchedEnv(t, file, "a.test\n")
 
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
