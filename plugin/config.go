@@ -69,9 +69,6 @@ type NetConf struct {
 	} `json:"runtimeConfig,omitempty"`
 }
 
-// hostResolvConf is read when nothing else names the resolvers.
-const hostResolvConf = "/etc/resolv.conf"
-
 // parseNetConf reads the conflist entry. It does not require prevResult:
 // DEL and GC may come without one.
 func parseNetConf(data []byte) (*NetConf, error) {
@@ -181,31 +178,55 @@ func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
 	if len(n.DNS.Nameservers) > 0 {
 		return parseAddrs(n.DNS.Nameservers, "dns.nameservers")
 	}
-	return hostResolvers(hostResolvConf, systemdResolvConf)
+	host, err := HostResolvers()
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: no resolvers configured", err.Error()+": set resolvers in the network configuration")
+	}
+	return host, nil
 }
 
-// hostResolvers reads the host's resolvers from resolvConf or, where that
-// names only a local stub (systemd-resolved's 127.0.0.53), out of a
-// container's reach, from systemd, where systemd-resolved lists the stub's
-// upstreams: runtimes give containers those instead.
-func hostResolvers(resolvConf, systemd string) ([]netip.Addr, error) {
+// Where the host's resolvers are read from when nothing else names them.
+const (
+	hostResolvConf = "/etc/resolv.conf"
+	// systemdResolvConf lists systemd-resolved's upstream servers: where
+	// /etc/resolv.conf names only its stub on 127.0.0.53, which a sandbox
+	// cannot reach, these are the servers behind it (runtimes give
+	// containers the same).
+	systemdResolvConf = "/run/systemd/resolve/resolv.conf"
+)
+
+// HostResolvers returns the host's DNS servers from /etc/resolv.conf, or,
+// when those are all loopback addresses (a local stub such as
+// systemd-resolved's 127.0.0.53), the upstream servers systemd-resolved
+// lists. Addresses with a zone are left out. The plugin falls back to
+// them, and so does `doorman run`.
+func HostResolvers() ([]netip.Addr, error) {
+	host, err := HostResolvers()
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: no resolvers configured", err.Error()+": set resolvers in the network configuration")
+	}
+	return host, nil
+}
+
+// hostResolvers is HostResolvers reading the given files.
+func hostResolvers(resolvConf, upstreamConf string) ([]netip.Addr, error) {
 	data, err := os.ReadFile(resolvConf)
 	if err != nil {
-		return nil, fmt.Errorf("no resolvers configured and %s unreadable: %w", resolvConf, err)
+		return nil, fmt.Errorf("read the host's resolvers: %w", err)
 	}
 	addrs := parseResolvConf(data)
 	if onlyLoopback(addrs) {
-		if up, err := os.ReadFile(systemd); err == nil {
-			if ups := parseResolvConf(up); len(ups) > 0 {
+		if up, err := os.ReadFile(upstreamConf); err == nil {
+			if ups := parseResolvConf(up); len(ups) > 0 && !onlyLoopback(ups) {
 				return ups, nil
 			}
 		}
 	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%s names no nameserver", resolvConf)
+	}
 	return addrs, nil
 }
-
-// systemdResolvConf lists systemd-resolved's upstream servers.
-const systemdResolvConf = "/run/systemd/resolve/resolv.conf"
 
 // onlyLoopback reports whether addrs has servers and all are loopback.
 func onlyLoopback(addrs []netip.Addr) bool {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/plugin"
 )
 
 // Defaults of the run network.
@@ -44,7 +45,7 @@ type Config struct {
 	// log (<LogDir>/<Name>-eth0.log). Default "run-" and 8 hex digits.
 	Name string
 	// Resolvers are the DNS servers the command may query; they are the
-	// only nameservers in its /etc/resolv.conf. Default: HostResolvers,
+	// only nameservers in its /etc/resolv.conf. Default: plugin.HostResolvers,
 	// keeping the families the subnets provide.
 	Resolvers []netip.Addr
 	// Search is the resolv.conf search list (default: the host's).
@@ -101,9 +102,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if len(c.Resolvers) == 0 {
-		host, err := HostResolvers()
+		host, err := plugin.HostResolvers()
 		if err != nil {
-			return c, err
+			return c, fmt.Errorf("%w: give the resolvers with --dns", err)
 		}
 		c.Resolvers = usableResolvers(host, c.Subnets)
 		if len(c.Resolvers) == 0 {

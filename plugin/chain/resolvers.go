@@ -12,39 +12,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Where the host's resolvers are read from.
-const (
-	hostResolvConf = "/etc/resolv.conf"
-	// systemdResolvConf lists systemd-resolved's upstream servers: where
-	// /etc/resolv.conf names only its stub on 127.0.0.53, which a sandbox
-	// cannot reach, these are the servers behind it (Docker does the same).
-	systemdResolvConf = "/run/systemd/resolve/resolv.conf"
-)
-
-// HostResolvers returns the host's DNS servers from /etc/resolv.conf, or,
-// when those are all loopback addresses (a local stub such as
-// systemd-resolved's 127.0.0.53), the upstream servers systemd-resolved
-// lists. Addresses with a zone are left out.
-func HostResolvers() ([]netip.Addr, error) {
-	return resolversFrom(hostResolvConf, systemdResolvConf)
-}
-
-// resolversFrom is HostResolvers reading the given files.
-func resolversFrom(resolvConf, upstreamConf string) ([]netip.Addr, error) {
-	addrs, err := resolvConfServers(resolvConf)
-	if err != nil {
-		return nil, err
-	}
-	if allLoopback(addrs) {
-		if up, err := resolvConfServers(upstreamConf); err == nil && len(up) > 0 && !allLoopback(up) {
-			return up, nil
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%s names no nameserver: give the resolvers with --dns", resolvConf)
-	}
-	return addrs, nil
-}
+// hostResolvConf is the host's resolv.conf: its search list is the
+// sandbox's default, and the sandbox's own is mounted over it.
+const hostResolvConf = "/etc/resolv.conf"
 
 // HostSearch is the host resolv.conf's search list (nil if none or
 // unreadable).
@@ -54,31 +24,6 @@ func HostSearch() []string {
 		return nil
 	}
 	return cfg.Search
-}
-
-func resolvConfServers(path string) ([]netip.Addr, error) {
-	cfg, err := dns.ClientConfigFromFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read the host's resolvers: %w", err)
-	}
-	var out []netip.Addr
-	for _, s := range cfg.Servers {
-		a, err := netip.ParseAddr(s)
-		if err != nil || a.Zone() != "" {
-			continue
-		}
-		out = append(out, a.Unmap())
-	}
-	return out, nil
-}
-
-func allLoopback(addrs []netip.Addr) bool {
-	for _, a := range addrs {
-		if !a.IsLoopback() {
-			return false
-		}
-	}
-	return len(addrs) > 0
 }
 
 // resolvConf renders the sandbox's /etc/resolv.conf.
