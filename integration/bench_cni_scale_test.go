@@ -58,14 +58,8 @@ func (h *benchScaleHost) do(fn func(context.Context) error) error {
 // host keeps free. It is one fixed experiment (b.N is not used): run it
 // with -benchtime=1x.
 func BenchmarkCNIScale(b *testing.B) {
-	n := testnet.New(b)
-	dir := b.TempDir()
-	env := &benchCNI{
-		net:      n,
-		cni:      libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(dir, "cache"), nil),
-		stateDir: filepath.Join(dir, "state"),
-		logDir:   filepath.Join(dir, "log"),
-	}
+	env, dir := newBenchCNI(b)
+	n := env.net
 	hosts := []*benchScaleHost{{name: "bridge"}, {name: "bridge+doorman"}}
 	for i, h := range hosts {
 		sub := filepath.Join(dir, fmt.Sprintf("host%d", i))

@@ -35,14 +35,8 @@ const (
 // prints one table; see docs/benchmarks.md. It is one fixed experiment (b.N
 // is not used): run it with -benchtime=1x.
 func BenchmarkCNIAdd(b *testing.B) {
-	n := testnet.New(b)
-	dir := b.TempDir()
-	env := &benchCNI{
-		net:      n,
-		cni:      libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(dir, "cache"), nil),
-		stateDir: filepath.Join(dir, "state"),
-		logDir:   filepath.Join(dir, "log"),
-	}
+	env, dir := newBenchCNI(b)
+	n := env.net
 	// Whatever a failed round left enforced: its proxy must not outlive
 	// the benchmark.
 	b.Cleanup(func() {
@@ -131,6 +125,18 @@ type benchCNI struct {
 	net              *testnet.Net
 	cni              *libcni.CNIConfig
 	stateDir, logDir string
+}
+
+// newBenchCNI gives a CNI benchmark its testnet, libcni with a cache, and
+// the state and log directories of the doorman plugin, all under dir.
+func newBenchCNI(b *testing.B) (env *benchCNI, dir string) {
+	dir = b.TempDir()
+	return &benchCNI{
+		net:      testnet.New(b),
+		cni:      libcni.NewCNIConfigWithCacheDir([]string{binDir}, filepath.Join(dir, "cache"), nil),
+		stateDir: filepath.Join(dir, "state"),
+		logDir:   filepath.Join(dir, "log"),
+	}, dir
 }
 
 // conflist is cni_env_test.go's network: a bridge with host-local IPAM on

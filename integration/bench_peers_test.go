@@ -382,52 +382,38 @@ func writeBenchCA(dir string) error {
 // the benchmark (which cross the host namespace untracked) pay nothing for
 // Squid's interception.
 func applySquidRuleset(hostNS, iface string) error {
-	f, err := os.Open(hostNS)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		return err
-	}
-	t := c.AddTable(&nftables.Table{Name: squidTable, Family: nftables.TableFamilyIPv4})
-	name := make([]byte, unix.IFNAMSIZ)
-	copy(name, iface)
-	ifname := func(key expr.MetaKey, op expr.CmpOp) []expr.Any {
-		return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: name}}
-	}
-	chain := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority, exprs ...expr.Any) {
-		ch := c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio})
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
-	}
-	chain("raw-prerouting", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRaw,
-		append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpNeq), &expr.Notrack{})...)
-	chain("raw-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityRaw,
-		append(ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq), &expr.Notrack{})...)
-	redirect := append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq),
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(squidInterceptPort)},
-		&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED})
-	chain("nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest, redirect...)
-	if err := c.Flush(); err != nil {
-		return fmt.Errorf("table ip %s in %s: %w", squidTable, hostNS, err)
-	}
-	return nil
+	return nftIn(hostNS, func(c *nftables.Conn) error {
+		t := c.AddTable(&nftables.Table{Name: squidTable, Family: nftables.TableFamilyIPv4})
+		name := make([]byte, unix.IFNAMSIZ)
+		copy(name, iface)
+		ifname := func(key expr.MetaKey, op expr.CmpOp) []expr.Any {
+			return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: name}}
+		}
+		chain := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio *nftables.ChainPriority, exprs ...expr.Any) {
+			ch := c.AddChain(&nftables.Chain{Name: name, Table: t, Type: typ, Hooknum: hook, Priority: prio})
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+		}
+		chain("raw-prerouting", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRaw,
+			append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpNeq), &expr.Notrack{})...)
+		chain("raw-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, nftables.ChainPriorityRaw,
+			append(ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq), &expr.Notrack{})...)
+		redirect := append(ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(squidInterceptPort)},
+			&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED})
+		chain("nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest, redirect...)
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("table ip %s in %s: %w", squidTable, hostNS, err)
+		}
+		return nil
+	})
 }
 
 // removeSquidRuleset deletes table ip dm-bench-squid from hostNS.
 func removeSquidRuleset(hostNS string) error {
-	f, err := os.Open(hostNS)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		return err
-	}
-	c.DelTable(&nftables.Table{Name: squidTable, Family: nftables.TableFamilyIPv4})
-	return c.Flush()
+	return nftIn(hostNS, func(c *nftables.Conn) error {
+		c.DelTable(&nftables.Table{Name: squidTable, Family: nftables.TableFamilyIPv4})
+		return c.Flush()
+	})
 }

@@ -640,16 +640,11 @@ func assertLookupRefused(t *testing.T, probe func(args ...string) dockerResult, 
 // its chain for sandbox key, in table inet doorman-host.
 func hostLayerHolds(t *testing.T, nsPath, key string) bool {
 	t.Helper()
-	f, err := os.Open(nsPath)
-	if err != nil {
-		t.Fatalf("host-side layer: %v", err)
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatalf("host-side layer in %s: %v", nsPath, err)
-	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	var chains []*nftables.Chain
+	err := nftIn(nsPath, func(c *nftables.Conn) (err error) {
+		chains, err = c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("host-side layer in %s: list chains: %v", nsPath, err)
 	}

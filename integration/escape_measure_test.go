@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -215,29 +214,22 @@ func probeMarks(found []uint32) []uint32 {
 }
 
 func marksIn(nsPath string, found map[uint32]bool) error {
-	f, err := os.Open(nsPath)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		return err
-	}
-	chains, err := c.ListChains()
-	if err != nil {
-		return err
-	}
-	for _, ch := range chains {
-		rules, err := c.GetRules(ch.Table, ch)
+	return nftIn(nsPath, func(c *nftables.Conn) error {
+		chains, err := c.ListChains()
 		if err != nil {
-			return fmt.Errorf("rules of %s %s: %w", ch.Table.Name, ch.Name, err)
+			return err
 		}
-		for _, r := range rules {
-			marksInRule(c, ch.Table, r.Exprs, found)
+		for _, ch := range chains {
+			rules, err := c.GetRules(ch.Table, ch)
+			if err != nil {
+				return fmt.Errorf("rules of %s %s: %w", ch.Table.Name, ch.Name, err)
+			}
+			for _, r := range rules {
+				marksInRule(c, ch.Table, r.Exprs, found)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // marksInRule follows the registers that hold a mark through one rule.
