@@ -201,11 +201,7 @@ const (
 // lists. Addresses with a zone are left out. The plugin falls back to
 // them, and so does `doorman run`.
 func HostResolvers() ([]netip.Addr, error) {
-	host, err := HostResolvers()
-	if err != nil {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: no resolvers configured", err.Error()+": set resolvers in the network configuration")
-	}
-	return host, nil
+	return hostResolvers(hostResolvConf, systemdResolvConf)
 }
 
 // hostResolvers is HostResolvers reading the given files.
