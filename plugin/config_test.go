@@ -55,9 +55,13 @@ func TestHostResolvers(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 	}
-	// The exported reader reads this host's files as hostResolvers does.
+	// The exported reader, and a network config naming no resolvers,
+	// read this host's files as hostResolvers does.
 	want, wantErr := hostResolvers(hostResolvConf, systemdResolvConf)
 	if got, err := HostResolvers(); !slices.Equal(got, want) || (err == nil) != (wantErr == nil) {
 		t.Errorf("HostResolvers: %v, %v; hostResolvers on the host's files: %v, %v", got, err, want, wantErr)
+	}
+	if got, err := (&NetConf{}).resolvers(nil); !slices.Equal(got, want) || (err == nil) != (wantErr == nil) {
+		t.Errorf("a config without resolvers: %v, %v; hostResolvers on the host's files: %v, %v", got, err, want, wantErr)
 	}
 }
