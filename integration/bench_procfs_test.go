@@ -83,6 +83,36 @@ func benchProcCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / benchUserHZ, nil
 }
 
+// benchProcSwitches returns how often the threads of pid have been
+// switched out, voluntarily (they slept: a wakeup each) or not, summed over
+// /proc/PID/task/*/status. Threads that exited meanwhile drop out of the
+// sum, so compare it over spans in which the process keeps its threads.
+func benchProcSwitches(pid int) (int64, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, t := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		for line := range strings.SplitSeq(string(data), "\n") {
+			key, val, ok := strings.Cut(line, ":")
+			if !ok || (key != "voluntary_ctxt_switches" && key != "nonvoluntary_ctxt_switches") {
+				continue
+			}
+			n, err := strconv.ParseInt(strings.TrimSpace(val), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/task/%s/status: %q: %w", pid, t.Name(), line, err)
+			}
+			sum += n
+		}
+	}
+	return sum, nil
+}
+
 // benchProcSockets is the number of sockets pid holds open. (Not all its
 // descriptors: Go keeps the pipes of finished splices in a pool until the
 // next GC.)

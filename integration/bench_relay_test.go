@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sizes of the relay benchmarks. One run of BenchmarkProxyRelay takes
@@ -109,12 +111,17 @@ func (bed *relayBed) benchBulk(b *testing.B, t *benchTable, streams int, useTLS 
 	n := len(bed.paths)
 	gbps, machPerGB, machBusy, steal := make([][]float64, n), make([][]float64, n), make([][]float64, n), make([][]float64, n)
 	procPerGB, procShare := make([][]float64, n), make([][]float64, n)
+	procSwitches, clientSleeps := make([][]float64, n), make([][]float64, n)
 	benchRotate(benchRounds, n, func(_, i int) {
 		p := bed.paths[i]
 		var cpu0, cpu1 time.Duration
+		var sw0, sw1 int64
 		var err error
 		if p.pid != 0 {
 			if cpu0, err = benchProcCPU(p.pid); err != nil {
+				b.Fatal(err)
+			}
+			if sw0, err = benchProcSwitches(p.pid); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -123,7 +130,7 @@ func (bed *relayBed) benchBulk(b *testing.B, t *benchTable, streams int, useTLS 
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		g, bytes, err := bed.bulk(p, streams, useTLS)
+		g, bytes, sleeps, err := bed.bulk(p, streams, useTLS)
 		if err != nil {
 			b.Fatalf("bulk %s, %s: %v", kind, p.name, err)
 		}
@@ -138,10 +145,15 @@ func (bed *relayBed) benchBulk(b *testing.B, t *benchTable, streams int, useTLS 
 		machPerGB[i] = append(machPerGB[i], m.busy.Seconds()/gb)
 		machBusy[i] = append(machBusy[i], 100*m.busy.Seconds()/m.total.Seconds())
 		steal[i] = append(steal[i], 100*m.steal.Seconds()/m.total.Seconds())
+		clientSleeps[i] = append(clientSleeps[i], float64(sleeps)/gb)
 		if p.pid != 0 {
 			if cpu1, err = benchProcCPU(p.pid); err != nil {
 				b.Fatal(err)
 			}
+			if sw1, err = benchProcSwitches(p.pid); err != nil {
+				b.Fatal(err)
+			}
+			procSwitches[i] = append(procSwitches[i], float64(sw1-sw0)/gb)
 			procPerGB[i] = append(procPerGB[i], (cpu1-cpu0).Seconds()/gb)
 			procShare[i] = append(procShare[i], 100*(cpu1-cpu0).Seconds()/wall.Seconds())
 		}
@@ -160,6 +172,8 @@ func (bed *relayBed) benchBulk(b *testing.B, t *benchTable, streams int, useTLS 
 	t.add(fmt.Sprintf("  machine busy %% (%s)", kind), "%.0f", machBusy...)
 	t.add(fmt.Sprintf("  relay process CPU s per GB (%s)", kind), "%.3f", procPerGB...).better = benchLowerBetter
 	t.add(fmt.Sprintf("  relay process CPU, %% of one core (%s)", kind), "%.0f", procShare...)
+	t.add(fmt.Sprintf("  relay process context switches per GB (%s)", kind), "%.0f", procSwitches...).better = benchLowerBetter
+	t.add(fmt.Sprintf("  client threads' sleeps per GB (%s)", kind), "%.0f", clientSleeps...).better = benchLowerBetter
 	var worst float64
 	for _, s := range steal {
 		worst = max(worst, benchSpreadOf(s).max)
@@ -176,11 +190,13 @@ func (bed *relayBed) benchBulk(b *testing.B, t *benchTable, streams int, useTLS 
 
 // bulk connects streams times over p (and completes the TLS handshakes),
 // then has the server stream to all of them at once for benchBulkDuration. It
-// returns the total throughput in Gbit/s and the bytes received. Raw
+// returns the total throughput in Gbit/s, the bytes received, and how often
+// the clients' threads slept meanwhile, waiting for data (each client runs
+// on a thread of its own, see benchSide.parallel). Raw
 // streams are spliced into /dev/null and the server sends them with
 // sendfile(2), so the endpoints cost little and the comparison shows what
 // the relay adds.
-func (bed *relayBed) bulk(p *benchPath, streams int, useTLS bool) (float64, int64, error) {
+func (bed *relayBed) bulk(p *benchPath, streams int, useTLS bool) (gbps float64, bytes, sleeps int64, err error) {
 	var dialed sync.WaitGroup
 	dialed.Add(streams)
 	start := make(chan struct{})
@@ -190,8 +206,8 @@ func (bed *relayBed) bulk(p *benchPath, streams int, useTLS bool) (float64, int6
 		t0 = time.Now()
 		close(start)
 	}()
-	got := make([]int64, streams)
-	err := p.side.parallel(streams, func(i int) error {
+	got, slept := make([]int64, streams), make([]int64, streams)
+	err = p.side.parallel(streams, func(i int) error {
 		var (
 			c   *net.TCPConn
 			tc  *tls.Conn
@@ -216,19 +232,23 @@ func (bed *relayBed) bulk(p *benchPath, streams int, useTLS bool) (float64, int6
 		}
 		<-start
 		deadline := t0.Add(benchBulkDuration)
+		var ru0, ru1 unix.Rusage
+		unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
 		if useTLS {
 			got[i], err = benchReadTLSUntil(tc, deadline)
 		} else {
 			got[i], err = bed.spliceUntil(c, deadline)
 		}
+		unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
+		slept[i] = ru1.Nvcsw - ru0.Nvcsw
 		return err
 	})
 	<-start
-	var total int64
-	for _, n := range got {
-		total += n
+	for i := range got {
+		bytes += got[i]
+		sleeps += slept[i]
 	}
-	return float64(total) * 8 / benchBulkDuration.Seconds() / 1e9, total, err
+	return float64(bytes) * 8 / benchBulkDuration.Seconds() / 1e9, bytes, sleeps, err
 }
 
 // spliceUntil asks the raw server for an endless stream and splices it into
