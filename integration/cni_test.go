@@ -3,12 +3,10 @@ package integration
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +15,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/integration/testnet"
@@ -183,17 +180,6 @@ func TestCNILifecycle(t *testing.T) {
 	list := e.conflist(nil)
 	e.mustAdd(c, list)
 	first := e.state(c)
-	// The proxy runs every thread under SCHED_BATCH (cmd/doorman/sched.go).
-	if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", first.PID)); err != nil {
-		t.Errorf("proxy threads: %v", err)
-	} else {
-		for _, task := range tasks {
-			tid, _ := strconv.Atoi(task.Name())
-			if attr, err := unix.SchedGetAttr(tid, 0); err == nil && attr.Policy != unix.SCHED_BATCH {
-				t.Errorf("proxy thread %d runs under scheduling policy %d, want SCHED_BATCH", tid, attr.Policy)
-			}
-		}
-	}
 	prev := e.bridgeResult(c)
 	if _, err := e.doormanVerb(c, list, "ADD", prev); err != nil {
 		t.Fatalf("second ADD: %v", err)

@@ -71,11 +71,6 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "doorman proxy: "+format+"\n", a...)
 		return 1
 	}
-	// Scheduling is a matter of cost, not of enforcement: a proxy that
-	// cannot change it serves all the same.
-	if err := runAsBatch(); err != nil {
-		fmt.Fprintf(stderr, "doorman proxy: scheduling policy left as it was: %v\n", err)
-	}
 	if *sandbox == "" || *policyFile == "" {
 		return fail("--sandbox and --policy are required")
 	}
