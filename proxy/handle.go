@@ -160,7 +160,7 @@ func (p *Proxy) handle(c *net.TCPConn) {
 			rec.Verdict, rec.Reason, rec.Name = Deny, r.denied, r.deniedName
 		}
 	} else {
-		rec.BytesUp, rec.BytesDn = relay(c, up)
+		rec.BytesUp, rec.BytesDn = relay(c, up, p.bulk)
 	}
 	c.Close()
 	up.Close()

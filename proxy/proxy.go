@@ -43,6 +43,11 @@ type Config struct {
 	// dialed unless an entry names them. nil: the addresses of the
 	// interfaces in the proxy's network namespace.
 	OwnAddrs func() ([]netip.Addr, error)
+	// BatchWhileBulk runs the process's threads under SCHED_BATCH while
+	// the proxy relays bulk data (see sched.go). It changes the policy of
+	// every thread of the process, so only a process that is the proxy
+	// should set it.
+	BatchWhileBulk bool
 }
 
 // Resolver looks up the addresses of a name.
@@ -69,6 +74,7 @@ type Proxy struct {
 	dialer       net.Dialer
 	resolver     *cachingResolver
 	guard        upstreamGuard
+	bulk         *bulkSched // nil unless Config.BatchWhileBulk
 
 	policy  atomic.Pointer[conf.Policy]
 	allowed atomic.Int64
@@ -117,6 +123,9 @@ func New(cfg Config) *Proxy {
 		pol = conf.DenyAll()
 	}
 	p.policy.Store(pol)
+	if cfg.BatchWhileBulk {
+		p.bulk = newBulkSched()
+	}
 	return p
 }
 

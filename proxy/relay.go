@@ -11,8 +11,8 @@ import (
 // opposite direction keeps flowing. The bytes never enter user space: they
 // go through spliceCopy's pipe, or, where that cannot run, through io.Copy,
 // which also splices between bare *net.TCPConn.
-func pipe(dst, src *net.TCPConn) (int64, error) {
-	n, err := spliceCopy(dst, src)
+func pipe(dst, src *net.TCPConn, bulk *bulkSched) (int64, error) {
+	n, err := spliceCopy(dst, src, bulk)
 	if errors.Is(err, errNoSplice) {
 		n, err = io.Copy(dst, src)
 	}
@@ -22,14 +22,14 @@ func pipe(dst, src *net.TCPConn) (int64, error) {
 
 // relay runs both directions of an established connection until both have
 // ended, and returns the bytes sent upstream (client to server) and
-// downstream.
-func relay(client, upstream *net.TCPConn) (up, down int64) {
+// downstream. bulk, if not nil, counts the bytes spliced.
+func relay(client, upstream *net.TCPConn, bulk *bulkSched) (up, down int64) {
 	done := make(chan int64, 1)
 	go func() {
-		n, _ := pipe(client, upstream)
+		n, _ := pipe(client, upstream, bulk)
 		done <- n
 	}()
-	up, _ = pipe(upstream, client)
+	up, _ = pipe(upstream, client, bulk)
 	down = <-done
 	return up, down
 }

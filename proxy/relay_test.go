@@ -48,7 +48,7 @@ func newRelayRig(t *testing.T) *relayRig {
 	r.app, r.proxyClient = tcpPair(t)
 	r.proxyUp, r.server = tcpPair(t)
 	go func() {
-		up, down := relay(r.proxyClient, r.proxyUp)
+		up, down := relay(r.proxyClient, r.proxyUp, nil)
 		r.done <- [2]int64{up, down}
 	}()
 	return r
@@ -258,7 +258,7 @@ func TestSpliceCopyHandlesTCP(t *testing.T) {
 		b, _ := io.ReadAll(sink)
 		got <- b
 	}()
-	n, err := spliceCopy(dst, src)
+	n, err := spliceCopy(dst, src, nil)
 	if errors.Is(err, errNoSplice) {
 		t.Fatal("spliceCopy fell back for two bare TCP connections")
 	}

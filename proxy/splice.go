@@ -80,9 +80,10 @@ func (p *splicePipe) put(empty bool) {
 type splicer struct {
 	src, dst       syscall.RawConn
 	pipe           *splicePipe
-	inPipe         int  // bytes in the pipe
-	lowat          bool // the source's SO_RCVLOWAT is raised
-	srcDone        bool // the source reached EOF or failed
+	inPipe         int        // bytes in the pipe
+	lowat          bool       // the source's SO_RCVLOWAT is raised
+	srcDone        bool       // the source reached EOF or failed
+	bulk           *bulkSched // counts the bytes written; nil: nothing counts
 	srcErr, dstErr error
 	written        int64 // bytes the destination took
 }
@@ -93,8 +94,9 @@ var errNoSplice = errors.New("splice loop unavailable")
 
 // spliceCopy copies src to dst until src reaches EOF or either fails, and
 // returns the bytes written to dst. It returns errNoSplice, having moved no
-// byte, when it cannot splice (no raw connection, no pipe).
-func spliceCopy(dst, src *net.TCPConn) (int64, error) {
+// byte, when it cannot splice (no raw connection, no pipe). bulk, if not
+// nil, counts the bytes written.
+func spliceCopy(dst, src *net.TCPConn, bulk *bulkSched) (int64, error) {
 	srcRC, err := src.SyscallConn()
 	if err != nil {
 		return 0, errNoSplice
@@ -107,7 +109,7 @@ func spliceCopy(dst, src *net.TCPConn) (int64, error) {
 	if err != nil {
 		return 0, errNoSplice
 	}
-	s := &splicer{src: srcRC, dst: dstRC, pipe: p}
+	s := &splicer{src: srcRC, dst: dstRC, pipe: p, bulk: bulk}
 	defer func() { p.put(s.inPipe == 0) }()
 	return s.run()
 }
@@ -196,6 +198,7 @@ func (s *splicer) pump() error {
 			if n > 0 {
 				s.inPipe -= int(n)
 				s.written += n
+				s.bulk.add(n)
 				continue
 			}
 			switch err {

@@ -172,7 +172,9 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		listeners = append(listeners, ln)
 	}
 
-	cfg := proxy.Config{Sandbox: *sandbox, SniffTimeout: *sniffTimeout, Logger: logger}
+	// This process is the proxy and nothing else: it may change its
+	// threads' scheduling while it relays bulk data.
+	cfg := proxy.Config{Sandbox: *sandbox, SniffTimeout: *sniffTimeout, Logger: logger, BatchWhileBulk: true}
 	if *resolver != "" {
 		if _, _, err := net.SplitHostPort(*resolver); err != nil {
 			closeAll()
