@@ -44,6 +44,15 @@ func allUnder(policies map[int]uint32, policy uint32) bool {
 // SCHED_BATCH while it relays bulk data, and goes back to SCHED_OTHER once
 // the transfer is over (proxy/sched.go).
 func TestProxyBatchWhileBulk(t *testing.T) {
+	// The proxy inherits the plugin's policy, which is this test's; only
+	// SCHED_OTHER threads are switched.
+	attr, err := unix.SchedGetAttr(0, 0)
+	if err != nil {
+		t.Fatalf("sched_getattr: %v", err)
+	}
+	if attr.Policy != unix.SCHED_NORMAL {
+		t.Skipf("the test runs under scheduling policy %d, not SCHED_OTHER (%d): its proxy would not switch", attr.Policy, unix.SCHED_NORMAL)
+	}
 	e := newCNIEnv(t)
 	c := e.newContainer()
 	e.mustAdd(c, e.conflist(map[string]any{"allowedHosts": []string{apiName, otherAddr.String()}}))
