@@ -44,8 +44,10 @@ const (
 // bulkSched counts relayed bytes and switches the process's scheduling
 // policy (see above). A nil *bulkSched does nothing.
 type bulkSched struct {
-	bytes atomic.Int64 // relayed since windowStart
-	start atomic.Int64 // windowStart, in Unix nanoseconds
+	// bytes counts what was relayed since start under SCHED_OTHER, and
+	// since the last check under SCHED_BATCH.
+	bytes atomic.Int64
+	start atomic.Int64 // the current window's start, in Unix nanoseconds
 	batch atomic.Bool  // the threads run under SCHED_BATCH
 	// setPolicy moves every thread under policy from to policy to.
 	setPolicy func(from, to uint32) error
@@ -97,7 +99,6 @@ func (b *bulkSched) enter() {
 		return
 	}
 	b.batch.Store(true)
-	b.start.Store(time.Now().UnixNano())
 	b.bytes.Store(0)
 	time.AfterFunc(b.hold, b.check)
 }
@@ -108,15 +109,15 @@ func (b *bulkSched) check() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.bytes.Swap(0) >= bulkBytes {
-		b.start.Store(time.Now().UnixNano())
 		time.AfterFunc(b.hold, b.check)
 		return
 	}
 	if err := b.setPolicy(unix.SCHED_BATCH, unix.SCHED_NORMAL); err != nil {
 		b.failed = true
 	}
-	b.batch.Store(false)
+	// A new window starts now.
 	b.start.Store(time.Now().UnixNano())
+	b.batch.Store(false)
 }
 
 // setThreadsPolicy moves every thread of this process that runs under
