@@ -42,7 +42,7 @@ func (p *Proxy) relayHTTP(t *tracked) httpResult {
 	// half-close the client while a refusal may still have to be written.
 	var mu sync.Mutex
 	refusing := false
-	watch := &statusWatcher{w: c}
+	watch := &statusWatcher{w: c, bulk: p.bulk}
 	downDone := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(watch, up)

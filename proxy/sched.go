@@ -64,7 +64,8 @@ func newBulkSched() *bulkSched {
 	return b
 }
 
-// add counts n bytes relayed. It is called from the relay's loops, so it
+// add counts n bytes relayed. It is called for every write of the splice
+// loop and of relayHTTP's responses, so it
 // reads the clock only when the count crosses bulkBytes.
 func (b *bulkSched) add(n int64) {
 	if b == nil {

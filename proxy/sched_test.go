@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/conf"
 )
 
 // policyLog records the switches a bulkSched asks for.
@@ -221,5 +225,50 @@ func TestRelayCountsBulk(t *testing.T) {
 	}
 	if got := l.snapshot(); b.batch.Load() || got[len(got)-1] != toOther {
 		t.Errorf("after the transfer: switches %v, batch %v; want back to SCHED_OTHER", got, b.batch.Load())
+	}
+}
+
+// TestHTTPRelayCountsBulk checks the same for plaintext HTTP, whose
+// responses relayHTTP copies through its status watcher rather than the
+// splice loop.
+func TestHTTPRelayCountsBulk(t *testing.T) {
+	var l policyLog
+	p := New(Config{Policy: mustPolicy(t, conf.ModeAllowlist, "api.test")})
+	p.bulk = testBulkSched(&l, time.Second, time.Hour)
+	app, proxyClient := tcpPair(t)
+	proxyUp, server := tcpPair(t)
+	dst := netip.AddrPortFrom(apiAddr, 80)
+	done := make(chan httpResult, 1)
+	go func() { done <- p.relayHTTP(&tracked{client: proxyClient, upstream: proxyUp, dst: dst}) }()
+
+	const body = 4 * bulkBytes
+	go func() {
+		// The server reads the request head, then answers with a large body.
+		buf := make([]byte, 4096)
+		server.Read(buf)
+		fmt.Fprintf(server, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", body)
+		chunk := make([]byte, 1<<20)
+		for sent := 0; sent < body; sent += len(chunk) {
+			if _, err := server.Write(chunk); err != nil {
+				return
+			}
+		}
+		server.CloseWrite()
+	}()
+	if _, err := app.Write([]byte("GET / HTTP/1.1\r\nHost: api.test\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(app, body))
+	if err != nil || n != body {
+		t.Fatalf("read %d bytes of the response body (%v), want at least %d", n, err, body)
+	}
+	if got := l.snapshot(); len(got) == 0 || got[0] != toBatch {
+		t.Errorf("after a %d-byte HTTP response: switches %v, want one to SCHED_BATCH", body, got)
+	}
+	app.CloseWrite()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("relayHTTP still running")
 	}
 }

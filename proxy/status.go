@@ -13,7 +13,8 @@ import (
 // so that it learns whether the server switched protocols before it stops
 // checking the client's requests.
 type statusWatcher struct {
-	w io.Writer
+	w    io.Writer
+	bulk *bulkSched // counts the bytes written; nil: nothing counts
 
 	mu     sync.Mutex
 	armed  bool
@@ -59,7 +60,9 @@ func (s *statusWatcher) Write(p []byte) (int, error) {
 		}
 	}
 	s.mu.Unlock()
-	return s.w.Write(p)
+	n, err := s.w.Write(p)
+	s.bulk.add(int64(n))
+	return n, err
 }
 
 // firstStatus finds "HTTP/1.x NNN " at the start of p or of a line in it.
