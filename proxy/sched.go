@@ -65,8 +65,8 @@ func newBulkSched() *bulkSched {
 }
 
 // add counts n bytes relayed. It is called for every write of the splice
-// loop and of relayHTTP's responses, so it
-// reads the clock only when the count crosses bulkBytes.
+// loop and of relayHTTP's responses, so it reads the clock only when the
+// count crosses bulkBytes.
 func (b *bulkSched) add(n int64) {
 	if b == nil {
 		return
