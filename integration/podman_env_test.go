@@ -162,32 +162,53 @@ runroot = %q
 	return confFile, storageFile
 }
 
-// conflist is the test's network: a bridge in the host namespace with
-// host-local IPAM on the range testnet keeps free for it, and doorman
-// chained after it with the same policy as the libcni tests (unless
-// withoutDoormanCNI). cniVersion is 1.0.0, the newest that Podman 4.3's
-// libcni and Debian's plugins speak.
+// conflist is the test's network (see bridgeConflist), with doorman
+// unless withoutDoormanCNI.
 func (p *podmanEnv) conflist() []byte {
-	e := p.e
+	p.t.Helper()
+	return bridgeConflist(p.t, p.e, p.network, lanA, !p.opts.noDoormanCNI)
+}
+
+// cniLAN is a bridge in testnet's host namespace and the address ranges
+// of its containers, inside those testnet keeps free for the caller.
+type cniLAN struct {
+	bridge            string
+	subnet4, gateway4 string
+	subnet6, gateway6 string
+}
+
+// The LANs a test's CNI networks use: lanA for one network, lanB for a
+// second one beside it.
+var (
+	lanA = cniLAN{"dmbr0", "198.51.100.128/26", "198.51.100.129", "2001:db8:3::/64", "2001:db8:3::1"}
+	lanB = cniLAN{"dmbr1", "198.51.100.192/26", "198.51.100.193", "2001:db8:4::/64", "2001:db8:4::1"}
+)
+
+// bridgeConflist is a network named name: a bridge in the host namespace
+// with host-local IPAM on lan, and, if withDoorman, doorman chained after
+// it with the same policy as the libcni tests. cniVersion is 1.0.0, the
+// newest that Podman 4.3's libcni and Debian's plugins speak.
+func bridgeConflist(t *testing.T, e *cniEnv, name string, lan cniLAN, withDoorman bool) []byte {
+	t.Helper()
 	plugins := []any{
 		map[string]any{
 			"type":      "bridge",
-			"bridge":    "dmbr0",
+			"bridge":    lan.bridge,
 			"isGateway": true,
 			"ipMasq":    false,
 			"ipam": map[string]any{
 				"type":    "host-local",
 				"dataDir": e.ipamDir,
 				"ranges": []any{
-					[]any{map[string]any{"subnet": "198.51.100.128/26", "gateway": "198.51.100.129"}},
-					[]any{map[string]any{"subnet": "2001:db8:3::/64", "gateway": "2001:db8:3::1"}},
+					[]any{map[string]any{"subnet": lan.subnet4, "gateway": lan.gateway4}},
+					[]any{map[string]any{"subnet": lan.subnet6, "gateway": lan.gateway6}},
 				},
 				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
 			},
 			"dns": map[string]any{"nameservers": []string{e.net.DNS.String(), e.net.DNS6.String()}},
 		},
 	}
-	if !p.opts.noDoormanCNI {
+	if withDoorman {
 		plugins = append(plugins, map[string]any{
 			"type":             "doorman",
 			"mode":             "allowlist",
@@ -200,43 +221,51 @@ func (p *podmanEnv) conflist() []byte {
 	}
 	list := map[string]any{
 		"cniVersion": "1.0.0",
-		"name":       p.network,
+		"name":       name,
 		"plugins":    plugins,
 	}
 	data, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return data
 }
 
-// startSession starts the shell that holds the host session: inside the
+// startSession starts the host session (see startHostSession).
+func (p *podmanEnv) startSession() {
+	p.t.Helper()
+	p.sessionPID = startHostSession(p.t, p.e)
+}
+
+// startHostSession starts the shell that holds a test's host session, the
+// mount namespace in which a container engine's commands run one after the
+// other as on a real host (see podmanEnv), and returns its pid: inside the
 // host namespace (`ip netns exec`, so /etc/resolv.conf is the Net's too),
 // it mounts the cgroup hierarchies the OCI runtime needs (ip netns exec
 // mounts a fresh /sys, which hides them), reports its pid, and waits for
 // its stdin to close.
-func (p *podmanEnv) startSession() {
-	p.t.Helper()
+func startHostSession(t *testing.T, e *cniEnv) int {
+	t.Helper()
 	mounts, err := cgroupMountScript()
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	script := "set -e\n" + mounts + "echo ready $$\nread -r _ || true\n"
-	cmd := p.e.net.HostCommand(context.Background(), "sh", "-c", script)
+	cmd := e.net.HostCommand(context.Background(), "sh", "-c", script)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("start the host session: %v", err)
+		t.Fatalf("start the host session: %v", err)
 	}
-	p.t.Cleanup(func() {
+	t.Cleanup(func() {
 		stdin.Close()
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -245,7 +274,7 @@ func (p *podmanEnv) startSession() {
 		case <-time.After(10 * time.Second):
 			cmd.Process.Kill()
 			<-done
-			p.t.Errorf("the host session did not end when its stdin closed")
+			t.Errorf("the host session did not end when its stdin closed")
 		}
 	})
 
@@ -258,12 +287,13 @@ func (p *podmanEnv) startSession() {
 	case s := <-line:
 		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(s, "ready ")))
 		if err != nil {
-			p.t.Fatalf("host session: got %q, want \"ready <pid>\"; stderr: %s\nscript:\n%s", s, stderr.String(), script)
+			t.Fatalf("host session: got %q, want \"ready <pid>\"; stderr: %s\nscript:\n%s", s, stderr.String(), script)
 		}
-		p.sessionPID = pid
+		return pid
 	case <-time.After(10 * time.Second):
-		p.t.Fatalf("host session not ready after 10s; stderr: %s", stderr.String())
+		t.Fatalf("host session not ready after 10s; stderr: %s", stderr.String())
 	}
+	return 0 // not reached: Fatalf ends the test
 }
 
 // podman runs podman with args inside the host session.
@@ -368,28 +398,7 @@ func (p *podmanEnv) removeAll() {
 
 // removeCgroups removes the test's cgroup parent (conmon's and the
 // containers' cgroups below it, all empty by now) from every hierarchy.
-func (p *podmanEnv) removeCgroups() {
-	mounts, err := cgroupMounts()
-	if err != nil {
-		p.t.Errorf("cleanup: %v", err)
-		return
-	}
-	for _, m := range mounts {
-		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
-			continue
-		}
-		top := filepath.Join(m.mountpoint, p.cgroupParent)
-		var err error
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if err = removeCgroupTree(top); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err != nil {
-			p.t.Errorf("cleanup: %v", err)
-		}
-	}
-}
+func (p *podmanEnv) removeCgroups() { removeCgroupParent(p.t, p.cgroupParent) }
 
 // removeCgroupTree removes the cgroup dir and those below it, deepest
 // first. Cgroup directories hold only virtual files, so rmdir is all it takes.
