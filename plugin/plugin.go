@@ -18,8 +18,10 @@ var supportedVersions = version.PluginSupports("0.4.0", "1.0.0", "1.1.0")
 
 // labelCNI is what a CNI sandbox's enforcement covers until the host-side
 // layer exists: rules inside the sandbox only, which a workload holding
-// CAP_NET_ADMIN can remove (the plugin cannot see the capabilities).
-const labelCNI = "partial (in-namespace rules only: a container holding CAP_NET_ADMIN can remove them)"
+// CAP_NET_ADMIN can remove and one holding CAP_NET_RAW (which Docker and
+// Podman grant by default) can send AF_PACKET frames around. The plugin
+// cannot see the capabilities.
+const labelCNI = "partial (in-namespace rules only: a container holding CAP_NET_ADMIN can remove them, one holding CAP_NET_RAW can send around them)"
 
 // Main runs the plugin: the runtime's CNI_COMMAND picks the verb.
 func Main(ver string) {
