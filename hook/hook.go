@@ -198,8 +198,8 @@ func heldBy(stateDir, key, netns string) (*sandbox.State, error) {
 	present, _ := enforce.Present(netns)
 	states, _ := sandbox.List(stateDir)
 	for _, s := range states {
-		if s.Key == key {
-			continue
+		if s.Key == key || !s.NetNSCurrent() {
+			continue // a sandbox whose recorded path names another namespace by now holds none
 		}
 		if same, err := sameNetNS(s.NetNS, netns); err != nil || !same {
 			continue

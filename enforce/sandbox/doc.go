@@ -14,4 +14,10 @@
 // Any failure undoes what was done, so a container never starts with a
 // half-applied policy. Because plugin and hook call the same Enforce and
 // Teardown, their enforcement is the same by construction.
+//
+// The state records the namespace's identity (nsfs device and inode) beside
+// its path. Runtimes often name a namespace /proc/PID/ns/net, which names
+// another process's namespace once PID has exited and been reused; Teardown,
+// Check and mode changes act on the path only while it still names the
+// sandbox's own.
 package sandbox

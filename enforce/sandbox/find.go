@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -66,7 +65,7 @@ func Match(states []*State, query string) (*State, error) {
 		return nil, errors.New("empty sandbox name: give a container id (or a unique prefix), a container name or a netns path")
 	}
 	exact := filter(states, func(s *State) bool {
-		return s.Key == query || s.ID == query || (s.Name != "" && s.Name == query) || sameNetNS(s.NetNS, query)
+		return s.Key == query || s.ID == query || (s.Name != "" && s.Name == query) || sameNetNS(s, query)
 	})
 	if len(exact) == 0 {
 		exact = filter(states, func(s *State) bool {
@@ -92,24 +91,26 @@ func filter(states []*State, keep func(*State) bool) []*State {
 	return out
 }
 
-// sameNetNS reports whether query, read as a path, names the namespace
-// recorded as nsPath: the same path once cleaned, or the same file (a
-// bind-mounted /run/netns/NAME and /proc/PID/ns/net of a process in it are
-// the same nsfs inode). Queries that are not paths are never namespaces.
-func sameNetNS(nsPath, query string) bool {
-	if nsPath == "" || !strings.Contains(query, "/") {
+// sameNetNS reports whether query, read as a path, names s's namespace:
+// the recorded path once cleaned, or the same nsfs file (a bind-mounted
+// /run/netns/NAME and /proc/PID/ns/net of a process in it are the same
+// inode) as the one recorded when s was enforced, or for a state recorded
+// without it, as the recorded path names now. Queries that are not paths
+// are never namespaces.
+func sameNetNS(s *State, query string) bool {
+	if s.NetNS == "" || !strings.Contains(query, "/") {
 		return false
 	}
-	if filepath.Clean(nsPath) == filepath.Clean(query) {
+	if filepath.Clean(s.NetNS) == filepath.Clean(query) {
 		return true
 	}
-	a, err := os.Stat(nsPath)
+	dev, ino, err := netnsIdentity(query)
 	if err != nil {
 		return false
 	}
-	b, err := os.Stat(query)
-	if err != nil {
-		return false
+	if s.NetNSIno != 0 {
+		return dev == s.NetNSDev && ino == s.NetNSIno
 	}
-	return os.SameFile(a, b)
+	recDev, recIno, err := netnsIdentity(s.NetNS)
+	return err == nil && dev == recDev && ino == recIno
 }

@@ -104,7 +104,7 @@ func Enforce(r Request) (*State, error) {
 	if err := checkNetNS(r.NetNS); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS &&
+	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS && old.NetNSCurrent() &&
 		(old.Mode == string(conf.ModeNone) || proxyAlive(old.PID, old.PIDStart)) {
 		return reenforce(old, r)
 	} else if err == nil {
@@ -138,6 +138,10 @@ func enforceNew(r Request) (_ *State, err error) {
 	}
 	for _, e := range r.AllowDirect {
 		s.AllowDirect = append(s.AllowDirect, e.String())
+	}
+	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	var spawned *spawnedProxy
 	// Undo everything on failure, in reverse order. The container does
@@ -209,6 +213,9 @@ const runtimeNetNS = "/proc/thread-self/ns/net"
 // applyHostLayer installs the host-side layer for s. No host interface to
 // hold (no veth) is not an error: the sandbox keeps its label.
 func (s *State) applyHostLayer(ifaces []string) error {
+	if !s.NetNSCurrent() {
+		return s.errNetNSGone()
+	}
 	if len(ifaces) == 0 {
 		// Look the veth peers up here rather than in Apply, so that the
 		// state records which interfaces hold the layer.
@@ -338,6 +345,13 @@ func reenforce(s *State, r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	s.Mode, s.AllowICMP, s.BaseLabel = string(r.Policy.Mode), r.AllowICMP, r.Label
+	if s.NetNSIno == 0 {
+		// Recorded by an older doorman: the caller's path names the
+		// sandbox's namespace now, so record which one it is.
+		if dev, ino, err := netnsIdentity(s.NetNS); err == nil {
+			s.NetNSDev, s.NetNSIno = dev, ino
+		}
+	}
 	if !s.DNSFilter {
 		// Without the filter the resolvers are only rules: take the new
 		// ones. With it they are the running filter's upstreams, fixed
@@ -413,6 +427,14 @@ func Teardown(stateDir, key string) error {
 	// is removed on the calling goroutine, since runtimeNetNS names the
 	// calling thread's namespace. The state goes last, whatever failed
 	// (the error says what).
+	//
+	// The ruleset is removed only from the namespace the sandbox was
+	// enforced in: a /proc/PID/ns/net path whose process has exited may
+	// name another container's namespace by now, whose rules are not this
+	// sandbox's to remove. (The proxy, running until this point, keeps the
+	// sandbox's namespace from being freed, so no other one has taken its
+	// inode.) A namespace that is gone took its rules with it.
+	current := s.NetNSCurrent()
 	var proxyErr, rulesErr, hostErr error
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -422,7 +444,9 @@ func Teardown(stateDir, key string) error {
 	}()
 	go func() {
 		defer wg.Done()
-		rulesErr = enforce.Remove(s.NetNS)
+		if current {
+			rulesErr = enforce.Remove(s.NetNS)
+		}
 	}()
 	if s.HostLayer {
 		hostErr = hostlayer.Remove(runtimeNetNS, s.Key)
@@ -451,6 +475,9 @@ func Check(stateDir, key string) error {
 	}
 	if s.Mode != string(conf.ModeNone) && !s.ProxyAlive() {
 		return fmt.Errorf("check sandbox %s: proxy (pid %d) is not running", key, s.PID)
+	}
+	if !s.NetNSCurrent() {
+		return fmt.Errorf("check sandbox %s: %w", key, s.errNetNSGone())
 	}
 	if err := enforce.Check(s.NetNS, s.spec()); err != nil {
 		return fmt.Errorf("check sandbox %s: %w", key, err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/doorman-net/doorman/conf"
 )
 
@@ -62,12 +64,20 @@ type State struct {
 	// OTLPConfig is the proxy's OTLP export settings file, if any.
 	OTLPConfig string `json:"otlpConfig,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
-	DNSFilter bool      `json:"dnsFilter,omitempty"`
-	PID       int       `json:"pid"`      // proxy process
-	PIDStart  uint64    `json:"pidStart"` // its start time (clock ticks since boot), to never signal a reused pid
-	LogFile   string    `json:"logFile"`  // decision log
-	Created   time.Time `json:"created"`  //
-	Dir       string    `json:"-"`        // the sandbox's state directory
+	DNSFilter bool `json:"dnsFilter,omitempty"`
+	// NetNSDev and NetNSIno identify the namespace NetNS named when the
+	// sandbox was enforced: its nsfs device and inode. A path such as
+	// /proc/PID/ns/net names another process's namespace once PID has
+	// exited and been reused, so doorman changes the rules at NetNS only
+	// while it still names this one (see NetNSCurrent). Zero in states
+	// recorded before these fields were.
+	NetNSDev uint64    `json:"netnsDev,omitempty"`
+	NetNSIno uint64    `json:"netnsIno,omitempty"`
+	PID      int       `json:"pid"`      // proxy process
+	PIDStart uint64    `json:"pidStart"` // its start time (clock ticks since boot), to never signal a reused pid
+	LogFile  string    `json:"logFile"`  // decision log
+	Created  time.Time `json:"created"`  //
+	Dir      string    `json:"-"`        // the sandbox's state directory
 }
 
 // The gap named when the sandbox's DNS goes to its resolvers unfiltered.
@@ -94,6 +104,32 @@ func ComposeLabel(base string, hostLayer, dnsFilter bool, mode string) string {
 // relabel recomputes Label from BaseLabel and the layers in place.
 func (s *State) relabel() {
 	s.Label = ComposeLabel(s.BaseLabel, s.HostLayer, s.DNSFilter, s.Mode)
+}
+
+// NetNSCurrent reports whether s.NetNS still names the network namespace
+// the sandbox was enforced in. A state recorded without the namespace's
+// identity is taken at its word.
+func (s *State) NetNSCurrent() bool {
+	if s.NetNSIno == 0 {
+		return true
+	}
+	dev, ino, err := netnsIdentity(s.NetNS)
+	return err == nil && dev == s.NetNSDev && ino == s.NetNSIno
+}
+
+// errNetNSGone is the error of a change that needs the sandbox's network
+// namespace when its path names another one, or none.
+func (s *State) errNetNSGone() error {
+	return fmt.Errorf("%s no longer is the sandbox's network namespace (inode %d; its process has exited?)", s.NetNS, s.NetNSIno)
+}
+
+// netnsIdentity returns the device and inode of the namespace file at path.
+func netnsIdentity(path string) (dev, ino uint64, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, fmt.Errorf("network namespace %s: %w", path, err)
+	}
+	return st.Dev, st.Ino, nil
 }
 
 // PolicyPath is the path of the sandbox's live policy file.

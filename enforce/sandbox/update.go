@@ -118,6 +118,11 @@ func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*co
 func (s *State) apply(p *conf.Policy, oldData []byte, u *Update) error {
 	wasNone := s.Mode == string(conf.ModeNone)
 	isNone := p.Mode == conf.ModeNone
+	if wasNone != isNone && !s.NetNSCurrent() {
+		// Entering or leaving mode none replaces the ruleset in the
+		// namespace: never in one that is no longer the sandbox's.
+		return s.errNetNSGone()
+	}
 	switch {
 	case wasNone == isNone:
 		if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
