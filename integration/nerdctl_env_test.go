@@ -3,11 +3,9 @@ package integration
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,15 +51,7 @@ type nerdctlEnv struct {
 }
 
 // nerdctlResult is what one nerdctl command did.
-type nerdctlResult struct {
-	args           []string
-	exit           int
-	stdout, stderr string
-}
-
-func (r nerdctlResult) String() string {
-	return fmt.Sprintf("nerdctl %s: exit %d, stdout %q, stderr %q", strings.Join(r.args, " "), r.exit, r.stdout, r.stderr)
-}
+type nerdctlResult = sessionResult
 
 // newNerdctlEnv writes the configuration, starts the host session and
 // containerd, and loads the probe image. t.Cleanup removes every
@@ -259,31 +249,13 @@ func processesWithArg(arg string) []int {
 // nerdctl runs nerdctl with args inside the host session.
 func (n *nerdctlEnv) nerdctl(args ...string) nerdctlResult {
 	n.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	full := append([]string{"--target", strconv.Itoa(n.sessionPID), "--mount", "--net", "--", "nerdctl"}, n.globals...)
-	cmd := exec.CommandContext(ctx, "nsenter", append(full, args...)...)
-	cmd.Env = n.env
-	cmd.WaitDelay = 5 * time.Second
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := nerdctlResult{args: args, stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ee.ExitCode() >= 0:
-		r.exit = ee.ExitCode()
-	default:
-		n.t.Fatalf("nerdctl %s: %v (stderr %q)", strings.Join(args, " "), err, errb.String())
-	}
-	return r
+	return runInSession(n.t, n.sessionPID, n.env, "nerdctl", n.globals, args)
 }
 
-// withExecExit returns r with the exit status of the command `nerdctl
-// exec` ran: nerdctl v1 exits 1 and reports the command's own status in a
-// log line ("exec failed with exit code N").
-func (r nerdctlResult) withExecExit() nerdctlResult {
+// execExit returns the exit status of the command `nerdctl exec` ran, as
+// r with that status: nerdctl v1 exits 1 and reports the command's own
+// status in a log line ("exec failed with exit code N").
+func execExit(r nerdctlResult) nerdctlResult {
 	const marker = "exec failed with exit code "
 	if i := strings.LastIndex(r.stderr, marker); i >= 0 && r.exit == 1 {
 		digits := r.stderr[i+len(marker):]
@@ -308,23 +280,12 @@ func (n *nerdctlEnv) mustNerdctl(args ...string) string {
 	return strings.TrimSpace(r.stdout)
 }
 
-// loadProbeImage builds the probe statically and loads an image of it
-// (/probe) and the test CA (/ca.pem) as nerdctlProbeImage.
+// loadProbeImage loads the probe image (see buildProbeImage) as
+// nerdctlProbeImage.
 func (n *nerdctlEnv) loadProbeImage() {
 	t := n.t
 	t.Helper()
-	rootfs := filepath.Join(n.dir, "rootfs")
-	if err := os.MkdirAll(rootfs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "probe"), "github.com/doorman-net/doorman/integration/probe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "ca.pem"), n.e.net.CAPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rootfs := buildProbeImage(t, n.dir, n.e.net.CAPEM)
 	archive := filepath.Join(n.dir, "probe-image.tar")
 	if err := writeImageArchive(archive, rootfs, nerdctlProbeImage); err != nil {
 		t.Fatalf("write the probe image: %v", err)
@@ -332,19 +293,15 @@ func (n *nerdctlEnv) loadProbeImage() {
 	n.mustNerdctl("load", "--input", archive)
 }
 
-// writeImageArchive writes an image whose one layer is the tree under
+// writeImageArchive writes an image whose one layer is the tar file
 // rootfs, tagged ref, as `docker save` would (manifest.json, the image
 // config and the layer tar), which `nerdctl load` reads.
 func writeImageArchive(path, rootfs, ref string) error {
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
-	if err := tw.AddFS(os.DirFS(rootfs)); err != nil {
+	layer, err := os.ReadFile(rootfs)
+	if err != nil {
 		return err
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	sum := sha256.Sum256(layer.Bytes())
+	sum := sha256.Sum256(layer)
 	config, _ := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
@@ -365,7 +322,7 @@ func writeImageArchive(path, rootfs, ref string) error {
 	for _, file := range []struct {
 		name string
 		data []byte
-	}{{"layer.tar", layer.Bytes()}, {"config.json", config}, {"manifest.json", manifest}} {
+	}{{"layer.tar", layer}, {"config.json", config}, {"manifest.json", manifest}} {
 		if err = out.WriteHeader(&tar.Header{Name: file.name, Mode: 0o644, Size: int64(len(file.data))}); err != nil {
 			break
 		}

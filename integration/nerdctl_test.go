@@ -39,7 +39,7 @@ func TestNerdctl(t *testing.T) {
 
 	probe := func(id string, args ...string) nerdctlResult {
 		t.Helper()
-		return n.nerdctl(slices.Concat([]string{"exec", id, "/probe"}, args)...).withExecExit()
+		return execExit(n.nerdctl(slices.Concat([]string{"exec", id, "/probe"}, args)...))
 	}
 	// checkEnforced runs the allowed and denied checks in container id,
 	// whose sandbox is sandboxID ("default-<id>" for CNI, which nerdctl

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,16 +67,20 @@ func withoutDoormanCNI() podmanOption { return func(o *podmanOptions) { o.noDoor
 // withHooksDir makes dir Podman's only OCI hooks directory.
 func withHooksDir(dir string) podmanOption { return func(o *podmanOptions) { o.hooksDir = dir } }
 
-// podmanResult is what one podman command did.
-type podmanResult struct {
+// sessionResult is what one command run in a host session did.
+type sessionResult struct {
+	tool           string
 	args           []string
 	exit           int
 	stdout, stderr string
 }
 
-func (r podmanResult) String() string {
-	return fmt.Sprintf("podman %s: exit %d, stdout %q, stderr %q", strings.Join(r.args, " "), r.exit, r.stdout, r.stderr)
+func (r sessionResult) String() string {
+	return fmt.Sprintf("%s %s: exit %d, stdout %q, stderr %q", r.tool, strings.Join(r.args, " "), r.exit, r.stdout, r.stderr)
 }
+
+// podmanResult is what one podman command did.
+type podmanResult = sessionResult
 
 // newPodmanEnv writes the configuration (changed by opts), starts the host
 // session and imports the probe image. t.Cleanup removes every container
@@ -299,25 +304,33 @@ func startHostSession(t *testing.T, e *cniEnv) int {
 // podman runs podman with args inside the host session.
 func (p *podmanEnv) podman(args ...string) podmanResult {
 	p.t.Helper()
+	return runInSession(p.t, p.sessionPID, p.env, "podman", nil, args)
+}
+
+// runInSession runs tool with its global flags and args inside the host
+// session of the shell sessionPID (its mount and network namespaces),
+// within 60 s. A tool that could not be run at all fails the test.
+func runInSession(t *testing.T, sessionPID int, env []string, tool string, globals, args []string) sessionResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	full := append([]string{"--target", strconv.Itoa(p.sessionPID), "--mount", "--net", "--", "podman"}, args...)
+	full := slices.Concat([]string{"--target", strconv.Itoa(sessionPID), "--mount", "--net", "--", tool}, globals, args)
 	cmd := exec.CommandContext(ctx, "nsenter", full...)
-	cmd.Env = p.env
-	// Should a process podman leaves behind hold the pipes, do not wait
-	// for it beyond podman's own exit.
+	cmd.Env = env
+	// Should a process the tool leaves behind hold the pipes, do not
+	// wait for it beyond the tool's own exit.
 	cmd.WaitDelay = 5 * time.Second
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	r := podmanResult{args: args, stdout: out.String(), stderr: errb.String()}
+	r := sessionResult{tool: tool, args: args, stdout: out.String(), stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
 	case errors.As(err, &ee) && ee.ExitCode() >= 0:
 		r.exit = ee.ExitCode()
 	default:
-		p.t.Fatalf("podman %s: %v (stderr %q)", strings.Join(args, " "), err, errb.String())
+		t.Fatalf("%s %s: %v (stderr %q)", tool, strings.Join(args, " "), err, errb.String())
 	}
 	return r
 }
@@ -344,27 +357,11 @@ func (p *podmanEnv) runArgs() []string {
 	}
 }
 
-// importProbeImage builds the probe statically and imports a rootfs holding
-// it (/probe) and the test CA (/ca.pem) as probeImage.
+// importProbeImage imports the probe image (see buildProbeImage) as
+// probeImage.
 func (p *podmanEnv) importProbeImage(dir string) {
 	p.t.Helper()
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := os.MkdirAll(rootfs, 0o755); err != nil {
-		p.t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "probe"), "github.com/doorman-net/doorman/integration/probe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		p.t.Fatalf("build the probe: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "ca.pem"), p.e.net.CAPEM, 0o644); err != nil {
-		p.t.Fatal(err)
-	}
-	archive := filepath.Join(dir, "rootfs.tar")
-	if err := writeTar(archive, rootfs); err != nil {
-		p.t.Fatalf("archive the probe rootfs: %v", err)
-	}
-	p.mustPodman("import", "--quiet", archive, probeImage)
+	p.mustPodman("import", "--quiet", buildProbeImage(p.t, dir, p.e.net.CAPEM), probeImage)
 }
 
 // writeTar writes the tree under dir to the tar file path.
