@@ -21,9 +21,9 @@ import (
 // policy in `--label doorman.io/...` (nerdctl passes labels as OCI
 // annotations). From inside each container the probe checks the allowed
 // host, a denied one (TLS alert, 403) and TCP elsewhere; `nerdctl start`
-// after a stop replaces the sandbox's proxy; `nerdctl rm` leaves no state
-// and no proxy; a container with neither labels nor a default policy is
-// refused with doorman's message.
+// after a stop replaces the sandbox's proxy; `nerdctl rm` and `nerdctl run
+// --rm` leave no state and no proxy; a container with neither labels nor a
+// default policy is refused with doorman's message.
 func TestNerdctl(t *testing.T) {
 	skipUnlessRoot(t)
 	for _, tool := range []string{"nerdctl", "containerd", "runc"} {
@@ -98,6 +98,24 @@ func TestNerdctl(t *testing.T) {
 	waitGone(t, s2.PID)
 	assertSandboxGone(t, e, sandboxID)
 
+	// nerdctl run --rm: the container's one request is allowed, and its
+	// sandbox goes with it.
+	step = time.Now()
+	cidFile := filepath.Join(t.TempDir(), "cid")
+	r := n.nerdctl(slices.Concat([]string{"run", "--rm", "--cidfile", cidFile, "--network", n.network}, n.runArgs(),
+		[]string{nerdctlProbeImage, "/probe", "get", "https://" + apiName + "/rm", "--ca", "/ca.pem", "--resolve", apiName + ":" + apiAddr4.String()})...)
+	if r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+		t.Errorf("run --rm: %v", r)
+	}
+	data, err := os.ReadFile(cidFile)
+	if err != nil {
+		t.Fatalf("the container id of nerdctl run --rm: %v", err)
+	}
+	rmID := "default-" + strings.TrimSpace(string(data))
+	e.waitDecision(&container{key: rmID + "-eth0"}, decided(apiName, "allow"))
+	assertSandboxGone(t, e, rmID)
+	t.Logf("nerdctl run --rm: %v", time.Since(step).Round(time.Millisecond))
+
 	// The runc wrapper on a network without doorman, policy in labels.
 	step = time.Now()
 	hookArgs := func(name string, extra ...string) []string {
@@ -131,7 +149,7 @@ func TestNerdctl(t *testing.T) {
 	}
 
 	// No labels and no default policy: refused, never started unenforced.
-	r := n.nerdctl(hookArgs("dm-nopolicy-" + suffix)...)
+	r = n.nerdctl(hookArgs("dm-nopolicy-" + suffix)...)
 	if r.exit == 0 || !strings.Contains(r.stderr, "no doorman policy") || !strings.Contains(r.stderr, hook.AnnotationMode) {
 		t.Errorf("a container without a policy: want nerdctl to fail with doorman's reason, got %v", r)
 	}
