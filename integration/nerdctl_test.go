@@ -80,6 +80,13 @@ func TestNerdctl(t *testing.T) {
 	checkEnforced(id, sandboxID)
 	e.waitDecision(ctr, decided(apiName, "allow"))
 	e.waitDecision(ctr, decided(evilName, "deny"))
+	// The CLI knows the sandbox by the id nerdctl shows.
+	if r := e.mustCLI("ls"); !strings.Contains(r.stdout, "default-"+id[:12]+" ") {
+		t.Errorf("doorman ls: want the sandbox as default-%s, got\n%s", id[:12], r.stdout)
+	}
+	if r := e.mustCLI("show", id[:12]); !strings.Contains(r.stdout, sandboxID) {
+		t.Errorf("doorman show %s: want sandbox %s, got\n%s", id[:12], sandboxID, r.stdout)
+	}
 
 	// nerdctl runs the chain's DEL when it deletes the stopped task, at
 	// the next start (or rm), and ADD again: a new proxy, the same checks.

@@ -176,11 +176,15 @@ func (c *cli) parseEntries(args []string) ([]conf.Entry, bool) {
 }
 
 // shortID shortens a container id for tables, as docker ps does, when it
-// is the long hexadecimal kind engines generate. Any other id (a plain runc
+// is the long hexadecimal kind engines generate, alone or after nerdctl's
+// "<namespace>-" (default-3f4e1c2b9a8d). Any other id (a plain runc
 // container's, chosen by whoever started it) is shown whole: a name's first
 // 12 characters may be shared by several containers (build-worker-1,
 // build-worker-2), and the table must tell them apart.
 func shortID(id string) string {
+	if ns, cid, ok := sandbox.SplitNamespacedID(id); ok {
+		return ns + "-" + cid[:12]
+	}
 	if len(id) > 12 && strings.Trim(id, "0123456789abcdef") == "" {
 		return id[:12]
 	}

@@ -55,6 +55,10 @@ func Find(stateDir, query string) (*State, error) {
 //  2. a prefix of its key or of its container id (container ids are long;
 //     "docker ps" shows 12 characters).
 //
+// For a container id of the form "<namespace>-<64 hex digits>", which
+// nerdctl gives CNI plugins, the hexadecimal id alone counts as its
+// container id too: `nerdctl ps` shows that one.
+//
 // The first rule that matches anything decides: an exact name is never
 // ambiguous with an id that merely starts with it. If that rule matches
 // more than one sandbox (a prefix shared by several ids, a container on
@@ -65,11 +69,13 @@ func Match(states []*State, query string) (*State, error) {
 		return nil, errors.New("empty sandbox name: give a container id (or a unique prefix), a container name or a netns path")
 	}
 	exact := filter(states, func(s *State) bool {
-		return s.Key == query || s.ID == query || (s.Name != "" && s.Name == query) || sameNetNS(s, query)
+		_, cid, ok := SplitNamespacedID(s.ID)
+		return s.Key == query || s.ID == query || (ok && cid == query) || (s.Name != "" && s.Name == query) || sameNetNS(s, query)
 	})
 	if len(exact) == 0 {
 		exact = filter(states, func(s *State) bool {
-			return strings.HasPrefix(s.Key, query) || strings.HasPrefix(s.ID, query)
+			_, cid, ok := SplitNamespacedID(s.ID)
+			return strings.HasPrefix(s.Key, query) || strings.HasPrefix(s.ID, query) || (ok && strings.HasPrefix(cid, query))
 		})
 	}
 	switch len(exact) {
@@ -89,6 +95,22 @@ func filter(states []*State, keep func(*State) bool) []*State {
 		}
 	}
 	return out
+}
+
+// SplitNamespacedID splits a container id of the form "<namespace>-<64
+// lowercase hex digits>", as nerdctl passes CNI plugins (its containerd
+// namespace, then the container's id), into its two parts; ok is false
+// for any other form.
+func SplitNamespacedID(id string) (namespace, containerID string, ok bool) {
+	const idLen = 64
+	if len(id) < idLen+2 || id[len(id)-idLen-1] != '-' {
+		return "", "", false
+	}
+	containerID = id[len(id)-idLen:]
+	if strings.Trim(containerID, "0123456789abcdef") != "" {
+		return "", "", false
+	}
+	return id[:len(id)-idLen-1], containerID, true
 }
 
 // sameNetNS reports whether query, read as a path, names s's namespace:

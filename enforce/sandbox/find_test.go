@@ -8,6 +8,9 @@ import (
 	"testing"
 )
 
+// nerdctlID is a container id as nerdctl makes them.
+const nerdctlID = "2940e863f32ff9e81b5cf14592eb78083d271e51b99139085f9c970266d0fde2"
+
 func TestMatch(t *testing.T) {
 	dir := t.TempDir()
 	nsA := filepath.Join(dir, "ns-a")
@@ -28,6 +31,8 @@ func TestMatch(t *testing.T) {
 		{Key: "abd456-eth1", ID: "abd456", Name: "db", NetNS: nsB},
 		// A name that is also a prefix of another container's id.
 		{Key: "ffee99", ID: "ffee99", Name: "abc"},
+		// nerdctl's <namespace>-<id>.
+		{Key: "default-" + nerdctlID + "-eth0", ID: "default-" + nerdctlID},
 	}
 	tests := []struct {
 		query   string
@@ -50,6 +55,10 @@ func TestMatch(t *testing.T) {
 		{nsB, "", "2 sandboxes match " + nsB},
 		{"zzz", "", "no sandbox matches zzz"},
 		{"eth0", "", "no sandbox matches eth0"}, // not a prefix of anything
+		{nerdctlID, "default-" + nerdctlID + "-eth0", ""},
+		{nerdctlID[:12], "default-" + nerdctlID + "-eth0", ""},
+		{"default-" + nerdctlID[:4], "default-" + nerdctlID + "-eth0", ""},
+		{nerdctlID[1:13], "", "no sandbox matches"}, // not a prefix
 		{filepath.Join(dir, "missing"), "", "no sandbox matches"},
 		{"", "", "empty sandbox name"},
 	}
