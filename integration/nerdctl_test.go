@@ -21,7 +21,8 @@ import (
 // policy in `--label doorman.io/...` (nerdctl passes labels as OCI
 // annotations). From inside each container the probe checks the allowed
 // host, a denied one (TLS alert, 403) and TCP elsewhere; `nerdctl start`
-// after a stop replaces the sandbox's proxy; `nerdctl rm` and `nerdctl run
+// after a stop replaces the sandbox's proxy; a policy file named by the id
+// `nerdctl create` printed applies at `nerdctl start`; `nerdctl rm` and `nerdctl run
 // --rm` leave no state and no proxy; a container with neither labels nor a
 // default policy is refused with doorman's message.
 func TestNerdctl(t *testing.T) {
@@ -46,6 +47,7 @@ func TestNerdctl(t *testing.T) {
 	// gives the chain as the container id; the id for the hook).
 	checkEnforced := func(id, sandboxID string) {
 		t.Helper()
+		evilBefore := e.evil.Requests() + e.evil.Received(testnet.PortRecorder)
 		if r := probe(id, "get", "https://"+apiName+"/nerdctl", "--ca", "/ca.pem", "--resolve", apiName+":"+apiAddr4.String()); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
 			t.Errorf("allowed HTTPS: %v", r)
 		}
@@ -58,7 +60,7 @@ func TestNerdctl(t *testing.T) {
 		if r := probe(id, "tcp", netip.AddrPortFrom(evilAddr4, testnet.PortRecorder).String(), "--send", "hello\r\n", "--timeout", "3s"); !strings.Contains(r.stderr, "probe: ") || (r.exit != 4 && r.exit != 5) {
 			t.Errorf("TCP to a recorder port of %s: want no reply, got %v", evilName, r)
 		}
-		if got := e.evil.Requests() + e.evil.Received(testnet.PortRecorder); got != 0 {
+		if got := e.evil.Requests() + e.evil.Received(testnet.PortRecorder) - evilBefore; got != 0 {
 			t.Errorf("evil saw %d requests and bytes", got)
 		}
 	}
@@ -104,6 +106,23 @@ func TestNerdctl(t *testing.T) {
 	n.mustNerdctl("rm", "--force", id)
 	waitGone(t, s2.PID)
 	assertSandboxGone(t, e, sandboxID)
+
+	// A per-container policy file named by the id `nerdctl create`
+	// prints, written before `nerdctl start` runs the chain: it allows
+	// evil.
+	step = time.Now()
+	created := n.mustNerdctl(slices.Concat([]string{"create", "--name", "dm-wide-" + suffix, "--network", n.network}, n.runArgs(),
+		[]string{nerdctlProbeImage, "/probe", "sleep", "10m"})...)
+	if err := os.WriteFile(filepath.Join(e.policyDir, created), []byte(evilName+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.mustNerdctl("start", created)
+	if r := probe(created, "get", "https://"+evilName+"/wide", "--ca", "/ca.pem", "--resolve", evilName+":"+evilAddr4.String()); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+evilName+" ") {
+		t.Errorf("a policy file named by the nerdctl id, allowing %s: %v", evilName, r)
+	}
+	n.mustNerdctl("rm", "--force", created)
+	assertSandboxGone(t, e, "default-"+created)
+	t.Logf("nerdctl create, policy file, start: %v", time.Since(step).Round(time.Millisecond))
 
 	// nerdctl run --rm: the container's one request is allowed, and its
 	// sandbox goes with it.

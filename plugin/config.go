@@ -127,11 +127,15 @@ func (n *NetConf) policy(raw []byte, args *skel.CmdArgs) (*conf.Policy, string, 
 }
 
 // policyNames are the file names a container's policy may have in
-// PolicyDir: its id, then the pod/container name a runtime passed in
-// CNI_ARGS (Podman and Kubernetes pass K8S_POD_NAME). Names that could
-// leave the directory are skipped.
+// PolicyDir: its id (for nerdctl's "<namespace>-<id>", also the id alone,
+// as `nerdctl create` prints it), then the pod/container name a runtime
+// passed in CNI_ARGS (Podman and Kubernetes pass K8S_POD_NAME). Names that
+// could leave the directory are skipped.
 func policyNames(args *skel.CmdArgs) []string {
 	names := []string{args.ContainerID}
+	if _, id, ok := sandbox.SplitNamespacedID(args.ContainerID); ok {
+		names = append(names, id)
+	}
 	kv := cniArgs(args.Args)
 	if ns, name := kv["K8S_POD_NAMESPACE"], kv["K8S_POD_NAME"]; name != "" {
 		if ns != "" {

@@ -7,7 +7,29 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
 )
+
+func TestPolicyNames(t *testing.T) {
+	const hex = "2940e863f32ff9e81b5cf14592eb78083d271e51b99139085f9c970266d0fde2"
+	for _, tc := range []struct {
+		id, args string
+		want     []string
+	}{
+		{"abc123", "", []string{"abc123"}},
+		{"abc123", "IgnoreUnknown=1;K8S_POD_NAMESPACE=team;K8S_POD_NAME=web", []string{"abc123", "team_web", "web"}},
+		{"abc123", "K8S_POD_NAME=web", []string{"abc123", "web"}},
+		{"default-" + hex, "IgnoreUnknown=1", []string{"default-" + hex, hex}}, // nerdctl's
+		{"default-3f4e", "", []string{"default-3f4e"}},
+		{"abc123", "K8S_POD_NAME=../etc", []string{"abc123"}}, // would leave the directory
+	} {
+		got := policyNames(&skel.CmdArgs{ContainerID: tc.id, Args: tc.args})
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("policyNames(%q, %q) = %q, want %q", tc.id, tc.args, got, tc.want)
+		}
+	}
+}
 
 func TestHostResolvers(t *testing.T) {
 	dir := t.TempDir()
