@@ -18,13 +18,29 @@ import (
 // rather than install weaker rules.
 // Tables of other tools in the namespace are left alone.
 func Apply(nsPath string, spec Spec) error {
-	if err := apply(nsPath, spec); err != nil {
+	if err := apply(nsPath, spec, true); err != nil {
 		return fmt.Errorf("enforce: apply table inet %s in %s: %w", TableName, nsPath, err)
 	}
 	return nil
 }
 
-func apply(nsPath string, spec Spec) error {
+// ErrTableExists is the error of Create in a namespace that already has
+// table inet doorman.
+var ErrTableExists = errors.New("the namespace already has table inet " + TableName)
+
+// Create is Apply for a namespace that has no doorman table yet: where one
+// exists, it changes nothing and returns an error matching
+// ErrTableExists, so that one sandbox never replaces another's rules.
+func Create(nsPath string, spec Spec) error {
+	if err := apply(nsPath, spec, false); err != nil {
+		return fmt.Errorf("enforce: create table inet %s in %s: %w", TableName, nsPath, err)
+	}
+	return nil
+}
+
+// apply installs the ruleset; replace says whether a table already there
+// is replaced or makes it fail with ErrTableExists.
+func apply(nsPath string, spec Spec, replace bool) error {
 	s, err := spec.normalized()
 	if err != nil {
 		return err
@@ -35,11 +51,19 @@ func apply(nsPath string, spec Spec) error {
 	}
 	defer ns.Close()
 
-	exists, err := present(ns)
-	if err != nil {
-		return fmt.Errorf("look up the table: %w", err)
+	// A fresh namespace gets its table by exclusive create, found out
+	// to be there by the kernel; where one may be replaced, look first
+	// (a rejected batch costs an RCU grace period, about 10 ms).
+	exists := false
+	if replace {
+		if exists, err = present(ns); err != nil {
+			return fmt.Errorf("look up the table: %w", err)
+		}
 	}
-	if err := install(ns, s, exists); err != nil {
+	if err := install(ns, s, exists, replace); err != nil {
+		if errors.Is(err, ErrTableExists) {
+			return err
+		}
 		// The batch is atomic and holds the fib rule: a kernel without
 		// fib rejects it whole, nothing weaker is left. Probe (on a
 		// fresh connection) only now, to say why in words.
@@ -54,13 +78,17 @@ func apply(nsPath string, spec Spec) error {
 }
 
 // install sends the table in one batch: a replacement if exists (what a
-// look-up found), else an exclusive creation. If the table appeared
-// after the look-up, the kernel rejects the creation whole (EEXIST) and
-// install replaces it instead.
-func install(ns *netNS, s Spec, exists bool) error {
+// look-up found), else an exclusive creation. If the table is there after
+// all (it appeared after the look-up, or none was made), the kernel
+// rejects the creation whole (EEXIST): install then replaces it if
+// replace, and otherwise returns ErrTableExists.
+func install(ns *netNS, s Spec, exists, replace bool) error {
 	stageTable(ns.conn, s, exists)
 	err := ns.conn.Flush()
 	if !exists && errors.Is(err, unix.EEXIST) {
+		if !replace {
+			return ErrTableExists
+		}
 		stageTable(ns.conn, s, true)
 		err = ns.conn.Flush()
 	}

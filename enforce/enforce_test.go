@@ -592,7 +592,13 @@ func TestApplyTableAppearsMeanwhile(t *testing.T) {
 	if err := Check(sb.path, first); err != nil {
 		t.Fatalf("the rejected creation changed the table: %v", err)
 	}
-	if err := install(ns, s, false); err != nil {
+	if err := Create(sb.path, second); !errors.Is(err, ErrTableExists) {
+		t.Fatalf("Create over an existing table: err = %v, want ErrTableExists", err)
+	}
+	if err := Check(sb.path, first); err != nil {
+		t.Fatalf("Create over an existing table changed it: %v", err)
+	}
+	if err := install(ns, s, false, true); err != nil {
 		t.Fatalf("install after a stale look-up: %v", err)
 	}
 	if err := Check(sb.path, second); err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
@@ -237,6 +238,56 @@ func TestCNILifecycle(t *testing.T) {
 	}
 	if err := e.del(c); err != nil {
 		t.Fatalf("second DEL: %v", err)
+	}
+}
+
+// TestCNISecondAttachment: a container attached a second time (another
+// interface, as a second network whose chain has doorman gives it) is
+// refused by doorman, naming the sandbox that holds the namespace, and the
+// first attachment's enforcement is left whole: its ruleset, proxy and
+// host-side layer, and what its container can reach. (Replacing the
+// ruleset, or removing it when the second ADD failed or at its DEL, would
+// leave a running container unenforced.)
+func TestCNISecondAttachment(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	list := e.conflist(nil)
+	e.mustAdd(c, list)
+	first := e.state(c)
+
+	second := &container{
+		ns:  c.ns,
+		rt:  &libcni.RuntimeConf{ContainerID: c.rt.ContainerID, NetNS: c.ns.Path(), IfName: "eth1"},
+		key: c.rt.ContainerID + "-eth1",
+	}
+	_, err := e.add(second, list)
+	if err == nil || !strings.Contains(err.Error(), "already enforced by doorman sandbox "+c.key) {
+		t.Errorf("ADD of a second attachment: %v, want doorman's refusal naming %s", err, c.key)
+	}
+	if err := e.del(second); err != nil { // as a runtime does after a failed ADD
+		t.Errorf("DEL of the refused attachment: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(e.stateDir, second.key)); !os.IsNotExist(err) {
+		t.Errorf("state of the refused attachment: %v", err)
+	}
+
+	if s := e.state(c); s.PID != first.PID || !s.ProxyAlive() {
+		t.Errorf("the first attachment's proxy: pid %d (alive %v), want %d", s.PID, s.ProxyAlive(), first.PID)
+	}
+	if err := e.check(c); err != nil {
+		t.Errorf("CHECK of the first attachment: %v", err)
+	}
+	if err := e.checkInHost(c.key); err != nil {
+		t.Errorf("the first attachment after the refused one: %v", err)
+	}
+	if r := curl(t, c.ns, e.caFile, "https://"+apiName+"/"); r.exit != 0 || !strings.HasPrefix(r.stdout, apiName+" ") {
+		t.Errorf("allowed: %+v", r)
+	}
+	if r := curl(t, c.ns, e.caFile, "--resolve", evilName+":443:"+evilAddr4.String(), "https://"+evilName+"/"); r.exit == 0 {
+		t.Errorf("denied host reached after the refused attachment: %+v", r)
+	}
+	if n := e.evil.Requests(); n != 0 {
+		t.Errorf("evil served %d requests", n)
 	}
 }
 

@@ -104,9 +104,11 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := sandbox.Teardown(n.StateDir, key); err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot tear down", err.Error())
 	}
-	// A failed or interrupted ADD may have left the table without state.
+	// A failed or interrupted ADD may have left the table without state:
+	// it goes, unless it is another live sandbox's (the same container's
+	// attachment to another network, whose ADD went through).
 	if args.Netns != "" {
-		if err := enforce.Remove(args.Netns); err != nil {
+		if err := sandbox.RemoveOrphanRules(n.StateDir, key, args.Netns); err != nil {
 			return types.NewError(types.ErrInternal, "doorman: cannot remove the ruleset", err.Error())
 		}
 	}

@@ -121,6 +121,22 @@ func Enforce(r Request) (*State, error) {
 }
 
 func enforceNew(r Request) (_ *State, err error) {
+	// One network namespace has one doorman sandbox. Another one already
+	// enforced there (the same container's attachment to a second network
+	// whose chain has doorman, or an OCI hook's) would have its ruleset
+	// replaced by this one's, and removed at this one's DEL or failure:
+	// refuse, before anything is changed. A table nobody live holds is a
+	// leftover, which this sandbox replaces.
+	present, err := enforce.Present(r.NetNS)
+	if err != nil {
+		return nil, err
+	}
+	if present {
+		if h := liveHolder(r.StateDir, r.Key, r.NetNS); h != nil {
+			return nil, fmt.Errorf("network namespace %s is already enforced by doorman sandbox %s (%s): one network namespace has one doorman policy, so chain doorman in one of the container's networks only",
+				r.NetNS, h.Key, h.describe())
+		}
+	}
 	dir := filepath.Join(r.StateDir, r.Key)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -144,6 +160,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	var spawned *spawnedProxy
+	rulesInstalled := false
 	// Undo everything on failure, in reverse order. The container does
 	// not start when enforcing fails, so no workload sees the gap.
 	defer func() {
@@ -152,7 +169,9 @@ func enforceNew(r Request) (_ *State, err error) {
 				spawned.kill()
 			}
 			stopProxy(s.PID, s.PIDStart, time.Second)
-			enforce.Remove(r.NetNS)
+			if rulesInstalled {
+				enforce.Remove(r.NetNS)
+			}
 			if s.HostLayer {
 				hostlayer.Remove(runtimeNetNS, s.Key)
 			}
@@ -181,8 +200,12 @@ func enforceNew(r Request) (_ *State, err error) {
 	// namespace. Both are waited for, whatever fails, so that the undo
 	// above never races an Apply still in progress.
 	spec := s.spec()
+	install := enforce.Create // never over a table that appeared meanwhile
+	if present {
+		install = enforce.Apply // the leftover goes
+	}
 	applied := make(chan error, 1)
-	go func() { applied <- enforce.Apply(r.NetNS, spec) }()
+	go func() { applied <- install(r.NetNS, spec) }()
 	var hostErr error
 	if r.HostLayer {
 		hostErr = s.applyHostLayer(r.HostIfaces)
@@ -190,6 +213,7 @@ func enforceNew(r Request) (_ *State, err error) {
 	if err := <-applied; err != nil {
 		return nil, err
 	}
+	rulesInstalled = true
 	if hostErr != nil {
 		return nil, hostErr
 	}
@@ -460,6 +484,20 @@ func Teardown(stateDir, key string) error {
 		return fmt.Errorf("tear down sandbox %s: %w", key, err)
 	}
 	return nil
+}
+
+// RemoveOrphanRules removes doorman's ruleset from the network namespace at
+// nsPath, where a failed or interrupted enforcement of sandbox key may have
+// left it, unless another live sandbox is enforced there: then the ruleset
+// is that one's. A namespace that is gone is no error.
+func RemoveOrphanRules(stateDir, key, nsPath string) error {
+	if stateDir == "" {
+		stateDir = DefaultStateDir
+	}
+	if liveHolder(stateDir, key, nsPath) != nil {
+		return nil
+	}
+	return enforce.Remove(nsPath)
 }
 
 // Check reports an error if sandbox key is not enforced as recorded: no
