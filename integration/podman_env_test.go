@@ -43,6 +43,7 @@ type podmanEnv struct {
 	cgroupParent string   // a cgroup of this test's own, under each hierarchy's root
 	env          []string // podman's environment: CONTAINERS_CONF, CONTAINERS_STORAGE_CONF
 	sessionPID   int      // the shell holding the host session
+	netDir       string   // Podman's network_config_dir: the conflists
 	opts         podmanOptions
 }
 
@@ -117,6 +118,7 @@ func newPodmanEnv(t *testing.T, e *cniEnv, opts ...podmanOption) *podmanEnv {
 func (p *podmanEnv) writeConfig(dir string) (confFile, storageFile string) {
 	p.t.Helper()
 	netDir := filepath.Join(dir, "net.d")
+	p.netDir = netDir
 	for _, d := range []string{netDir, filepath.Join(dir, "tmp")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			p.t.Fatal(err)

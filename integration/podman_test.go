@@ -139,6 +139,29 @@ func TestPodman(t *testing.T) {
 	e.waitDNSDecision(ctr, evilName, "deny")
 	t.Logf("checks by podman exec: %v", time.Since(step).Round(time.Millisecond))
 
+	// podman network connect to a second network whose chain has doorman:
+	// refused, and the container stays enforced as it was.
+	step = time.Now()
+	if err := os.WriteFile(filepath.Join(p.netDir, "dm-podman2.conflist"), bridgeConflist(t, e, "dm-podman2", lanB, true), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.podman("network", "connect", "dm-podman2", id); r.exit == 0 || !strings.Contains(r.stderr, "already enforced by doorman sandbox "+ctr.key) {
+		t.Errorf("podman network connect to a second doorman network: %v, want doorman's refusal naming %s", r, ctr.key)
+	}
+	if s2 := e.state(ctr); s2.PID != s.PID || !s2.ProxyAlive() {
+		t.Errorf("after the refused connect: proxy pid %d (alive %v), want %d", s2.PID, s2.ProxyAlive(), s.PID)
+	}
+	if r := probe("get", "http://"+evilName+"/", "--resolve", evilName+":"+evilAddr4.String()); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") {
+		t.Errorf("denied HTTP after the refused connect: want a 403, got %v", r)
+	}
+	if r := probe("udp", netip.AddrPortFrom(evilAddr4, testnet.PortUDPEcho).String()); !probeFailed(r, 1, 4, 5) {
+		t.Errorf("UDP after the refused connect: want no answer, got %v", r)
+	}
+	if n := e.evil.Requests() + e.evil.UDPDatagrams(testnet.PortUDPEcho); n != 0 {
+		t.Errorf("evil host saw %d requests and datagrams", n)
+	}
+	t.Logf("podman network connect, refused: %v", time.Since(step).Round(time.Millisecond))
+
 	// podman rm: the proxy, doorman's state and the netns all go.
 	step = time.Now()
 	p.mustPodman("rm", "--force", "--time", "0", id)
