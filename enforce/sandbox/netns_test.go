@@ -45,7 +45,7 @@ func (l *nsLink) point(target string) {
 func recordOn(t *testing.T, link *nsLink) (stateDir string, s *State) {
 	t.Helper()
 	stateDir, s = fakeSandbox(t, conf.ModeNone)
-	s.NetNS = link.path
+	s.NetNS, s.LogFile = link.path, filepath.Join(t.TempDir(), "s.log")
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(link.path); err != nil {
 		t.Fatal(err)

@@ -494,6 +494,11 @@ func RemoveOrphanRules(stateDir, key, nsPath string) error {
 	if stateDir == "" {
 		stateDir = DefaultStateDir
 	}
+	// After an ordinary Teardown the table is gone: say so with one
+	// look-up, before reading every sandbox's state to find a holder.
+	if ok, err := enforce.Present(nsPath); err == nil && !ok {
+		return nil
+	}
 	if liveHolder(stateDir, key, nsPath) != nil {
 		return nil
 	}
