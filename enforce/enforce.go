@@ -51,9 +51,10 @@ func apply(nsPath string, spec Spec, replace bool) error {
 	}
 	defer ns.Close()
 
-	// A fresh namespace gets its table by exclusive create, found out
-	// to be there by the kernel; where one may be replaced, look first
-	// (a rejected batch costs an RCU grace period, about 10 ms).
+	// Create sends an exclusive creation at once and lets the kernel say
+	// whether a table is there. Apply looks first: replacing is its
+	// common case, and a rejected batch costs an RCU grace period (about
+	// 10 ms).
 	exists := false
 	if replace {
 		if exists, err = present(ns); err != nil {
