@@ -33,7 +33,9 @@ const nerdctlProbeImage = "localhost/dm-probe:test"
 // nerdctl command runs in the host session too, as it would on a host:
 // nerdctl's OCI hook, which runs the CNI plugins, is started by runc from
 // the shim that containerd started there. Nothing is read from or written
-// to the machine's containerd or nerdctl state.
+// to the machine's containerd or nerdctl state (libcni, inside nerdctl,
+// keeps its result cache in /var/lib/cni/results until each DEL, as for
+// Podman).
 type nerdctlEnv struct {
 	t            *testing.T
 	e            *cniEnv
@@ -91,9 +93,9 @@ func newNerdctlEnv(t *testing.T, e *cniEnv) *nerdctlEnv {
 	return n
 }
 
-// writeConfig writes containerd's config.toml, runtime.json (doorman's
-// wrapper), the test's conflist and the plugin directory, and returns the
-// plugin and configuration directories for nerdctl.
+// writeConfig writes containerd.toml, runtime.json (doorman's wrapper), the
+// test's two conflists and the plugin directory, and returns the plugin and
+// configuration directories for nerdctl.
 func (n *nerdctlEnv) writeConfig() (cniDir, netDir string) {
 	t := n.t
 	t.Helper()
