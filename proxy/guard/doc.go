@@ -1,0 +1,72 @@
+// Package guard says which upstream addresses doorman's proxy may dial,
+// and why not.
+//
+// The proxy lives in the runtime's (the host's) network namespace and dials
+// from there. For a name entry it dials whatever addresses the name
+// resolves to, and the owner of an allowed name decides those: a wildcard
+// zone whose owner points "x.example.com" at 10.0.0.5, by an A record or a
+// CNAME to another name, would otherwise turn the proxy into a way from
+// the sandbox into the host, its LAN, the containers on the same bridge and
+// the cloud's metadata service, on any port the client asked for. So every
+// address the proxy dials, whatever admitted the connection and in every
+// mode (open included: open means the internet, not the host's LAN), and
+// every address the DNS filter passes to the sandbox, is checked here
+// first.
+//
+// # What is refused
+//
+// An address is refused when it lies in one of these ranges:
+//
+//   - loopback (127.0.0.0/8, ::1), unspecified (0.0.0.0/8, ::), link-local
+//     (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8),
+//     broadcast (255.255.255.255);
+//   - private and shared space: RFC 1918 (10.0.0.0/8, 172.16.0.0/12,
+//     192.168.0.0/16), RFC 6598 shared address space, CGNAT (100.64.0.0/10),
+//     unique local IPv6 (fc00::/7), deprecated site-local IPv6 (fec0::/10);
+//   - special-purpose space that is no destination on the internet:
+//     benchmarking (198.18.0.0/15, used as internal fake-IP space),
+//     reserved (240.0.0.0/4), IETF protocol assignments (192.0.0.0/24);
+//   - cloud metadata services, listed one by one: 169.254.169.254 and
+//     169.254.170.2 (link-local anyway), 100.100.100.200, fd00:ec2::254 and
+//     168.63.129.16 (a public address);
+//   - the proxy host's own addresses (every interface of its namespace);
+//   - the proxy host's connected subnets: every unicast route of the main
+//     routing table of its namespace, of either family, that has no gateway
+//     (for IPv4 these are the routes of scope link; IPv6 routes all have
+//     scope global, so the gateway is what tells). That covers the host's
+//     LAN, CNI and Docker bridges (the other containers on the same
+//     bridge), and the host routes of routed (ptp) sandboxes. Default
+//     routes are not subnets, and connected routes inside link-local space
+//     or inside the IPv6 forms that embed IPv4 (below) are left to those
+//     rules.
+//
+// The host's addresses and routes are read through netlink in the calling
+// thread's namespace and reused for a second.
+//
+// IPv4-mapped IPv6 (::ffff:a.b.c.d) is judged as the IPv4 address it is.
+// The IPv6 forms that carry an IPv4 address to a translator or a tunnel,
+// NAT64 (64:ff9b::/96, and the local-use 64:ff9b:1::/48 in its /96 form),
+// 6to4 (2002::/16), IPv4-translated (::ffff:0:0:0/96) and IPv4-compatible
+// (::/96), are refused when the IPv4 address they embed is: a NAT64 or a
+// 6to4 tunnel on the host's network would deliver them there.
+//
+// Documentation addresses (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
+// 2001:db8::/32) are not special: they count as public unless the host is
+// connected to them. doorman's tests use them as their fake internet.
+//
+// # What admits a refused address
+//
+// Only an IP or CIDR entry of the policy that lies inside the narrowest
+// refused range holding the address, and that admits the address (on the
+// port, for a connection). "10.0.0.0/8" or "10.1.2.3:6379" opens those
+// addresses of RFC 1918 space; "0.0.0.0/0" or "::/0" open nothing of it,
+// since they are wider than the range. Ranges nest, and the narrowest one
+// must be named: a connected subnet 10.88.0.0/16 (a bridge) is opened by
+// "10.88.0.0/16" or an address in it, not by "10.0.0.0/8"; one of the
+// host's own addresses only by an entry naming exactly it; a metadata
+// service only by its own address. For an embedded IPv4 address, the entry
+// must admit the IPv4 address. An address entry also admits connections
+// to those addresses by address, with or without a name: that is how a
+// private service is reached through the proxy. A name entry alone never
+// reaches a refused address, whatever its DNS says.
+package guard

@@ -1,0 +1,270 @@
+package guard
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// hostTTL is how long the host's addresses and connected subnets are
+// reused before they are read again.
+const hostTTL = time.Second
+
+// Config says where a Guard learns about the proxy's host. The zero value
+// reads the namespace of the calling thread.
+type Config struct {
+	// OwnAddrs lists the addresses of the proxy's host. nil: the
+	// addresses of every interface of the namespace.
+	OwnAddrs func() ([]netip.Addr, error)
+	// ConnectedSubnets lists the subnets the proxy's host reaches
+	// without a router. nil: ConnectedSubnets, the routes of the
+	// namespace's main table that have no gateway.
+	ConnectedSubnets func() ([]netip.Prefix, error)
+}
+
+// Guard decides whether an upstream address may be dialed under a policy.
+// Its methods are safe for concurrent use.
+type Guard struct {
+	ownAddrs  func() ([]netip.Addr, error)
+	connected func() ([]netip.Prefix, error)
+
+	mu      sync.Mutex
+	host    hostView
+	expires time.Time
+}
+
+// hostView is what the guard knows of the proxy's host.
+type hostView struct {
+	own       []netip.Addr
+	connected []netip.Prefix
+}
+
+// New returns a guard configured by cfg.
+func New(cfg Config) *Guard {
+	g := &Guard{ownAddrs: cfg.OwnAddrs, connected: cfg.ConnectedSubnets}
+	if g.ownAddrs == nil {
+		g.ownAddrs = interfaceAddrs
+	}
+	if g.connected == nil {
+		g.connected = ConnectedSubnets
+	}
+	return g
+}
+
+// Refusal says why an address may not be dialed.
+type Refusal struct {
+	// Addr is the address refused (IPv4-mapped IPv6 unmapped).
+	Addr netip.Addr
+	// Embedded, when valid, is the IPv4 address Addr carries (Form
+	// names how: "NAT64", "6to4", ...), and the one that is refused.
+	Embedded netip.Addr
+	Form     string
+	// Range is the narrowest refused range holding the address (or
+	// Embedded); an entry must lie inside it to admit the address.
+	// Invalid when Err is set.
+	Range netip.Prefix
+	// What says what Range is, as the refusal reads: "RFC 1918
+	// (10.0.0.0/8)", "connected subnet 198.51.100.128/25 of the proxy's
+	// host", "an address of the proxy's host".
+	What string
+	// Err is set when the guard could not read the host's addresses or
+	// routes: it refuses then, since it cannot tell.
+	Err error
+}
+
+// String renders r as a log reason reads after "private upstream ":
+//
+//	10.0.0.5: RFC 1918 (10.0.0.0/8)
+//	64:ff9b::a00:5: NAT64 form of 10.0.0.5, RFC 1918 (10.0.0.0/8)
+func (r *Refusal) String() string {
+	s := r.Addr.String() + ": "
+	if r.Embedded.IsValid() {
+		s += fmt.Sprintf("%s form of %v, ", r.Form, r.Embedded)
+	}
+	if r.Err != nil {
+		return s + fmt.Sprintf("cannot tell whether it is private (%v)", r.Err)
+	}
+	return s + r.What
+}
+
+// Check returns nil if a may be dialed on port under policy p, or else
+// why not (see the package documentation).
+func (g *Guard) Check(p *conf.Policy, a netip.Addr, port uint16) *Refusal {
+	return g.check(p, a, func(e conf.Entry, a netip.Addr) bool { return e.MatchAddr(a, port) })
+}
+
+// CheckAnyPort is Check for an address that may be dialed on whatever
+// port an entry allows: a DNS answer carries no port, and the address may
+// be dialed on any of them.
+func (g *Guard) CheckAnyPort(p *conf.Policy, a netip.Addr) *Refusal {
+	return g.check(p, a, func(e conf.Entry, a netip.Addr) bool { return e.Prefix.Contains(a) })
+}
+
+// check judges a, then the IPv4 address it embeds, if any; admits says
+// whether an address entry admits an address.
+func (g *Guard) check(p *conf.Policy, a netip.Addr, admits func(conf.Entry, netip.Addr) bool) *Refusal {
+	a = a.Unmap().WithZone("")
+	if r := g.judge(p, a, admits); r != nil {
+		return r
+	}
+	if v4, form, ok := embeddedIPv4(a); ok {
+		if r := g.judge(p, v4, admits); r != nil {
+			r.Addr, r.Embedded, r.Form = a, v4, form
+			return r
+		}
+	}
+	return nil
+}
+
+// judge finds the narrowest refused range holding a (a fixed range, one
+// of the host's addresses, or a connected subnet, in that order on a tie)
+// and returns nil if there is none or an entry inside it admits a.
+func (g *Guard) judge(p *conf.Policy, a netip.Addr, admits func(conf.Entry, netip.Addr) bool) *Refusal {
+	var r *Refusal
+	narrower := func(pfx netip.Prefix) bool { return r == nil || pfx.Bits() > r.Range.Bits() }
+	for _, s := range specialRanges {
+		if s.prefix.Contains(a) && narrower(s.prefix) {
+			r = &Refusal{Addr: a, Range: s.prefix, What: s.describe()}
+		}
+	}
+	host, err := g.hostView()
+	if err != nil {
+		return &Refusal{Addr: a, Err: err}
+	}
+	for _, o := range host.own {
+		if o == a && narrower(netip.PrefixFrom(a, a.BitLen())) {
+			r = &Refusal{Addr: a, Range: netip.PrefixFrom(a, a.BitLen()), What: "an address of the proxy's host"}
+		}
+	}
+	for _, c := range host.connected {
+		if c.Contains(a) && narrower(c) {
+			r = &Refusal{Addr: a, Range: c, What: fmt.Sprintf("connected subnet %v of the proxy's host", c)}
+		}
+	}
+	if r == nil || admitted(p, a, r.Range, admits) {
+		return nil
+	}
+	return r
+}
+
+// admitted reports whether an address entry of p that lies inside r
+// admits a.
+func admitted(p *conf.Policy, a netip.Addr, r netip.Prefix, admits func(conf.Entry, netip.Addr) bool) bool {
+	if p == nil {
+		return false
+	}
+	for _, e := range p.Entries {
+		if e.Kind == conf.KindPrefix && within(e.Prefix, r) && admits(e, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostView returns the host's addresses and connected subnets, read at
+// most once per hostTTL. A failed read is not cached: the next check
+// tries again.
+func (g *Guard) hostView() (hostView, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if time.Now().Before(g.expires) {
+		return g.host, nil
+	}
+	own, err := g.ownAddrs()
+	if err != nil {
+		return hostView{}, fmt.Errorf("listing the addresses of the proxy's host: %w", err)
+	}
+	conn, err := g.connected()
+	if err != nil {
+		return hostView{}, fmt.Errorf("listing the routes of the proxy's host: %w", err)
+	}
+	v := hostView{own: make([]netip.Addr, 0, len(own))}
+	for _, a := range own {
+		v.own = append(v.own, a.Unmap().WithZone(""))
+	}
+	for _, c := range conn {
+		if c.Addr().Is4In6() {
+			c = netip.PrefixFrom(c.Addr().Unmap(), max(c.Bits()-96, 0))
+		}
+		if c = c.Masked(); usefulConnected(c) {
+			v.connected = append(v.connected, c)
+		}
+	}
+	g.host, g.expires = v, time.Now().Add(hostTTL)
+	return v, nil
+}
+
+// interfaceAddrs lists the addresses of every interface of the calling
+// thread's namespace.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(ifaddrs))
+	for _, ia := range ifaddrs {
+		if pfx, err := netip.ParsePrefix(ia.String()); err == nil {
+			out = append(out, pfx.Addr())
+		}
+	}
+	return out, nil
+}
+
+// ConnectedSubnets lists the subnets that the calling thread's namespace
+// reaches without a router: the destinations of the unicast routes of its
+// main table, IPv4 and IPv6, that have an output interface and no gateway
+// (neither a gateway nor a via, on the route or any of its next hops).
+// A default route is no subnet, even on a point-to-point link ("default
+// dev wg0"): it is the way to the internet.
+func ConnectedSubnets() ([]netip.Prefix, error) {
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL,
+		&netlink.Route{Table: unix.RT_TABLE_MAIN, Type: unix.RTN_UNICAST},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, rt := range routes {
+		if rt.Dst == nil || !connected(rt) {
+			continue
+		}
+		a, ok := netip.AddrFromSlice(rt.Dst.IP)
+		if !ok {
+			continue
+		}
+		bits, _ := rt.Dst.Mask.Size()
+		if a.Is4() || a.Is4In6() {
+			a = a.Unmap()
+			if len(rt.Dst.IP) == net.IPv6len && len(rt.Dst.Mask) == net.IPv6len {
+				bits -= 96
+			}
+		}
+		if pfx := netip.PrefixFrom(a, bits); pfx.IsValid() && pfx.Bits() > 0 {
+			out = append(out, pfx.Masked())
+		}
+	}
+	return out, nil
+}
+
+// connected reports whether rt delivers on a link without a router.
+func connected(rt netlink.Route) bool {
+	if rt.Gw != nil || rt.Via != nil {
+		return false
+	}
+	if len(rt.MultiPath) == 0 {
+		return rt.LinkIndex != 0
+	}
+	for _, nh := range rt.MultiPath {
+		if nh.Gw != nil || nh.Via != nil || nh.LinkIndex == 0 {
+			return false
+		}
+	}
+	return true
+}

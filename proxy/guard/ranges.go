@@ -1,0 +1,126 @@
+package guard
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// special is a range of addresses the proxy must not dial unless an entry
+// inside it admits them, with what it is in the words of a refusal.
+type special struct {
+	prefix netip.Prefix
+	what   string
+}
+
+// describe renders s for a refusal: what it is and, unless it is one
+// address, the range ("RFC 1918 (10.0.0.0/8)").
+func (s special) describe() string {
+	if s.prefix.IsSingleIP() {
+		return s.what
+	}
+	return fmt.Sprintf("%s (%v)", s.what, s.prefix)
+}
+
+func sp(prefix, what string) special {
+	return special{netip.MustParsePrefix(prefix), what}
+}
+
+// metadata is what the cloud metadata services are called in refusals.
+const metadata = "cloud metadata service"
+
+// specialRanges are the ranges refused whatever the host (see the package
+// documentation). Ranges that hold one another are all listed: the
+// narrowest one that holds an address is the one an entry must lie in.
+var specialRanges = []special{
+	sp("0.0.0.0/8", "this network"),
+	sp("10.0.0.0/8", "RFC 1918"),
+	sp("100.64.0.0/10", "shared address space (RFC 6598, CGNAT)"),
+	sp("100.100.100.200/32", metadata),
+	sp("127.0.0.0/8", "loopback"),
+	sp("168.63.129.16/32", metadata),
+	sp("169.254.0.0/16", "link-local"),
+	sp("169.254.169.254/32", metadata),
+	sp("169.254.170.2/32", metadata),
+	sp("172.16.0.0/12", "RFC 1918"),
+	sp("192.0.0.0/24", "IETF protocol assignments"),
+	sp("192.168.0.0/16", "RFC 1918"),
+	sp("198.18.0.0/15", "benchmarking (RFC 2544)"),
+	sp("224.0.0.0/4", "multicast"),
+	sp("240.0.0.0/4", "reserved"),
+	sp("255.255.255.255/32", "broadcast"),
+
+	sp("::/128", "unspecified"),
+	sp("::1/128", "loopback"),
+	sp("fc00::/7", "unique local (ULA)"),
+	sp("fd00:ec2::254/128", metadata),
+	sp("fe80::/10", "link-local"),
+	sp("fec0::/10", "site-local (deprecated)"),
+	sp("ff00::/8", "multicast"),
+}
+
+// linkScoped are ranges whose connected routes (169.254.0.0/16 dev eth0,
+// fe80::/64 on every interface) add nothing: they are refused as
+// link-local already, and saying so is the clearer reason.
+var linkScoped = []netip.Prefix{
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("fe80::/10"),
+}
+
+// embedding is an IPv6 form that carries an IPv4 address to a translator
+// or tunnel, which would deliver it to that IPv4 address.
+type embedding struct {
+	prefix netip.Prefix
+	name   string
+	at     int // offset of the IPv4 address in the 16 bytes
+}
+
+var embeddings = []embedding{
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64", 12},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64", 12},
+	{netip.MustParsePrefix("2002::/16"), "6to4", 2},
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated", 12},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible", 12},
+}
+
+// embeddedIPv4 returns the IPv4 address that a (an IPv6 address, not
+// IPv4-mapped) carries to a translator or tunnel, and the name of the
+// form.
+func embeddedIPv4(a netip.Addr) (netip.Addr, string, bool) {
+	if !a.Is6() || a.Is4In6() {
+		return netip.Addr{}, "", false
+	}
+	for _, e := range embeddings {
+		if e.prefix.Contains(a) {
+			b := a.As16()
+			return netip.AddrFrom4([4]byte(b[e.at : e.at+4])), e.name, true
+		}
+	}
+	return netip.Addr{}, "", false
+}
+
+// usefulConnected reports whether a connected route's prefix says
+// something the fixed rules do not: not a default route, not link-local
+// space, not one of the IPv6 forms that embed IPv4 ("::/96 dev sit0",
+// "64:ff9b::/96 dev nat64"), whose addresses are judged by the IPv4
+// address they carry.
+func usefulConnected(p netip.Prefix) bool {
+	if p.Bits() == 0 {
+		return false
+	}
+	for _, r := range linkScoped {
+		if within(p, r) {
+			return false
+		}
+	}
+	for _, e := range embeddings {
+		if within(p, e.prefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether p lies inside r.
+func within(p, r netip.Prefix) bool {
+	return p.Bits() >= r.Bits() && r.Contains(p.Addr())
+}
