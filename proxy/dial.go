@@ -7,117 +7,64 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
-// forbiddenRanges are upstream addresses the proxy refuses to dial unless
-// an entry names them: reaching them from the proxy's namespace would turn
-// the proxy into a way into the host.
-var forbiddenRanges = []netip.Prefix{
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("::1/128"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("ff00::/8"),
-	netip.MustParsePrefix("255.255.255.255/32"),
+// maxRefusalsLogged bounds how many refused addresses a reason lists.
+const maxRefusalsLogged = 3
+
+// refusedError means every address the connection could go to is one the
+// guard refuses (see package guard): a policy denial, unlike a name that
+// does not resolve or a host that refuses.
+type refusedError struct {
+	port     uint16
+	refusals []*guard.Refusal
 }
 
-// upstreamGuard decides whether an upstream address may be dialed.
-type upstreamGuard struct {
-	// ownAddrs lists the addresses of the proxy's own namespace; nil
-	// means read them from the interfaces (cached for a second).
-	ownAddrs func() ([]netip.Addr, error)
-	// permit, set only by tests, lets loopback test servers stand in
-	// for the internet.
-	permit func(netip.Addr) bool
-
-	mu      sync.Mutex
-	cached  []netip.Addr
-	expires time.Time
-}
-
-// forbidden reports why a is not a permissible upstream under p, or "" if
-// it is. An address in a forbidden range is permitted only when an IP/CIDR
-// entry lies within that range (so 0.0.0.0/0 does not open loopback, while
-// 127.0.0.1 or 169.254.169.254 named on their own do); one of the host's
-// own addresses only when an entry names exactly that address.
-func (g *upstreamGuard) forbidden(p *conf.Policy, a netip.Addr, port uint16) string {
-	a = a.Unmap()
-	if g.permit != nil && g.permit(a) {
-		return ""
-	}
-	for _, r := range forbiddenRanges {
-		if r.Contains(a) {
-			if namedWithin(p, a, port, r) {
-				return ""
-			}
-			return fmt.Sprintf("upstream %v is in %v", a, r)
+// Error is the reason logged: "private upstream 10.0.0.5: RFC 1918
+// (10.0.0.0/8)", one such clause per address refused (the first few).
+func (e *refusedError) Error() string {
+	var b strings.Builder
+	for i, r := range e.refusals {
+		if i == maxRefusalsLogged {
+			fmt.Fprintf(&b, "; and %d more", len(e.refusals)-i)
+			break
 		}
-	}
-	own, err := g.own()
-	if err != nil {
-		return fmt.Sprintf("cannot list the proxy's own addresses: %v", err)
-	}
-	for _, o := range own {
-		if o == a {
-			if namedWithin(p, a, port, netip.PrefixFrom(a, a.BitLen())) {
-				return ""
-			}
-			return fmt.Sprintf("upstream %v is an address of the proxy's host", a)
+		if i > 0 {
+			b.WriteString("; ")
 		}
+		b.WriteString(privateUpstream(r))
 	}
-	return ""
+	return b.String()
 }
 
-// namedWithin reports whether an entry of p that lies inside r admits a:port.
-func namedWithin(p *conf.Policy, a netip.Addr, port uint16, r netip.Prefix) bool {
-	for _, e := range p.Entries {
-		if e.Kind == conf.KindPrefix && e.Prefix.Bits() >= r.Bits() && r.Contains(e.Prefix.Addr()) && e.MatchAddr(a, port) {
-			return true
-		}
-	}
-	return false
+// upstream is the first address refused, at the port it would have been
+// dialed on: the decision record's upstream.
+func (e *refusedError) upstream() netip.AddrPort {
+	return netip.AddrPortFrom(e.refusals[0].Addr, e.port)
 }
 
-func (g *upstreamGuard) own() ([]netip.Addr, error) {
-	if g.ownAddrs != nil {
-		return g.ownAddrs()
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if time.Now().Before(g.expires) {
-		return g.cached, nil
-	}
-	ifaddrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	fresh := make([]netip.Addr, 0, len(ifaddrs))
-	for _, ia := range ifaddrs {
-		if pfx, err := netip.ParsePrefix(ia.String()); err == nil {
-			fresh = append(fresh, pfx.Addr().Unmap())
-		}
-	}
-	g.cached = fresh
-	g.expires = time.Now().Add(time.Second)
-	return g.cached, nil
-}
+// privateUpstream is the reason of one guard refusal. Every refusal of the
+// guard starts so, loopback and the host's own addresses included, so that
+// the log has one reason to look for.
+func privateUpstream(r *guard.Refusal) string { return "private upstream " + r.String() }
 
-// errForbiddenUpstream means every address the connection could go to is
-// one the proxy must not dial (see upstreamGuard): a policy denial, unlike
-// a name that does not resolve or a host that refuses.
-var errForbiddenUpstream = errors.New("no permissible upstream")
+// refusal asks the guard whether a:port may be dialed under pol.
+func (p *Proxy) refusal(pol *conf.Policy, a netip.Addr, port uint16) *guard.Refusal {
+	if p.permitUpstream != nil && p.permitUpstream(a.Unmap()) {
+		return nil
+	}
+	return p.guard.Check(pol, a, port)
+}
 
 // dialUpstream connects to the upstream for decision d: the addresses of
 // d.dialName (resolved by the proxy) at the original port, or else the
-// original destination itself. It returns the connection and the address it
-// reached.
+// original destination itself. Every address goes past the guard first,
+// whatever admitted the connection and in every mode; of a name's
+// addresses only those it permits are dialed. It returns the connection,
+// or a *refusedError if the guard permits none.
 func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, error) {
 	var candidates []netip.Addr
 	if d.dialName != "" {
@@ -129,21 +76,24 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 	} else {
 		candidates = []netip.Addr{dst.Addr()}
 	}
-	var reasons []string
+	var refused []*guard.Refusal
 	var permitted []netip.Addr
 	for _, a := range candidates {
-		if why := p.guard.forbidden(pol, a, dst.Port()); why != "" {
-			reasons = append(reasons, why)
+		if r := p.refusal(pol, a, dst.Port()); r != nil {
+			refused = append(refused, r)
 			continue
 		}
 		permitted = append(permitted, a.Unmap())
 	}
 	if len(permitted) == 0 {
-		return nil, fmt.Errorf("%w: %s", errForbiddenUpstream, strings.Join(reasons, "; "))
+		if len(refused) == 0 {
+			return nil, fmt.Errorf("resolve %s: no addresses", d.dialName)
+		}
+		return nil, &refusedError{port: dst.Port(), refusals: refused}
 	}
 	var errs []error
 	for _, a := range permitted {
-		c, err := p.dialer.DialContext(ctx, "tcp", netip.AddrPortFrom(a, dst.Port()).String())
+		c, err := p.dial(ctx, netip.AddrPortFrom(a, dst.Port()))
 		if err == nil {
 			return c.(*net.TCPConn), nil
 		}
@@ -153,6 +103,20 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 		}
 	}
 	return nil, fmt.Errorf("dial %s port %d: %w", nameOr(d.dialName, dst.Addr().String()), dst.Port(), errors.Join(errs...))
+}
+
+// lostPermission says why pol no longer admits the established connection
+// t, or "" if it still does: the policy's decision on its name and
+// destination, then the guard's on the upstream it reached (an address
+// entry inside a private range may have gone).
+func (p *Proxy) lostPermission(pol *conf.Policy, t *tracked) string {
+	if d := decide(pol, t.currentName(), t.dst); d.verdict == Deny {
+		return d.reason
+	}
+	if r := p.refusal(pol, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
+		return privateUpstream(r)
+	}
+	return ""
 }
 
 func nameOr(name, alt string) string {

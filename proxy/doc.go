@@ -15,8 +15,17 @@
 //     of IP: the proxy resolves the name itself and connects to those
 //     addresses at the original port, so an allowed SNI sent to an
 //     attacker's IP reaches the real host instead.
-//   - Upstreams that are loopback, link-local, unspecified, multicast or the
-//     proxy host's own addresses are refused unless an entry names them.
+//   - Every address the proxy dials goes past package guard first, whatever
+//     admitted the connection and in every mode, open included: loopback,
+//     link-local, private (RFC 1918, CGNAT, ULA), metadata and other
+//     special-purpose addresses, the proxy host's own addresses and its
+//     connected subnets (its LAN, the other sandboxes on its bridges) are
+//     refused unless an address entry inside that range admits them. The
+//     proxy lives in the host's namespace; an allowed name whose DNS points
+//     there must not make it a way in. Of a name's addresses only those
+//     the guard permits are dialed; if it permits none, the connection is
+//     refused and logged as a denial whose reason starts with "private
+//     upstream", with the refused address as its upstream.
 //   - A policy that cannot be loaded means deny-all, and a tightened policy
 //     closes established connections that lost their permission.
 //

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
 // The unit tests run the proxy in-process on loopback. Loopback addresses
@@ -38,6 +39,12 @@ var (
 	apiAddr  = netip.MustParseAddr("127.0.0.2")
 	evilAddr = netip.MustParseAddr("127.0.0.3")
 )
+
+// noAddrs and noSubnets stand for a host with no address and no connected
+// subnet: the unit tests' servers are on loopback, and the root
+// namespace's own routes must not change what they see.
+func noAddrs() ([]netip.Addr, error)     { return nil, nil }
+func noSubnets() ([]netip.Prefix, error) { return nil, nil }
 
 type mapResolver map[string][]netip.Addr
 
@@ -88,7 +95,9 @@ type testEnv struct {
 	received sync.Map
 }
 
-func newTestEnv(t *testing.T, pol *conf.Policy, cfg Config) *testEnv {
+// newTestEnv starts a proxy with policy pol and cfg; setup functions run
+// on it before it serves.
+func newTestEnv(t *testing.T, pol *conf.Policy, cfg Config, setup ...func(*Proxy)) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, logs: &syncBuffer{}, certs: newTestCerts(t)}
 	e.ca = e.certs.pool
@@ -111,9 +120,23 @@ func newTestEnv(t *testing.T, pol *conf.Policy, cfg Config) *testEnv {
 		}
 		return v.(netip.AddrPort), nil
 	}
-	cfg.OwnAddrs = func() ([]netip.Addr, error) { return nil, nil }
+	if cfg.Guard == nil {
+		cfg.Guard = guard.New(guard.Config{OwnAddrs: noAddrs, ConnectedSubnets: noSubnets})
+	}
 	e.p = New(cfg)
-	e.p.guard.permit = func(a netip.Addr) bool { return a == apiAddr || a == evilAddr || a == netip.MustParseAddr("127.0.0.9") }
+	e.p.permitUpstream = func(a netip.Addr) bool { return a == apiAddr || a == evilAddr || a == netip.MustParseAddr("127.0.0.9") }
+	// Nothing a test proxy dials may leave the machine, whatever the
+	// guard says.
+	e.p.dial = func(ctx context.Context, to netip.AddrPort) (net.Conn, error) {
+		if !to.Addr().Unmap().IsLoopback() {
+			return nil, fmt.Errorf("test: the proxy dials only loopback here, not %v", to)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", to.String())
+	}
+	for _, f := range setup {
+		f(e.p)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

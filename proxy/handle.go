@@ -129,8 +129,11 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	cancel()
 	if err != nil {
 		rec.Reason = err.Error()
-		if errors.Is(err, errForbiddenUpstream) {
-			rec.Verdict = Deny
+		// The client learns that the upstream is not permitted, not
+		// which private address the name has.
+		var refused *refusedError
+		if errors.As(err, &refused) {
+			rec.Verdict, rec.Upstream = Deny, refused.upstream()
 			p.log(rec)
 			p.refuse(c, s, "upstream not permitted")
 			return
@@ -142,14 +145,14 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	}
 	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
 
-	t := &tracked{client: c, upstream: up, dst: dst, name: s.name}
+	t := &tracked{client: c, upstream: up, dst: dst, upAddr: rec.Upstream, name: s.name}
 	p.track(t)
 	defer p.untrack(t)
 	// A policy change between the decision and track would have missed
 	// this connection: decide again against the policy now in force.
 	if now := p.Policy(); now != pol {
-		if d := decide(now, s.name, dst); d.verdict == Deny {
-			t.kill("policy changed: " + d.reason)
+		if why := p.lostPermission(now, t); why != "" {
+			t.kill("policy changed: " + why)
 		}
 	}
 

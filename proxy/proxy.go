@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
 // Config configures a Proxy. The zero value of every field but Sandbox has a
@@ -39,10 +40,13 @@ type Config struct {
 	// OriginalDst reads a redirected connection's original destination.
 	// nil: SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST (see OriginalDst).
 	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
-	// OwnAddrs lists the addresses of the proxy's host, which are never
-	// dialed unless an entry names them. nil: the addresses of the
-	// interfaces in the proxy's network namespace.
-	OwnAddrs func() ([]netip.Addr, error)
+	// Guard decides which upstream addresses may be dialed (see package
+	// guard): no loopback, private, metadata or link-local address, none
+	// of the host's own addresses or connected subnets, unless an address
+	// entry inside that range admits it. nil: a guard reading the
+	// proxy's own network namespace. The sandbox's DNS filter may share
+	// it.
+	Guard *guard.Guard
 	// BatchWhileBulk runs the process's threads under SCHED_BATCH while
 	// the proxy relays bulk data (see sched.go). It changes the policy of
 	// every thread of the process, so only a process that is the proxy
@@ -73,8 +77,13 @@ type Proxy struct {
 	logger       *slog.Logger
 	dialer       net.Dialer
 	resolver     *cachingResolver
-	guard        upstreamGuard
-	bulk         *bulkSched // nil unless Config.BatchWhileBulk
+	guard        *guard.Guard
+	// dial connects to an upstream; p.dialer's unless a test stands in.
+	dial func(ctx context.Context, to netip.AddrPort) (net.Conn, error)
+	// permitUpstream, set only by tests, lets loopback test servers
+	// stand in for the internet.
+	permitUpstream func(netip.Addr) bool
+	bulk           *bulkSched // nil unless Config.BatchWhileBulk
 
 	policy  atomic.Pointer[conf.Policy]
 	allowed atomic.Int64
@@ -96,7 +105,7 @@ func New(cfg Config) *Proxy {
 		dialTimeout:  cfg.DialTimeout,
 		origDst:      cfg.OriginalDst,
 		logger:       cfg.Logger,
-		guard:        upstreamGuard{ownAddrs: cfg.OwnAddrs},
+		guard:        cfg.Guard,
 		conns:        make(map[*tracked]struct{}),
 		listeners:    make(map[net.Listener]struct{}),
 	}
@@ -112,7 +121,13 @@ func New(cfg Config) *Proxy {
 	if p.logger == nil {
 		p.logger = slog.New(slog.DiscardHandler)
 	}
+	if p.guard == nil {
+		p.guard = guard.New(guard.Config{})
+	}
 	p.dialer = net.Dialer{KeepAlive: 15 * time.Second}
+	p.dial = func(ctx context.Context, to netip.AddrPort) (net.Conn, error) {
+		return p.dialer.DialContext(ctx, "tcp", to.String())
+	}
 	ttl := cfg.ResolveCacheTTL
 	if ttl == 0 {
 		ttl = 5 * time.Second
@@ -141,19 +156,15 @@ func (p *Proxy) SetPolicy(pol *conf.Policy) {
 	}
 	p.policy.Store(pol)
 	p.mu.Lock()
-	type loss struct {
-		t      *tracked
-		reason string
-	}
-	var lost []loss
+	established := make([]*tracked, 0, len(p.conns))
 	for t := range p.conns {
-		if d := decide(pol, t.currentName(), t.dst); d.verdict == Deny {
-			lost = append(lost, loss{t, d.reason})
-		}
+		established = append(established, t)
 	}
 	p.mu.Unlock()
-	for _, l := range lost {
-		l.t.kill("policy changed: " + l.reason)
+	for _, t := range established {
+		if why := p.lostPermission(pol, t); why != "" {
+			t.kill("policy changed: " + why)
+		}
 	}
 }
 
@@ -251,7 +262,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // change can close it.
 type tracked struct {
 	client, upstream *net.TCPConn
-	dst              netip.AddrPort
+	dst              netip.AddrPort // the original destination
+	upAddr           netip.AddrPort // the upstream's address
 
 	mu     sync.Mutex
 	name   string

@@ -114,8 +114,8 @@ func TestForbiddenUpstreamRefused(t *testing.T) {
 		t.Fatalf("name resolving to loopback: err = %v, want access denied", err)
 	}
 	r := e.waitRecord(recordFor("lo.test", "deny"))
-	if !strings.Contains(r["reason"].(string), "127.0.0.0/8") {
-		t.Errorf("reason %q should name the forbidden range", r["reason"])
+	if r["reason"] != "private upstream 127.0.0.1: loopback (127.0.0.0/8)" || r["upstream"] != fmt.Sprintf("127.0.0.1:%d", e.tlsPort) {
+		t.Errorf("record %v: want the reason to name the loopback range, and upstream 127.0.0.1:%d", r, e.tlsPort)
 	}
 }
 
