@@ -84,7 +84,8 @@ func (f *Filter) respond(ctx context.Context, query []byte, r *record) (reply, r
 		return newReply(req, dns.RcodeNotImplemented), req
 	}
 
-	d := decide(f.Policy(), q)
+	p := f.Policy()
+	d := decide(p, q)
 	if d.name != "" {
 		r.name = d.name
 	}
@@ -98,7 +99,7 @@ func (f *Filter) respond(ctx context.Context, query []byte, r *record) (reply, r
 		return m, req
 	}
 	r.verdict, r.reason = verdictAllow, d.reason
-	return f.forward(ctx, req, r), req
+	return f.forward(ctx, req, r, p), req
 }
 
 // denial is the answer to a query that is not admitted: DenyRcode, with an

@@ -43,16 +43,40 @@
 // section of an answer (and drops "ech" from the record's "mandatory" list
 // if it is there), and clears the AD bit of such an answer, since it is no
 // longer the data that was authenticated. Other parameters (alpn, port,
-// address hints) pass. Without a configuration clients send the real
-// server name in the clear. Everything else in an answer is passed through
-// whole: CNAME chains, authority and additional records, the rcode, the TC
+// address hints) pass, the hints without their private addresses (below).
+// Without a configuration clients send the real server name in the clear.
+//
+// # Why private answers are removed
+//
+// The owner of an allowed name decides its addresses, by an A record or a
+// CNAME to any other name, and may point it at the host's LAN, another
+// sandbox on the bridge or a metadata service (DNS rebinding). The proxy
+// never dials such an address for a name (see package guard), and the
+// sandbox should not learn it either, as dnsmasq's stop-dns-rebind keeps
+// private answers from its clients. So the filter removes, in every mode,
+// every address of an answer that the same guard refuses under the
+// policy in force: A and AAAA records in every section, and the values of
+// the ipv4hint and ipv6hint parameters of HTTPS and SVCB records (a hint
+// left without values goes, and from the record's mandatory list with it).
+// An address entry inside the private range (10.0.0.0/8, 10.1.2.3:6379)
+// lets its addresses through, as it lets the proxy dial them. An answer
+// that lost anything has its AD bit cleared, as for ECH. When the question
+// is A or AAAA and the upstream answered records of that type but none is
+// left, the query is answered as one not admitted (DenyRcode, REFUSED by
+// default, with an Extended DNS Error "Prohibited" saying that every
+// record was a private address, without naming it) and logged as a
+// denial whose reason names the addresses ("private answer 10.0.0.5: RFC
+// 1918 (10.0.0.0/8)"). CNAMEs are followed as the resolver followed them:
+// what counts are the addresses at the end. Everything else in an answer
+// is passed through whole: CNAME chains, other records, the rcode, the TC
 // bit.
 //
 // # Rules
 //
 //   - Modes: none refuses every query; allowlist forwards the queries for
 //     admitted names, of class IN, and refuses the rest; open forwards
-//     every query. Every query, in every mode, is one log record.
+//     every query. In both, private addresses are removed from the
+//     answers. Every query, in every mode, is one log record.
 //   - A query must have exactly one question and opcode QUERY: other
 //     opcodes get NOTIMP, other question counts and unparsable messages
 //     FORMERR. Packets shorter than a DNS header, and responses (QR set),
@@ -96,8 +120,9 @@
 // verdict (allow, deny, error), rule (the entry that admitted the name),
 // reason, rcode ("NOERROR", "REFUSED", ...; "none" when no reply was
 // sent), upstream (the resolver that answered or was tried last, "" if
-// none), ech_removed and duration_ms. Allowed queries log at INFO, denied
-// ones at WARN, errors at ERROR.
+// none), ech_removed, private_removed (how many private addresses were
+// removed from the answer: records and hint values) and duration_ms.
+// Allowed queries log at INFO, denied ones at WARN, errors at ERROR.
 //
 // # Wiring
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
 // Defaults for the zero values of Config's fields.
@@ -44,6 +45,11 @@ type Config struct {
 	// REFUSED answers and waits for its timeout, and stops at the first
 	// refused name of a search list; NXDOMAIN lets such clients go on.
 	DenyRcode int
+	// Guard decides which addresses of an answer the sandbox may learn:
+	// those the proxy would dial (see package guard). nil: a guard
+	// reading the filter's own network namespace; the sandbox's proxy
+	// may share its own.
+	Guard *guard.Guard
 }
 
 // Stats counts queries by verdict since the filter was made.
@@ -64,6 +70,7 @@ type Filter struct {
 	logger    *slog.Logger
 	timeout   time.Duration
 	denyRcode int
+	guard     *guard.Guard
 
 	policy                  atomic.Pointer[conf.Policy]
 	allowed, denied, failed atomic.Int64
@@ -95,6 +102,7 @@ func New(cfg Config, p *conf.Policy) *Filter {
 		logger:      cfg.Logger,
 		timeout:     cfg.Timeout,
 		denyRcode:   dns.RcodeRefused,
+		guard:       cfg.Guard,
 		done:        make(chan struct{}),
 		packetConns: make(map[net.PacketConn]struct{}),
 		listeners:   make(map[net.Listener]struct{}),
@@ -106,6 +114,9 @@ func New(cfg Config, p *conf.Policy) *Filter {
 	}
 	if f.timeout <= 0 {
 		f.timeout = defaultTimeout
+	}
+	if f.guard == nil {
+		f.guard = guard.New(guard.Config{})
 	}
 	if cfg.DenyRcode == dns.RcodeNameError {
 		f.denyRcode = dns.RcodeNameError

@@ -669,7 +669,7 @@ func TestLogRecordFields(t *testing.T) {
 	tf.query(t, "tcp", "evil.test.", dns.TypeTXT)
 	tf.logs.last(t, 2)
 	recs := tf.logs.records(t)
-	fields := []string{"time", "level", "msg", "sandbox", "proto", "client", "name", "qtype", "verdict", "rule", "reason", "rcode", "upstream", "ech_removed", "duration_ms"}
+	fields := []string{"time", "level", "msg", "sandbox", "proto", "client", "name", "qtype", "verdict", "rule", "reason", "rcode", "upstream", "ech_removed", "private_removed", "duration_ms"}
 	for _, rec := range recs {
 		for _, k := range fields {
 			if _, ok := rec[k]; !ok {
@@ -1020,7 +1020,7 @@ func TestRelayEDNS(t *testing.T) {
 
 	// The client sent no OPT: none goes back, even if upstream sent one.
 	var r record
-	got := f.relay(withOPT(upReply()), req, &r)
+	got := f.relay(withOPT(upReply()), req, &r, nil)
 	if got.IsEdns0() != nil || got.Id != 99 || !got.AuthenticatedData || r.echRemoved {
 		t.Errorf("relay without EDNS: %v", got)
 	}
@@ -1028,7 +1028,7 @@ func TestRelayEDNS(t *testing.T) {
 	// The client sent OPT: one goes back, with the filter's size.
 	ednsReq := withOPT(req.Copy())
 	for _, up := range []*dns.Msg{upReply(), withOPT(upReply())} {
-		got = f.relay(up, ednsReq, &r)
+		got = f.relay(up, ednsReq, &r, nil)
 		if opt := got.IsEdns0(); opt == nil || opt.UDPSize() != advertisedUDPSize || countOPT(got) != 1 {
 			t.Errorf("relay with EDNS: %v", got)
 		}

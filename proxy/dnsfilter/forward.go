@@ -8,11 +8,14 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/doorman-net/doorman/conf"
 )
 
 // forward sends the question of req to the upstreams in turn and returns
-// the answer for the client, filling in r's upstream, reason and verdict.
-func (f *Filter) forward(ctx context.Context, req *dns.Msg, r *record) *dns.Msg {
+// the answer for the client under policy p, filling in r's upstream,
+// reason and verdict.
+func (f *Filter) forward(ctx context.Context, req *dns.Msg, r *record, p *conf.Policy) *dns.Msg {
 	if len(f.upstreams) == 0 {
 		r.fail("no upstream resolvers configured")
 		return newReply(req, dns.RcodeServerFailure)
@@ -39,11 +42,11 @@ func (f *Filter) forward(ctx context.Context, req *dns.Msg, r *record) *dns.Msg 
 			last = reply
 			continue
 		}
-		return f.relay(reply, req, r)
+		return f.relay(reply, req, r, p)
 	}
 	if last != nil {
 		r.reason += "; " + strings.Join(failures, "; ")
-		return f.relay(last, req, r)
+		return f.relay(last, req, r, p)
 	}
 	r.fail("no upstream answered: %s", strings.Join(failures, "; "))
 	return newReply(req, dns.RcodeServerFailure)
@@ -127,15 +130,30 @@ func checkReply(query, reply *dns.Msg) error {
 	return nil
 }
 
-// relay turns an upstream answer into the client's: the client's ID and
-// question, ECH removed (and AD cleared if it was), and the OPT record
-// only if the client sent one, advertising the filter's UDP size.
-func (f *Filter) relay(reply, req *dns.Msg, r *record) *dns.Msg {
+// relay turns an upstream answer into the client's under policy p: the
+// client's ID and question, ECH removed and the addresses the guard
+// refuses removed (and AD cleared if anything was), and the OPT record
+// only if the client sent one, advertising the filter's UDP size. An A or
+// AAAA question whose every answer of that type was private is refused
+// instead (see Filter.denial), as a name not admitted is.
+func (f *Filter) relay(reply, req *dns.Msg, r *record, p *conf.Policy) *dns.Msg {
 	reply.Id = req.Id
 	reply.Question = []dns.Question{req.Question[0]}
 	if stripECH(reply) {
 		reply.AuthenticatedData = false
 		r.echRemoved = true
+	}
+	qtype := req.Question[0].Qtype
+	had := countType(reply.Answer, qtype)
+	if pa := f.stripPrivate(reply, p); pa.removed > 0 {
+		reply.AuthenticatedData = false
+		r.privateRemoved = pa.removed
+		if (qtype == dns.TypeA || qtype == dns.TypeAAAA) && had > 0 && countType(reply.Answer, qtype) == 0 {
+			// The log names the addresses; the sandbox learns only
+			// that they were private.
+			r.deny("%s", pa.reason())
+			return f.denial(req, fmt.Sprintf("every %s record of the answer is a private address", dns.Type(qtype)))
+		}
 	}
 	opt := reply.IsEdns0()
 	switch {

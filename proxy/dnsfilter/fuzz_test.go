@@ -40,6 +40,8 @@ func seedQueries() [][]byte {
 	m.SetEdns0(512, false)
 	add(m)
 	add(q("7.113.0.203.in-addr.arpa.", dns.TypePTR))
+	add(q("mixed.example.com.", dns.TypeA))
+	add(q("hints.example.com.", dns.TypeHTTPS))
 	m = q("api.example.com.", dns.TypeA)
 	m.Question = append(m.Question, dns.Question{Name: "evil.test.", Qtype: dns.TypeA, Qclass: dns.ClassINET})
 	add(m)
@@ -69,8 +71,9 @@ func seedQueries() [][]byte {
 
 // FuzzFilterQuery feeds arbitrary bytes to the filter as UDP queries. The
 // filter must not panic; every reply must be a well-formed response with the
-// query's ID that fits the client's UDP size and carries no ECH; and the
-// upstream must never see a question the policy does not admit.
+// query's ID that fits the client's UDP size and carries neither ECH nor an
+// address the guard refuses; and the upstream must never see a question
+// the policy does not admit.
 func FuzzFilterQuery(f *testing.F) {
 	for _, s := range seedQueries() {
 		f.Add(s)
@@ -89,7 +92,7 @@ func FuzzFilterQuery(f *testing.F) {
 		}
 		up.answerFromZone(w, r)
 	})
-	flt := New(Config{Upstreams: []netip.AddrPort{up.addr}, Timeout: time.Second}, p)
+	flt := New(Config{Upstreams: []netip.AddrPort{up.addr}, Timeout: time.Second, Guard: testGuard()}, p)
 	client := netip.MustParseAddrPort("127.0.0.1:5353")
 
 	f.Fuzz(func(t *testing.T, query []byte) {
@@ -119,6 +122,9 @@ func FuzzFilterQuery(f *testing.F) {
 		}
 		if stripECH(&r) {
 			t.Fatalf("reply carries ECH: %v", &r)
+		}
+		if pa := flt.stripPrivate(&r, p); pa.removed != 0 {
+			t.Fatalf("reply carries private addresses (%s): %v", pa.reason(), &r)
 		}
 		if r.Rcode == dns.RcodeRefused && len(r.Answer) != 0 {
 			t.Fatalf("refusal carries answers: %v", &r)

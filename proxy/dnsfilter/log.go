@@ -27,7 +27,10 @@ type record struct {
 	rcode      string // "" until a reply is packed: then logged as "none"
 	upstream   netip.AddrPort
 	echRemoved bool
-	start      time.Time
+	// privateRemoved counts the addresses the guard refused that were
+	// removed from the answer (records and hint values).
+	privateRemoved int
+	start          time.Time
 }
 
 // deny sets the verdict deny, with the reason formatted.
@@ -74,6 +77,7 @@ func (f *Filter) log(r *record) {
 		slog.String("rcode", rcode),
 		slog.String("upstream", upstream),
 		slog.Bool("ech_removed", r.echRemoved),
+		slog.Int("private_removed", r.privateRemoved),
 		slog.Float64("duration_ms", float64(time.Since(r.start).Microseconds())/1000),
 	)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
 // zone is what a test upstream knows: records by name (lower case, with the
@@ -39,6 +40,19 @@ func testZone(t testing.TB) zone {
 		"svc.example.com. 300 IN HTTPS 2 svc2.example.com. mandatory=alpn,ech alpn=h2 port=8443 ech=AEj+DQBEAQAgACBNPm8ILXGhjzeFZrT6IEXnRnAAvp2Q5L4uj/hBg6XcTAAEAAEAAQAVY2xvdWRmbGFyZS1lY2guY29tAAA=",
 		"_8443._https.svc.example.com. 300 IN SVCB 1 svc.example.com. ech=AEj+DQBEAQAgACBNPm8ILXGhjzeFZrT6IEXnRnAAvp2Q5L4uj/hBg6XcTAAEAAEAAQAVY2xvdWRmbGFyZS1lY2guY29tAAA= port=8443",
 		"plain.example.com. 300 IN HTTPS 1 . alpn=h2",
+		// Allowed names whose owners point them at private addresses.
+		"rebind.example.com. 300 IN A 10.0.0.5",
+		"rebind.example.com. 300 IN AAAA fd00::5",
+		"mixed.example.com. 300 IN A 10.0.0.5",
+		"mixed.example.com. 300 IN A 203.0.113.77",
+		"mixed.example.com. 300 IN AAAA fd00::5",
+		"mixed.example.com. 300 IN AAAA 2001:db8::77",
+		"alias.example.com. 300 IN CNAME rebind.example.net.",
+		"rebind.example.net. 300 IN A 10.0.0.5",
+		"neighbour.example.com. 300 IN A 198.51.100.130",
+		"nat64.example.com. 300 IN AAAA 64:ff9b::10.0.0.5",
+		"hints.example.com. 300 IN HTTPS 1 . alpn=h2 ipv4hint=10.0.0.5,203.0.113.77 ipv6hint=fd00::5",
+		"hintsonly.example.com. 300 IN HTTPS 1 . mandatory=ipv4hint ipv4hint=169.254.169.254 ipv6hint=2001:db8::77",
 		"7.113.0.203.in-addr.arpa. 300 IN PTR host.example.com.",
 		"8.8.8.8.in-addr.arpa. 300 IN PTR dns.google.",
 		"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa. 300 IN PTR v6host.example.com.",
@@ -280,10 +294,26 @@ type testFilter struct {
 	logs     *logBuffer
 }
 
-// startFilter starts a filter with cfg (Logger set to a buffer) and policy
-// p on 127.0.0.1; it shuts down when the test ends.
+// testGuard is the guard of a host with no address of its own and one
+// connected subnet, 198.51.100.128/25 (a bridge with other sandboxes on
+// it): the root namespace the tests run in must not change what they see.
+func testGuard() *guard.Guard {
+	return guard.New(guard.Config{
+		OwnAddrs: func() ([]netip.Addr, error) { return nil, nil },
+		ConnectedSubnets: func() ([]netip.Prefix, error) {
+			return []netip.Prefix{netip.MustParsePrefix("198.51.100.128/25")}, nil
+		},
+	})
+}
+
+// startFilter starts a filter with cfg (Logger set to a buffer, Guard to
+// testGuard unless set) and policy p on 127.0.0.1; it shuts down when the
+// test ends.
 func startFilter(t testing.TB, cfg Config, p *conf.Policy) *testFilter {
 	t.Helper()
+	if cfg.Guard == nil {
+		cfg.Guard = testGuard()
+	}
 	logs := &logBuffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if cfg.Sandbox == "" {

@@ -1,0 +1,167 @@
+package dnsfilter
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
+)
+
+// maxRefusalsLogged bounds how many removed addresses a reason lists.
+const maxRefusalsLogged = 3
+
+// privateAnswers is what stripPrivate removed from an answer.
+type privateAnswers struct {
+	removed  int              // addresses removed: records and hint values
+	refusals []*guard.Refusal // why, one per address
+}
+
+// reason renders the refusals for the log: "private answer 10.0.0.5: RFC
+// 1918 (10.0.0.0/8)", one such clause per address (the first few).
+func (pa privateAnswers) reason() string {
+	var b strings.Builder
+	for i, r := range pa.refusals {
+		if i == maxRefusalsLogged {
+			fmt.Fprintf(&b, "; and %d more", len(pa.refusals)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("private answer " + r.String())
+	}
+	return b.String()
+}
+
+// stripPrivate removes from m every address the guard refuses under p
+// (see package guard), as the proxy would refuse to dial it: A and AAAA
+// records in every section, and the values of the ipv4hint and ipv6hint
+// parameters of HTTPS and SVCB records (a hint left without values goes,
+// and from the record's mandatory list with it). Whatever an allowed
+// name's DNS says, the sandbox then never learns a private address for
+// it.
+func (f *Filter) stripPrivate(m *dns.Msg, p *conf.Policy) privateAnswers {
+	var pa privateAnswers
+	refused := func(ip net.IP) bool {
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			pa.removed++ // not an address: nothing to pass on
+			return true
+		}
+		if r := f.guard.CheckAnyPort(p, a); r != nil {
+			pa.removed++
+			pa.refusals = append(pa.refusals, r)
+			return true
+		}
+		return false
+	}
+	for _, section := range []*[]dns.RR{&m.Answer, &m.Ns, &m.Extra} {
+		kept := (*section)[:0]
+		for _, rr := range *section {
+			switch rr := rr.(type) {
+			case *dns.A:
+				if refused(rr.A) {
+					continue
+				}
+			case *dns.AAAA:
+				if refused(rr.AAAA) {
+					continue
+				}
+			case *dns.HTTPS:
+				stripHints(&rr.SVCB, refused)
+			case *dns.SVCB:
+				stripHints(rr, refused)
+			}
+			kept = append(kept, rr)
+		}
+		clear((*section)[len(kept):])
+		*section = kept
+	}
+	return pa
+}
+
+// stripHints removes the addresses refused reports from the ipv4hint and
+// ipv6hint parameters of s; a hint left empty goes (an empty one is
+// malformed), and from the mandatory list too (the list goes if nothing
+// else is left in it).
+func stripHints(s *dns.SVCB, refused func(net.IP) bool) {
+	var gone []dns.SVCBKey
+	kept := make([]dns.SVCBKeyValue, 0, len(s.Value))
+	changed := false
+	for _, kv := range s.Value {
+		switch h := kv.(type) {
+		case *dns.SVCBIPv4Hint:
+			ips := keepAddrs(h.Hint, refused)
+			if len(ips) != len(h.Hint) {
+				changed = true
+				if len(ips) == 0 {
+					gone = append(gone, h.Key())
+					continue
+				}
+				kv = &dns.SVCBIPv4Hint{Hint: ips}
+			}
+		case *dns.SVCBIPv6Hint:
+			ips := keepAddrs(h.Hint, refused)
+			if len(ips) != len(h.Hint) {
+				changed = true
+				if len(ips) == 0 {
+					gone = append(gone, h.Key())
+					continue
+				}
+				kv = &dns.SVCBIPv6Hint{Hint: ips}
+			}
+		}
+		kept = append(kept, kv)
+	}
+	if !changed {
+		return
+	}
+	if len(gone) > 0 {
+		out := kept[:0]
+		for _, kv := range kept {
+			if m, ok := kv.(*dns.SVCBMandatory); ok {
+				var codes []dns.SVCBKey
+				for _, k := range m.Code {
+					if !slices.Contains(gone, k) {
+						codes = append(codes, k)
+					}
+				}
+				if len(codes) == 0 {
+					continue
+				}
+				kv = &dns.SVCBMandatory{Code: codes}
+			}
+			out = append(out, kv)
+		}
+		kept = out
+	}
+	s.Value = kept
+}
+
+// keepAddrs returns the addresses of ips that refused does not report.
+func keepAddrs(ips []net.IP, refused func(net.IP) bool) []net.IP {
+	var out []net.IP
+	for _, ip := range ips {
+		if !refused(ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// countType counts the records of type t in rrs.
+func countType(rrs []dns.RR, t uint16) int {
+	n := 0
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == t {
+			n++
+		}
+	}
+	return n
+}
