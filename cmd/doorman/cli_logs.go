@@ -145,6 +145,10 @@ policy file:
 	if l.Skipped > 0 {
 		fmt.Fprintf(stdout, "# (%s skipped: nothing an entry could admit)\n", plural(l.Skipped, "decision", "decisions"))
 	}
+	if l.Private > 0 {
+		fmt.Fprintf(stdout, "# (%s refused as private upstreams or answers, not learned: only an address entry inside the range admits one, e.g. 10.0.0.0/8 or 10.1.2.3:6379)\n",
+			plural(l.Private, "decision", "decisions"))
+	}
 	if l.QueriedOnly > 0 {
 		fmt.Fprintf(stdout, "# (%s only looked up, never connected to: listed without a port, as a DNS query carries none)\n",
 			plural(l.QueriedOnly, "name", "names"))

@@ -52,6 +52,9 @@ type Decision struct {
 	QType      string `json:"qtype,omitempty"`       // A, AAAA, HTTPS, ...
 	Rcode      string `json:"rcode,omitempty"`       // NOERROR, REFUSED, ...; "none": no reply sent
 	ECHRemoved bool   `json:"ech_removed,omitempty"` // ECH configurations were stripped from the answer
+	// PrivateRemoved counts the private addresses removed from the
+	// answer (A and AAAA records, address hints).
+	PrivateRemoved int `json:"private_removed,omitempty"`
 
 	// Raw is the line as read, without its newline.
 	Raw []byte `json:"-"`

@@ -15,6 +15,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
 // lockedBuffer is a log the filter's goroutines write to.
@@ -36,7 +37,8 @@ func (b *lockedBuffer) String() string {
 }
 
 // startResolver serves UDP DNS on 127.0.0.1, answering every A question
-// with 203.0.113.10.
+// with 203.0.113.10, and those for names below lan.example.test with
+// 10.0.0.5 (rebind) or both (mixed).
 func startResolver(t *testing.T) netip.AddrPort {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -47,10 +49,19 @@ func startResolver(t *testing.T) netip.AddrPort {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		if q := r.Question[0]; q.Qtype == dns.TypeA {
-			m.Answer = append(m.Answer, &dns.A{
-				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
-				A:   net.ParseIP("203.0.113.10").To4(),
-			})
+			addrs := []string{"203.0.113.10"}
+			switch strings.ToLower(q.Name) {
+			case "rebind.lan.example.test.":
+				addrs = []string{"10.0.0.5"}
+			case "mixed.lan.example.test.":
+				addrs = []string{"10.0.0.5", "203.0.113.10"}
+			}
+			for _, a := range addrs {
+				m.Answer = append(m.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+					A:   net.ParseIP(a).To4(),
+				})
+			}
 		}
 		w.WriteMsg(m)
 	})}
@@ -67,7 +78,7 @@ func startResolver(t *testing.T) netip.AddrPort {
 func dnsFilterLog(t *testing.T, questions []dnsQuestion) string {
 	t.Helper()
 	var logs lockedBuffer
-	p, err := conf.NewPolicy(conf.ModeAllowlist, []string{"api.example.test:443"})
+	p, err := conf.NewPolicy(conf.ModeAllowlist, []string{"api.example.test:443", "*.lan.example.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +86,11 @@ func dnsFilterLog(t *testing.T, questions []dnsQuestion) string {
 		Sandbox:   "sb-dl",
 		Upstreams: []netip.AddrPort{startResolver(t)},
 		Logger:    slog.New(slog.NewJSONHandler(&logs, nil)),
+		// A host with no address and no connected subnet of its own.
+		Guard: guard.New(guard.Config{
+			OwnAddrs:         func() ([]netip.Addr, error) { return nil, nil },
+			ConnectedSubnets: func() ([]netip.Prefix, error) { return nil, nil },
+		}),
 	}, p)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -123,6 +139,8 @@ func TestParseDNSFilterRecords(t *testing.T) {
 		{"udp", "blocked.example.test.", dns.TypeAAAA},               // refused: learned
 		{"udp", "10.113.0.203.in-addr.arpa.", dns.TypeA},             // under in-addr.arpa, not a PTR
 		{"udp", "evil.example.test.api.example.test.", dns.TypeAAAA}, // below an exact entry: refused
+		{"udp", "rebind.lan.example.test.", dns.TypeA},               // a private answer: refused
+		{"udp", "mixed.lan.example.test.", dns.TypeA},                // the private address removed
 	})
 	// A policy event between the queries' lines is not a decision.
 	log += `{"time":"2025-06-01T12:00:00Z","level":"INFO","msg":"policy loaded","sandbox":"sb-dl","mode":"allowlist","entries":1}` + "\n"
@@ -131,8 +149,8 @@ func TestParseDNSFilterRecords(t *testing.T) {
 	if _, err := Scan(strings.NewReader(log), func(d Decision) error { got = append(got, d); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 7 {
-		t.Fatalf("got %d decisions, want 7, from\n%s", len(got), log)
+	if len(got) != 9 {
+		t.Fatalf("got %d decisions, want 9, from\n%s", len(got), log)
 	}
 	type fields struct{ level, proto, name, qtype, verdict, rule, rcode, reason string }
 	want := []fields{
@@ -144,6 +162,8 @@ func TestParseDNSFilterRecords(t *testing.T) {
 		{"WARN", "udp", "blocked.example.test", "AAAA", Deny, "", "REFUSED", "name not allowed"},
 		{"WARN", "udp", "10.113.0.203.in-addr.arpa", "A", Deny, "", "REFUSED", "reverse name of an address not allowed"},
 		{"WARN", "udp", "evil.example.test.api.example.test", "AAAA", Deny, "", "REFUSED", "name not allowed"},
+		{"WARN", "udp", "rebind.lan.example.test", "A", Deny, "*.lan.example.test", "REFUSED", "private answer 10.0.0.5: RFC 1918 (10.0.0.0/8)"},
+		{"INFO", "udp", "mixed.lan.example.test", "A", Allow, "*.lan.example.test", "NOERROR", "name allowed"},
 	}
 	for i, d := range got {
 		g := fields{d.Level, d.Proto, d.Name, d.QType, d.Verdict, d.Rule, d.Rcode, d.Reason}
@@ -166,6 +186,13 @@ func TestParseDNSFilterRecords(t *testing.T) {
 	}
 	if got[1].Upstream != "" {
 		t.Errorf("refused query: upstream %q", got[1].Upstream)
+	}
+	if got[7].PrivateRemoved != 1 || got[8].PrivateRemoved != 1 || got[0].PrivateRemoved != 0 {
+		t.Errorf("private_removed: %d, %d, %d; want 1, 1, 0", got[7].PrivateRemoved, got[8].PrivateRemoved, got[0].PrivateRemoved)
+	}
+	if w := "allow dns/udp mixed.lan.example.test A answered NOERROR, rule *.lan.example.test (resolver " + got[8].Upstream + ", "; !strings.HasPrefix(Format(got[8]), got[8].Time.Format(timeLayout)+" "+w) ||
+		!strings.HasSuffix(Format(got[8]), ", 1 private address removed)") {
+		t.Errorf("Format of an answer that lost a private address: %q", Format(got[8]))
 	}
 
 	// Format: said to be DNS, with the rcode; the time and the duration
@@ -198,21 +225,21 @@ func TestParseDNSFilterRecords(t *testing.T) {
 		}
 		c.Add(d)
 	}
-	if denied != 6 {
-		t.Errorf("Filter denied: %d, want 6", denied)
+	if denied != 7 {
+		t.Errorf("Filter denied: %d, want 7", denied)
 	}
-	if c != (Counts{DNS: DNSCounts{Allowed: 1, Denied: 6}}) {
+	if c != (Counts{DNS: DNSCounts{Allowed: 2, Denied: 7}}) {
 		t.Errorf("Counts: %+v", c)
 	}
 
 	// Learn: only the lookup refused for want of an entry, of a type a
 	// client asks before it connects; not the TXT, the expansion, the
-	// reverse names; no port.
+	// reverse names, the private answer (counted apart); no port.
 	l := Learn(got, LearnOptions{})
 	if h := hosts(l); h != "evil.example.test.api.example.test blocked.example.test" {
 		t.Errorf("learned %q", h)
 	}
-	if l.Used != 0 || l.UsedDNS != 2 || l.QueriedOnly != 2 || l.Skipped != 0 {
+	if l.Used != 0 || l.UsedDNS != 2 || l.QueriedOnly != 2 || l.Skipped != 0 || l.Private != 1 {
 		t.Errorf("learned from %+v", l)
 	}
 }

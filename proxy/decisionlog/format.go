@@ -80,9 +80,20 @@ func formatDNS(d Decision) string {
 		if d.ECHRemoved {
 			extra = append(extra, "ECH removed")
 		}
+		if d.PrivateRemoved > 0 {
+			extra = append(extra, fmt.Sprintf("%d private %s removed", d.PrivateRemoved, plural(d.PrivateRemoved, "address", "addresses")))
+		}
 		s += " (" + strings.Join(extra, ", ") + ")"
 	}
 	return s
+}
+
+// plural picks the word for n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func orNoName(name string) string {

@@ -38,6 +38,14 @@ type Learned struct {
 	// counted: most are admitted lookups, or expansions by a search list.
 	UsedDNS     int
 	QueriedOnly int
+	// Private counts the connections refused because their upstream was
+	// private (reason "private upstream ...", also after a policy change)
+	// and the DNS answers refused because they were (reason "private
+	// answer ..."). Only an address entry inside the private range admits
+	// those, and opening the host's LAN or a neighbour is the operator's
+	// call, never a guess: they are not learned, and not counted in
+	// Skipped either.
+	Private int
 }
 
 // Policy is the learned allowlist as a policy in mode allowlist.
@@ -52,9 +60,12 @@ func (l Learned) Policy() *conf.Policy {
 //
 // It learns from what the policy let through (in mode open, everything)
 // and from what it refused because no entry admitted it. Decisions that
-// no entry could change are skipped: refusals of upstream addresses the
-// proxy never dials, of malformed requests, connections made while the
-// policy was in mode none, and lines without a readable destination.
+// no entry could change are skipped: refusals of malformed requests,
+// connections made while the policy was in mode none, and lines without a
+// readable destination. Refusals of private upstreams and private DNS
+// answers are not learned either, only counted (see Learned.Private): a
+// name entry would not admit them, and an address entry for the host's
+// LAN is not something to propose unasked.
 //
 // It learns from the DNS filter's refusals too: with the filter on, a name
 // the policy does not admit never resolves, so the workload never connects
@@ -74,6 +85,10 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 	queried := map[string]int{} // names of refused queries -> how many
 	for _, d := range ds {
 		if opts.Denied && d.Verdict != Deny {
+			continue
+		}
+		if private(d) {
+			l.Private++
 			continue
 		}
 		if d.IsDNS() {
@@ -181,6 +196,21 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 	slices.SortFunc(out, compareEntries)
 	l.Entries = out
 	return l
+}
+
+// private reports whether d was refused because its upstream, or every
+// address of its DNS answer, was private (see package guard): "private
+// upstream ..." (as it was once written, "no permissible upstream: ..."),
+// possibly after a policy change, and "private answer ...".
+func private(d Decision) bool {
+	if d.Verdict != Deny {
+		return false
+	}
+	r := strings.TrimPrefix(d.Reason, "policy changed: ")
+	if d.IsDNS() {
+		return strings.HasPrefix(r, "private answer ")
+	}
+	return strings.HasPrefix(r, "private upstream ") || strings.HasPrefix(r, "no permissible upstream")
 }
 
 // learnable reports whether d is a connection an entry could admit.

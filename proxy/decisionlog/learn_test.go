@@ -57,6 +57,12 @@ func TestLearn(t *testing.T) {
 		seen(Deny, "no original destination", "", "invalid AddrPort"),
 		seen(Allow, "mode open", "bad name!", "203.0.113.95:443"),
 		seen(Allow, "allowDirect", "", "203.0.113.96:5432"), // bypassed the proxy: an allowDirect entry has it
+		// Private upstreams and answers: only an address entry inside the
+		// range could admit them, and that is not proposed.
+		seen(Deny, "private upstream 10.0.0.5: RFC 1918 (10.0.0.0/8)", "rebind.example.test", "203.0.113.97:443"),
+		seen(Deny, "private upstream 10.0.0.5: RFC 1918 (10.0.0.0/8)", "", "10.0.0.5:6379"),
+		seen(Deny, "policy changed: private upstream 10.0.0.5: RFC 1918 (10.0.0.0/8)", "lan.example.test", "203.0.113.98:80"),
+		{Kind: KindDNS, Verdict: Deny, Reason: "private answer 10.0.0.5: RFC 1918 (10.0.0.0/8)", Name: "rebind.example.test", QType: "A"},
 	}
 	l := Learn(ds, LearnOptions{})
 	want := "git.example.net:443 " +
@@ -66,8 +72,8 @@ func TestLearn(t *testing.T) {
 	if got := hosts(l); got != want {
 		t.Errorf("learned\n got %s\nwant %s", got, want)
 	}
-	if l.Used != 14 || l.Skipped != 8 {
-		t.Errorf("used %d, skipped %d; want 14, 8", l.Used, l.Skipped)
+	if l.Used != 14 || l.Skipped != 7 || l.Private != 5 {
+		t.Errorf("used %d, skipped %d, private %d; want 14, 7, 5", l.Used, l.Skipped, l.Private)
 	}
 
 	// What was seen gets through, and nothing else: other ports, other
@@ -91,12 +97,13 @@ func TestLearn(t *testing.T) {
 		{"api.example.test", 8443}, {"evil.example.test", 80}, {"example.test", 443},
 		{"www.api.example.test", 443}, {"x.example.test", 443}, {"y.example.test", 443},
 		{"local.example.test", 443}, {"ws.example.test", 80}, {"cdn.example.org", 80},
+		{"rebind.example.test", 443}, {"lan.example.test", 80},
 	} {
 		if e, ok := p.MatchName(c.name, c.port); ok {
 			t.Errorf("learned policy admits %s port %d (by %s)", c.name, c.port, e)
 		}
 	}
-	for _, a := range []string{"203.0.113.30:443", "203.0.113.31:22", "203.0.113.10:443", "203.0.113.93:80", "[2001:db8:100::21]:443"} {
+	for _, a := range []string{"203.0.113.30:443", "203.0.113.31:22", "203.0.113.10:443", "203.0.113.93:80", "[2001:db8:100::21]:443", "10.0.0.5:6379"} {
 		ap := netip.MustParseAddrPort(a)
 		if e, ok := p.MatchAddr(ap.Addr(), ap.Port()); ok {
 			t.Errorf("learned policy admits %v (by %s)", ap, e)
@@ -104,8 +111,8 @@ func TestLearn(t *testing.T) {
 	}
 
 	// Only the denials.
-	if got := hosts(Learn(ds, LearnOptions{Denied: true})); got != "evil.example.test:443 old.example.test:443 other.example.test:80 203.0.113.70:443" {
-		t.Errorf("denied only: %s", got)
+	if l := Learn(ds, LearnOptions{Denied: true}); hosts(l) != "evil.example.test:443 old.example.test:443 other.example.test:80 203.0.113.70:443" || l.Private != 5 {
+		t.Errorf("denied only: %s (private %d)", hosts(l), l.Private)
 	}
 	// Without ports.
 	if got := hosts(Learn(ds[:8], LearnOptions{AnyPort: true})); got != "cdn.example.org api.example.test 203.0.113.30 203.0.113.31 2001:db8:100::20" {
