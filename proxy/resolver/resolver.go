@@ -23,7 +23,9 @@
 // qualified: the proxy's names come from SNI and Host, never from a
 // search list. A and AAAA are asked at the same time; an answer counts
 // only for the name asked and the CNAME chain the answer itself gives, and
-// only when its ID and question are the query's.
+// only when its ID and question are the query's. The addresses come back
+// in RFC 6724's order, as the Go resolver orders them, so that the proxy
+// dials them in the order it did before it had a resolver of its own.
 package resolver
 
 import (
@@ -90,8 +92,10 @@ func (r *Stub) Servers() []netip.AddrPort { return slices.Clone(r.servers) }
 // errNotFound stands for an answer saying the name has no such address.
 var errNotFound = errors.New("no such host")
 
-// LookupNetIP returns the addresses of host: network "ip" both families
-// (IPv4 first), "ip4" or "ip6" one. An IP address is returned as it is. A
+// LookupNetIP returns the addresses of host: network "ip" both families,
+// "ip4" or "ip6" one, in the order to dial them (RFC 6724's, as the Go
+// resolver gives them; see sortForDialing). An IP address is returned as
+// it is. A
 // name without addresses is a *net.DNSError with IsNotFound; one no server
 // answered for is a *net.DNSError with IsTemporary that says what each
 // server did.
@@ -145,6 +149,7 @@ func (r *Stub) LookupNetIP(ctx context.Context, network, host string) ([]netip.A
 	}
 	switch {
 	case len(addrs) > 0:
+		sortForDialing(addrs)
 		return addrs, nil
 	case notFound || len(failures) == 0:
 		return nil, &net.DNSError{Err: errNotFound.Error(), Name: host, IsNotFound: true}
