@@ -29,8 +29,9 @@ type Config struct {
 	// DialTimeout bounds resolving and connecting upstream (default 10 s).
 	DialTimeout time.Duration
 	// Resolver resolves names admitted by name rules. nil: the Go
-	// resolver with the host's /etc/resolv.conf. A *net.Resolver
-	// satisfies it; see NewResolver for one aimed at a given server.
+	// resolver with the host's /etc/resolv.conf. A sandbox's proxy gets
+	// a resolver.Stub asking the sandbox's own resolvers (see package
+	// resolver); a *net.Resolver satisfies it too.
 	Resolver Resolver
 	// ResolveCacheTTL is how long a name's addresses are reused (default
 	// 5 s; negative disables the cache).

@@ -27,6 +27,8 @@ type cachedAddrs struct {
 	expires time.Time
 }
 
+// newCachingResolver caches r's answers for ttl; a nil r is the Go
+// resolver reading the host's /etc/resolv.conf.
 func newCachingResolver(r Resolver, ttl time.Duration) *cachingResolver {
 	if r == nil {
 		r = &net.Resolver{PreferGo: true}
@@ -58,16 +60,4 @@ func (c *cachingResolver) LookupNetIP(ctx context.Context, network, host string)
 	c.entries[key] = cachedAddrs{addrs: addrs, expires: now.Add(c.ttl)}
 	c.mu.Unlock()
 	return addrs, nil
-}
-
-// NewResolver returns a resolver that sends every query to server (an
-// "addr:port" such as "203.0.113.53:53") instead of /etc/resolv.conf.
-func NewResolver(server string) *net.Resolver {
-	var d net.Dialer
-	return &net.Resolver{
-		PreferGo: true,
-		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, network, server)
-		},
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // otlpShutdownTimeout bounds how long an exiting proxy spends sending the
@@ -40,7 +41,6 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	var (
 		sandbox      = fs.String("sandbox", "", "sandbox id, for logs and 403 pages (required)")
 		policyFile   = fs.String("policy", "", "policy file in the plain allowlist form, watched for changes (required)")
-		resolver     = fs.String("resolver", "", "DNS server (addr:port) for names admitted by name rules; default: /etc/resolv.conf")
 		logDest      = fs.String("log", "-", "where decision lines go: a file (appended) or - for stderr")
 		sniffTimeout = fs.Duration("sniff-timeout", 10*time.Second, "how long to wait for the first bytes that carry a name")
 		drain        = fs.Duration("drain-timeout", 10*time.Second, "on SIGTERM, how long open connections may finish before they are closed")
@@ -50,6 +50,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		dnsUDPFDs    listFlag
 		dnsTCPFDs    listFlag
 		dnsUpstreams listFlag
+		resolvers    listFlag
 		otlpEndpoint = fs.String("otlp-endpoint", "", "OpenTelemetry collector to copy connection and DNS records to, as OTLP/HTTP logs: a URL (http://127.0.0.1:4318) or host:port (TLS unless --otlp-insecure); empty: the local log only")
 		otlpInsecure = fs.Bool("otlp-insecure", false, "plaintext HTTP to a host:port --otlp-endpoint")
 		otlpConfig   = fs.String("otlp-config", "", "JSON `file` with the OTLP settings ({\"endpoint\": …, \"headers\": {…}, \"insecure\": …, \"queueSize\": …}), instead of the --otlp-* flags: keeps headers off the command line")
@@ -61,6 +62,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&listenAddrs, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
 	fs.Var(&dnsUDPFDs, "dns-udp-fd", "inherited UDP socket `fd` the DNS filter serves (repeatable)")
 	fs.Var(&dnsTCPFDs, "dns-tcp-fd", "inherited listening TCP socket `fd` the DNS filter serves (repeatable)")
+	fs.Var(&resolvers, "resolver", "DNS server (`addr[:port]`) the proxy resolves names admitted by name rules with (repeatable: tried in order, the next on a timeout or SERVFAIL); default: this host's /etc/resolv.conf")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver `addr:port` the DNS filter forwards admitted queries to (repeatable)")
 	fs.Var(&allowDirect, "allow-direct", "allowDirect `entry` (IP or CIDR, optional port) the sandbox reaches without the proxy: its new flows are logged from conntrack (repeatable)")
 	fs.Var(&otlpHeaders, "otlp-header", "`key=value` header sent with every OTLP export request (repeatable)")
@@ -78,6 +80,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return fail("no listener: give --listen-fd or --listen")
 	}
 	directEntries, err := parseAllowDirect(allowDirect)
+	if err != nil {
+		return fail("%v", err)
+	}
+	servers, err := parseResolvers(resolvers)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -175,12 +181,17 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
 	cfg := proxy.Config{Sandbox: *sandbox, SniffTimeout: *sniffTimeout, Logger: logger, BatchWhileBulk: true}
-	if *resolver != "" {
-		if _, _, err := net.SplitHostPort(*resolver); err != nil {
+	if len(servers) > 0 {
+		stub, err := resolver.New(resolver.Config{Servers: servers})
+		if err != nil {
 			closeAll()
-			return fail("--resolver %q: want addr:port: %v", *resolver, err)
+			return fail("--resolver: %v", err)
 		}
-		cfg.Resolver = proxy.NewResolver(*resolver)
+		cfg.Resolver = stub
+		logger.Info("resolver", "sandbox", *sandbox, "servers", servers)
+	} else {
+		logger.Warn("resolver", "sandbox", *sandbox, "servers", []netip.AddrPort{}, "resolvConf", hostResolvConf,
+			"why", "no --resolver given: names admitted by name rules resolve with this host's resolv.conf, not the sandbox's resolvers")
 	}
 	p := proxy.New(cfg)
 	// A policy that does not load leaves the proxy serving in deny-all:
@@ -258,6 +269,23 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	p.Shutdown(dctx)
 	wg.Wait()
 	return 0
+}
+
+// hostResolvConf is where the Go resolver, the proxy's without --resolver,
+// reads the host's DNS servers.
+const hostResolvConf = "/etc/resolv.conf"
+
+// parseResolvers parses the --resolver values.
+func parseResolvers(raw []string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, r := range raw {
+		ap, err := resolver.ParseServer(r)
+		if err != nil {
+			return nil, fmt.Errorf("--resolver %w", err)
+		}
+		out = append(out, ap)
+	}
+	return out, nil
 }
 
 // parseAllowDirect parses the --allow-direct values: address entries only.
