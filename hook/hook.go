@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // Options configure the hook; the zero value uses the defaults.
@@ -23,7 +25,7 @@ type Options struct {
 	StateDir         string // default sandbox.DefaultStateDir
 	LogDir           string // default sandbox.DefaultLogDir
 	DefaultPolicy    string // default DefaultPolicyFile
-	UpstreamResolver string // addr:port the proxy resolves allowed names with; "" the host's
+	UpstreamResolver string // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
 	AllowICMP        bool
 	DNSFilter        bool           // send DNS through the proxy's filter
 	HostLayer        bool           // add the host-side layer on the container's veth
@@ -95,6 +97,10 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		return err
 	}
 	fail := func(err error) error { return fmt.Errorf("doorman: container %s not started: %w", st.ID, err) }
+	upstream, err := opts.upstreamResolvers()
+	if err != nil {
+		return fail(err)
+	}
 	spec, err := loadSpec(st.Bundle)
 	if err != nil {
 		return fail(err)
@@ -152,28 +158,41 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		return fail(err)
 	}
 	_, err = sandbox.Enforce(sandbox.Request{
-		Key:           Key(st.ID),
-		ID:            st.ID,
-		Name:          containerName(annotations),
-		Runtime:       "hook",
-		NetNS:         netns,
-		Policy:        pol,
-		Resolvers:     res,
-		AllowICMP:     opts.AllowICMP,
-		Label:         Coverage(spec),
-		StateDir:      stateDir,
-		LogDir:        opts.LogDir,
-		ProxyBinary:   opts.ProxyBinary,
-		ProxyResolver: opts.UpstreamResolver,
-		DNSFilter:     opts.DNSFilter,
-		HostLayer:     opts.HostLayer,
-		AllowDirect:   direct,
-		OTLP:          opts.OTLP,
+		Key:            Key(st.ID),
+		ID:             st.ID,
+		Name:           containerName(annotations),
+		Runtime:        "hook",
+		NetNS:          netns,
+		Policy:         pol,
+		Resolvers:      res,
+		AllowICMP:      opts.AllowICMP,
+		Label:          Coverage(spec),
+		StateDir:       stateDir,
+		LogDir:         opts.LogDir,
+		ProxyBinary:    opts.ProxyBinary,
+		ProxyResolvers: upstream,
+		DNSFilter:      opts.DNSFilter,
+		HostLayer:      opts.HostLayer,
+		AllowDirect:    direct,
+		OTLP:           opts.OTLP,
 	})
 	if err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// upstreamResolvers parses UpstreamResolver: none (the proxy then asks
+// the container's resolvers), or the one server it asks instead.
+func (o Options) upstreamResolvers() ([]netip.AddrPort, error) {
+	if o.UpstreamResolver == "" {
+		return nil, nil
+	}
+	ap, err := resolver.ParseServer(o.UpstreamResolver)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-resolver %w", err)
+	}
+	return []netip.AddrPort{ap}, nil
 }
 
 // teardown undoes enforceContainer; errors only go to stderr.
@@ -243,20 +262,20 @@ func joinLabel(holder *sandbox.State, pol *conf.Policy, label string, opts Optio
 		return nil
 	}
 	_, err := sandbox.Enforce(sandbox.Request{
-		Key:           holder.Key,
-		ID:            holder.ID,
-		Name:          holder.Name,
-		Runtime:       holder.Runtime,
-		NetNS:         holder.NetNS,
-		Policy:        pol,
-		Resolvers:     holder.Resolvers,
-		AllowICMP:     holder.AllowICMP,
-		Label:         label,
-		StateDir:      filepath.Dir(holder.Dir),
-		LogDir:        filepath.Dir(holder.LogFile),
-		ProxyBinary:   opts.ProxyBinary,
-		ProxyResolver: opts.UpstreamResolver,
-		DNSFilter:     holder.DNSFilter,
+		Key:            holder.Key,
+		ID:             holder.ID,
+		Name:           holder.Name,
+		Runtime:        holder.Runtime,
+		NetNS:          holder.NetNS,
+		Policy:         pol,
+		Resolvers:      holder.Resolvers,
+		AllowICMP:      holder.AllowICMP,
+		Label:          label,
+		StateDir:       filepath.Dir(holder.Dir),
+		LogDir:         filepath.Dir(holder.LogFile),
+		ProxyBinary:    opts.ProxyBinary,
+		ProxyResolvers: holder.ProxyResolvers,
+		DNSFilter:      holder.DNSFilter,
 	})
 	return err
 }

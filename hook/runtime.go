@@ -14,6 +14,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // RuntimeConfigFile configures the runtime wrapper; it is optional.
@@ -36,10 +37,13 @@ type RuntimeConfig struct {
 	Runc string `json:"runc,omitempty"`
 	// DockerRoot is dockerd's data root, where containers/<id>/config.v2.json
 	// holds a container's labels (default /var/lib/docker).
-	DockerRoot       string `json:"dockerRoot,omitempty"`
-	StateDir         string `json:"stateDir,omitempty"`
-	LogDir           string `json:"logDir,omitempty"`
-	DefaultPolicy    string `json:"defaultPolicy,omitempty"`
+	DockerRoot    string `json:"dockerRoot,omitempty"`
+	StateDir      string `json:"stateDir,omitempty"`
+	LogDir        string `json:"logDir,omitempty"`
+	DefaultPolicy string `json:"defaultPolicy,omitempty"`
+	// UpstreamResolver is the DNS server ("addr" or "addr:port", see
+	// resolver.ParseServer) the proxies resolve allowed names with;
+	// default each container's own resolvers.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	AllowICMP        *bool  `json:"allowICMP,omitempty"`
 	// DNSFilter sends containers' DNS through the proxy's filter
@@ -48,6 +52,8 @@ type RuntimeConfig struct {
 	// HostLayer adds the host-side layer on each container's veth
 	// (default true).
 	HostLayer *bool `json:"hostLayer,omitempty"`
+
+	source string // the file this was read from, for messages
 }
 
 // LoadRuntimeConfig reads path; a missing file means the defaults.
@@ -63,11 +69,14 @@ func LoadRuntimeConfig(path string) (RuntimeConfig, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return c, fmt.Errorf("runtime config %s: %w", path, err)
 	}
+	c.source = path
 	return c, nil
 }
 
-// hookArgs are the doorman hook's flags for this configuration.
-func (c RuntimeConfig) hookArgs() []string {
+// hookArgs are the doorman hook's flags for this configuration. A value
+// the hook would refuse is an error here, naming the file and the key,
+// so that the container is refused before runc starts.
+func (c RuntimeConfig) hookArgs() ([]string, error) {
 	var a []string
 	add := func(flag, v string) {
 		if v != "" {
@@ -77,7 +86,13 @@ func (c RuntimeConfig) hookArgs() []string {
 	add("--state-dir", c.StateDir)
 	add("--log-dir", c.LogDir)
 	add("--default-policy", c.DefaultPolicy)
-	add("--upstream-resolver", c.UpstreamResolver)
+	if c.UpstreamResolver != "" {
+		ap, err := resolver.ParseServer(c.UpstreamResolver)
+		if err != nil {
+			return nil, fmt.Errorf("runtime config %s: upstreamResolver %w", orDefault(c.source, RuntimeConfigFile), err)
+		}
+		add("--upstream-resolver", ap.String())
+	}
 	if c.HostLayer != nil {
 		a = append(a, fmt.Sprintf("--host-layer=%t", *c.HostLayer))
 	}
@@ -87,7 +102,7 @@ func (c RuntimeConfig) hookArgs() []string {
 	if c.AllowICMP != nil {
 		a = append(a, fmt.Sprintf("--allow-icmp=%t", *c.AllowICMP))
 	}
-	return a
+	return a, nil
 }
 
 // runc's global flags that take a value (the rest are booleans), by name.
@@ -255,6 +270,10 @@ func findRunc(configured, self string) (string, error) {
 // DOORMAN_* environment. It fails, and the container does not start, when
 // the container has no valid policy.
 func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
+	flags, err := cfg.hookArgs()
+	if err != nil {
+		return err
+	}
 	path := filepath.Join(bundle, "config.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -323,7 +342,7 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 		label = sandbox.ComposeLabel(label, false, cfg.DNSFilter == nil || *cfg.DNSFilter, string(pol.Mode))
 	}
 	setEnv(raw, EnvEnforcement, label)
-	addHooks(raw, self, cfg.hookArgs())
+	addHooks(raw, self, flags)
 
 	out, err := json.Marshal(raw)
 	if err != nil {

@@ -410,8 +410,27 @@ func TestLoadRuntimeConfig(t *testing.T) {
 	if err != nil || c.Runc != "/usr/sbin/runc" || c.StateDir != "/run/dm" || c.AllowICMP == nil || !*c.AllowICMP {
 		t.Errorf("valid file: %+v, %v", c, err)
 	}
-	if a := c.hookArgs(); !slices.Equal(a, []string{"--state-dir=/run/dm", "--upstream-resolver=203.0.113.53:53", "--allow-icmp=true"}) {
-		t.Errorf("hookArgs = %q", a)
+	if a, err := c.hookArgs(); err != nil || !slices.Equal(a, []string{"--state-dir=/run/dm", "--upstream-resolver=203.0.113.53:53", "--allow-icmp=true"}) {
+		t.Errorf("hookArgs = %q, %v", a, err)
+	}
+	// upstreamResolver takes what every front door takes, and passes it
+	// on as addr:port; a bad one refuses the container with a message
+	// naming the file, the key, the value and why.
+	for in, want := range map[string]string{"203.0.113.53": "203.0.113.53:53", "2001:db8::53": "[2001:db8::53]:53", "[2001:db8::53]:5353": "[2001:db8::53]:5353"} {
+		os.WriteFile(path, []byte(`{"upstreamResolver": "`+in+`"}`), 0o644)
+		c, err := LoadRuntimeConfig(path)
+		if a, aerr := c.hookArgs(); err != nil || aerr != nil || !slices.Equal(a, []string{"--upstream-resolver=" + want}) {
+			t.Errorf("upstreamResolver %q: hookArgs = %q, %v, %v", in, a, err, aerr)
+		}
+	}
+	os.WriteFile(path, []byte(`{"upstreamResolver": "dns.example"}`), 0o644)
+	c, err = LoadRuntimeConfig(path)
+	if err != nil {
+		t.Fatalf("a bad upstreamResolver fails only the containers' creation, not the loading: %v", err)
+	}
+	_, err = c.hookArgs()
+	if want := "runtime config " + path + `: upstreamResolver "dns.example": not an IP address (name the server by its address); want addr or addr:port, such as 203.0.113.53, 203.0.113.53:5353, 2001:db8::53 or [2001:db8::53]:5353`; err == nil || err.Error() != want {
+		t.Errorf("bad upstreamResolver: %v\nwant %s", err, want)
 	}
 	os.WriteFile(path, []byte(`{"runc": `), 0o644)
 	if _, err := LoadRuntimeConfig(path); err == nil || !strings.Contains(err.Error(), path) {

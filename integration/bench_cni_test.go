@@ -250,7 +250,7 @@ func (e *benchCNI) enforceTeardown(b *testing.B, ns *testnet.Netns, key string) 
 	req := sandbox.Request{
 		Key: key, Runtime: "cni", NetNS: ns.Path(), Policy: pol, Resolvers: []netip.Addr{e.net.DNS},
 		AllowICMP: true, Label: "full", StateDir: e.stateDir, LogDir: e.logDir,
-		ProxyBinary: doormanBin(), ProxyResolver: netip.AddrPortFrom(e.net.DNS, 53).String(),
+		ProxyBinary: doormanBin(), ProxyResolvers: []netip.AddrPort{netip.AddrPortFrom(e.net.DNS, 53)},
 	}
 	err = e.net.InHost(func() error {
 		t0 := time.Now()

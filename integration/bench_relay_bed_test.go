@@ -154,7 +154,7 @@ func newRelayBed(b *testing.B) *relayBed {
 		Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(),
 		Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, Label: "full",
 		StateDir: filepath.Join(dir, "state"), LogDir: filepath.Join(dir, "log"),
-		ProxyBinary: doormanBin(), ProxyResolver: netip.AddrPortFrom(n.DNS, 53).String(),
+		ProxyBinary: doormanBin(), ProxyResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
 	}
 	err = n.InHost(func() error {
 		var err error

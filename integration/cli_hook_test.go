@@ -212,8 +212,8 @@ func TestCLIHookSandbox(t *testing.T) {
 	if pids := proxiesFor(id); !slices.Equal(pids, []int{now.PID}) || now.PID == pid {
 		t.Errorf("proxy processes after mode allowlist: %v, recorded %d (the old one was %d)", pids, now.PID, pid)
 	}
-	if now.ProxyResolver != s.ProxyResolver || now.Label != s.Label || now.Runtime != "hook" {
-		t.Errorf("state after the round trip: resolver %q label %q runtime %q; want %q %q hook", now.ProxyResolver, now.Label, now.Runtime, s.ProxyResolver, s.Label)
+	if !slices.Equal(now.ProxyResolvers, s.ProxyResolvers) || now.Label != s.Label || now.Runtime != "hook" {
+		t.Errorf("state after the round trip: resolvers %v label %q runtime %q; want %v %q hook", now.ProxyResolvers, now.Label, now.Runtime, s.ProxyResolvers, s.Label)
 	}
 	if r := get(c, apiURL); !served(r, apiName) {
 		t.Errorf("HTTPS to %s back in allowlist: %v", apiName, r)

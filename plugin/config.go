@@ -21,6 +21,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // NetConf is doorman's entry in a conflist.
@@ -42,8 +43,10 @@ type NetConf struct {
 	// StateDir (default /run/doorman) and LogDir (default /var/log/doorman).
 	StateDir string `json:"stateDir,omitempty"`
 	LogDir   string `json:"logDir,omitempty"`
-	// UpstreamResolver is the DNS server ("addr" or "addr:port") the
-	// proxy uses to resolve allowed names; default the host's resolv.conf.
+	// UpstreamResolver is the DNS server ("addr" or "addr:port", see
+	// resolver.ParseServer) the proxy resolves allowed names with.
+	// Default: the container's resolvers (those of Resolvers the proxy
+	// can reach), else the host's resolv.conf.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
 	// HostLayer adds rules on the container's host-side veth that a
 	// workload holding CAP_NET_ADMIN cannot remove (default true).
@@ -265,19 +268,17 @@ func parseResolvConf(data []byte) []netip.Addr {
 	return out
 }
 
-// upstreamResolver normalizes UpstreamResolver to addr:port.
-func (n *NetConf) upstreamResolver() (string, error) {
-	s := n.UpstreamResolver
-	if s == "" {
-		return "", nil
+// upstreamResolver parses UpstreamResolver: none (the proxy then asks the
+// sandbox's resolvers), or the one server the proxy asks instead.
+func (n *NetConf) upstreamResolver() ([]netip.AddrPort, error) {
+	if n.UpstreamResolver == "" {
+		return nil, nil
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return netip.AddrPortFrom(a, 53).String(), nil
+	ap, err := resolver.ParseServer(n.UpstreamResolver)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: upstreamResolver "+err.Error(), "")
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.String(), nil
-	}
-	return "", types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("doorman: upstreamResolver %q: want an IP address or addr:port", s), "")
+	return []netip.AddrPort{ap}, nil
 }
 
 // sandboxKey names an attachment's state: container id and interface.

@@ -87,3 +87,27 @@ func TestHostResolvers(t *testing.T) {
 		t.Errorf("a config without resolvers: %v, %v; hostResolvers on the host's files: %v, %v", got, err, want, wantErr)
 	}
 }
+
+// upstreamResolver takes what resolver.ParseServer takes; a bad value is
+// an error naming the key, the value and why.
+func TestUpstreamResolver(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"203.0.113.53", "203.0.113.53:53"},
+		{"203.0.113.53:5353", "203.0.113.53:5353"},
+		{"2001:db8::53", "[2001:db8::53]:53"},
+		{"[2001:db8::53]:53", "[2001:db8::53]:53"},
+	} {
+		got, err := (&NetConf{UpstreamResolver: tc.in}).upstreamResolver()
+		if err != nil || !slices.Equal(got, []netip.AddrPort{netip.MustParseAddrPort(tc.want)}) {
+			t.Errorf("upstreamResolver %q: %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	if got, err := (&NetConf{}).upstreamResolver(); got != nil || err != nil {
+		t.Errorf("no upstreamResolver: %v, %v; want none (the sandbox's resolvers)", got, err)
+	}
+	_, err := (&NetConf{UpstreamResolver: "dns.example:53"}).upstreamResolver()
+	const want = `doorman: upstreamResolver "dns.example:53": "dns.example" is not an IP address (name the server by its address); want addr or addr:port, such as 203.0.113.53, 203.0.113.53:5353, 2001:db8::53 or [2001:db8::53]:5353`
+	if err == nil || err.Error() != want {
+		t.Errorf("bad upstreamResolver: %v\nwant %s", err, want)
+	}
+}

@@ -22,7 +22,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.StateDir, "state-dir", "", "sandbox state directory (default /run/doorman)")
 	fs.StringVar(&opts.LogDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
 	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
-	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (addr:port) the proxy resolves allowed names with; default the host's")
+	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the container's own resolvers (the servers behind Docker's 127.0.0.11), else the host's /etc/resolv.conf")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", true, "let ICMP out of the container")
 	otlpConfig := fs.String("otlp-config", plugin.HostOTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/plugin/chain"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // Exit statuses of `doorman run` itself, as env(1), timeout(1) and
@@ -42,7 +43,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		allow, dns, subnets listFlag
 		mode                = fs.String("mode", "", "policy mode: none, allowlist or open (default allowlist, or the policy file's)")
 		policyFile          = fs.String("policy", "", "policy `file` (plain allowlist form); --allow entries are added to it")
-		upstream            = fs.String("upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the host's")
+		upstream            = fs.String("upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the resolvers the command queries (--dns)")
 		allowICMP           = fs.Bool("allow-icmp", true, "let ICMP out of the sandbox")
 		bridge              = fs.String("bridge", chain.DefaultBridge, "host bridge of the run network (made by the first run, removed by the last)")
 		cniPath             = fs.String("cni-path", "", "colon-separated `dirs` holding the loopback, bridge, host-local and doorman plugins (default: next to this binary, ../lib/doorman/cni, /opt/cni/bin, /usr/lib/cni)")
@@ -118,8 +119,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Subnets = append(cfg.Subnets, p)
 	}
-	if *upstream != "" && !validResolverAddr(*upstream) {
-		return fail("--upstream-resolver %q: want an IP address or addr:port", *upstream)
+	if *upstream != "" {
+		if _, err := resolver.ParseServer(*upstream); err != nil {
+			return fail("--upstream-resolver %v", err)
+		}
 	}
 	if *cniPath != "" {
 		cfg.CNIPath = filepath.SplitList(*cniPath)
@@ -239,15 +242,6 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 		return nil, fmt.Errorf("--allow: %w", err)
 	}
 	return p, nil
-}
-
-// validResolverAddr accepts "addr" and "addr:port".
-func validResolverAddr(s string) bool {
-	if _, err := netip.ParseAddr(s); err == nil {
-		return true
-	}
-	_, err := netip.ParseAddrPort(s)
-	return err == nil
 }
 
 // credential resolves "user[:group]" (names or numbers) to the uid, gid

@@ -5,25 +5,34 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // launchFile, in a sandbox's state directory, records how its proxy was
 // started while the sandbox sits in mode none without one, so that leaving
-// mode none starts the same binary with the same upstream resolver.
+// mode none starts the same binary with the same upstream resolvers. Only
+// states recorded before State said so themselves need it.
 const launchFile = "proxy.json"
 
 // launch is how a proxy was started: what State does not record.
 type launch struct {
-	Binary   string `json:"binary"`
-	Resolver string `json:"resolver,omitempty"`
+	Binary    string           `json:"binary"`
+	Resolvers []netip.AddrPort `json:"resolvers,omitempty"`
+	// LegacyResolver is the one resolver of records written before
+	// Resolvers was; loadLaunch moves it there.
+	LegacyResolver string `json:"resolver,omitempty"`
 }
 
-// launchOf reads how the running proxy pid was started, from /proc.
+// launchOf reads how the running proxy pid was started, from /proc: its
+// binary and its --resolver flags (a proxy of an older doorman has at most
+// one).
 func launchOf(pid int) (launch, error) {
 	var l launch
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
@@ -37,23 +46,31 @@ func launchOf(pid int) (launch, error) {
 	if err != nil {
 		return l, err
 	}
-	l.Resolver = flagValue(strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00"), "resolver")
+	for _, v := range flagValues(strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00"), "resolver") {
+		if ap, err := resolver.ParseServer(v); err == nil {
+			l.Resolvers = append(l.Resolvers, ap)
+		}
+	}
 	return l, nil
 }
 
-// flagValue returns the value of --name (or -name) in args, as the flag
-// package reads it: "--name v" or "--name=v".
-func flagValue(args []string, name string) string {
-	for i, a := range args {
-		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if a == name && i+1 < len(args) {
-			return args[i+1]
+// flagValues returns the values of every --name (or -name) in args, as the
+// flag package reads them: "--name v" or "--name=v".
+func flagValues(args []string, name string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "-") {
+			continue
 		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v
+		a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
+		if a == name && i+1 < len(args) {
+			out = append(out, args[i+1])
+			i++
+		} else if v, ok := strings.CutPrefix(a, name+"="); ok {
+			out = append(out, v)
 		}
 	}
-	return ""
+	return out
 }
 
 func (l launch) save(dir string) error {
@@ -70,6 +87,8 @@ func loadLaunch(dir string) (l launch, found bool) {
 	if err != nil || json.Unmarshal(data, &l) != nil {
 		return launch{}, false
 	}
+	l.Resolvers = withLegacyResolver(l.Resolvers, l.LegacyResolver)
+	l.LegacyResolver = ""
 	return l, true
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -23,12 +25,12 @@ type proxyArgs struct {
 	sandbox      string
 	policy       string
 	logFile      string
-	resolver     string
-	listeners    []*os.File // TCP listeners of the proxy
-	dnsUDP       []*os.File // UDP sockets of the DNS filter
-	dnsTCP       []*os.File // TCP listeners of the DNS filter
-	dnsUpstreams []string   // addr:port the DNS filter forwards to
-	otlpConfig   string     // OTLP export settings file, if any
+	resolvers    []netip.AddrPort // DNS servers for allowed names; none: the host's resolv.conf
+	listeners    []*os.File       // TCP listeners of the proxy
+	dnsUDP       []*os.File       // UDP sockets of the DNS filter
+	dnsTCP       []*os.File       // TCP listeners of the DNS filter
+	dnsUpstreams []netip.AddrPort // servers the DNS filter forwards to
+	otlpConfig   string           // OTLP export settings file, if any
 	// allowDirect are the entries the sandbox reaches without the proxy;
 	// the proxy logs their flows from conntrack in the sandbox's netns
 	// (found from its listeners).
@@ -50,7 +52,12 @@ type spawnedProxy struct {
 	ready   chan error
 	exited  chan error
 	errPath string
+	errFrom int64 // where this proxy's output starts in errPath
 }
+
+// maxStartError bounds how much of a proxy's own error output an error
+// that it did not start quotes.
+const maxStartError = 1024
 
 // spawnProxy starts a detached `doorman proxy` (its own session, stdio on
 // /dev/null, so it outlives the plugin and the runtime and never holds the
@@ -71,8 +78,8 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 	defer devnull.Close()
 
 	args := []string{"proxy", "--sandbox", a.sandbox, "--policy", a.policy, "--log", a.logFile, "--drain-timeout", "500ms"}
-	if a.resolver != "" {
-		args = append(args, "--resolver", a.resolver)
+	for _, r := range a.resolvers {
+		args = append(args, "--resolver", r.String())
 	}
 	if a.otlpConfig != "" {
 		args = append(args, "--otlp-config", a.otlpConfig)
@@ -89,7 +96,7 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 	pass("--dns-udp-fd", a.dnsUDP)
 	pass("--dns-tcp-fd", a.dnsTCP)
 	for _, u := range a.dnsUpstreams {
-		args = append(args, "--dns-upstream", u)
+		args = append(args, "--dns-upstream", u.String())
 	}
 	for _, e := range a.allowDirect {
 		args = append(args, "--allow-direct", e)
@@ -109,6 +116,10 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 		return nil, fmt.Errorf("proxy stderr log: %w", err)
 	}
 	defer errLog.Close()
+	var errFrom int64
+	if fi, err := errLog.Stat(); err == nil {
+		errFrom = fi.Size()
+	}
 	cmd.Stderr = errLog
 	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -124,7 +135,7 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 		readR.Close()
 		return nil, fmt.Errorf("start proxy %s: %w", a.binary, err)
 	}
-	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath}
+	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom}
 	go func() { p.exited <- cmd.Wait() }()
 	go func() {
 		defer readR.Close()
@@ -145,10 +156,10 @@ func (p *spawnedProxy) wait() (int, uint64, error) {
 	case err := <-p.ready:
 		if err != nil {
 			p.kill()
-			return 0, 0, fmt.Errorf("%w; see %s", err, p.errPath)
+			return 0, 0, p.startError(err)
 		}
 	case err := <-p.exited:
-		return 0, 0, fmt.Errorf("proxy exited before serving (%v); see %s", err, p.errPath)
+		return 0, 0, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
 	case <-time.After(readyTimeout):
 		p.kill()
 		return 0, 0, fmt.Errorf("proxy not ready after %v", readyTimeout)
@@ -163,6 +174,24 @@ func (p *spawnedProxy) wait() (int, uint64, error) {
 	// long-lived caller (the CLI, tests) reaps it; once this process
 	// exits, the proxy belongs to no one and runs on.
 	return pid, start, nil
+}
+
+// startError is err, the reason the proxy did not get to serve, with what
+// the proxy itself said on its way out (a bad flag, an unreadable file):
+// the caller's error is often all an operator sees.
+func (p *spawnedProxy) startError(err error) error {
+	f, ferr := os.Open(p.errPath)
+	if ferr != nil {
+		return fmt.Errorf("%w; see %s", err, p.errPath)
+	}
+	defer f.Close()
+	var b strings.Builder
+	io.Copy(&b, io.NewSectionReader(f, p.errFrom, maxStartError))
+	said := strings.Join(strings.Fields(b.String()), " ")
+	if said == "" {
+		return fmt.Errorf("%w; see %s", err, p.errPath)
+	}
+	return fmt.Errorf("%w: %s (in %s)", err, said, p.errPath)
 }
 
 // kill ends a proxy that is not wanted after all.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,9 +43,12 @@ type Request struct {
 	// ProxyBinary is the doorman binary to run as `doorman proxy`
 	// (default: this executable).
 	ProxyBinary string
-	// ProxyResolver is the DNS server ("addr:port") the proxy uses to
-	// resolve allowed names; "" means the host's /etc/resolv.conf.
-	ProxyResolver string
+	// ProxyResolvers are the DNS servers the proxy resolves allowed
+	// names with, tried in order: an operator's upstreamResolver. None
+	// means the sandbox's own Resolvers, so that the proxy sees the names
+	// the container sees (see ProxyResolversFor); where none of those is
+	// one the proxy can reach, the host's /etc/resolv.conf.
+	ProxyResolvers []netip.AddrPort
 	// HostLayer adds the host-side layer (package hostlayer) in the
 	// caller's namespace: rules on the sandbox's host interfaces that a
 	// workload holding CAP_NET_ADMIN cannot remove. HostIfaces names
@@ -149,7 +153,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: string(r.Policy.Mode), Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
-		ProxyBinary: r.ProxyBinary, ProxyResolver: r.ProxyResolver, DNSFilter: r.DNSFilter,
+		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.ProxyResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
 		HostLayerWanted: r.HostLayer,
 	}
 	for _, e := range r.AllowDirect {
@@ -295,7 +299,7 @@ func (s *State) allowDirect() ([]conf.Entry, error) {
 }
 
 // spawnProxy creates the proxy's sockets inside the sandbox's netns and
-// starts its proxy (s.ProxyBinary, resolving with s.ProxyResolver) on
+// starts its proxy (s.ProxyBinary, resolving with s.ProxyResolvers) on
 // them, recording the ports in s. The caller waits for it to serve.
 func (s *State) spawnProxy() (*spawnedProxy, error) {
 	filter := s.DNSFilter
@@ -306,7 +310,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	defer socks.close()
 	a := proxyArgs{
 		binary: s.ProxyBinary, sandbox: s.ID, policy: s.PolicyPath(), logFile: s.LogFile,
-		resolver: s.ProxyResolver, otlpConfig: s.OTLPConfig, allowDirect: s.AllowDirect,
+		resolvers: s.ProxyResolvers, otlpConfig: s.OTLPConfig, allowDirect: s.AllowDirect,
 	}
 	if filter {
 		a.dnsUpstreams = dnsUpstreams(s.Resolvers)
@@ -333,15 +337,30 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 
 // dnsUpstreams are the resolvers the DNS filter forwards to from the
 // proxy's namespace: the sandbox's, except loopback ones (Docker's
-// embedded 127.0.0.11 lives in the sandbox itself and is not redirected).
-func dnsUpstreams(resolvers []netip.Addr) []string {
-	var out []string
+// embedded 127.0.0.11 lives in the sandbox itself and is not redirected;
+// the servers behind it are among the resolvers, see hook).
+func dnsUpstreams(resolvers []netip.Addr) []netip.AddrPort {
+	var out []netip.AddrPort
 	for _, a := range resolvers {
 		if !a.IsLoopback() && a.IsValid() {
-			out = append(out, netip.AddrPortFrom(a.Unmap(), 53).String())
+			out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
 		}
 	}
 	return out
+}
+
+// ProxyResolversFor returns the DNS servers a sandbox's proxy resolves
+// allowed names with: override (an operator's upstreamResolver) if given,
+// else the servers its DNS filter forwards to (see dnsUpstreams), whether
+// or not the filter is on. One DNS view: a name that only the container's
+// resolvers know (Docker's --dns, cluster DNS, a split horizon) is one the
+// proxy finds too. None means the host's /etc/resolv.conf, the last resort
+// of a sandbox with no resolver the proxy can reach.
+func ProxyResolversFor(override []netip.AddrPort, resolvers []netip.Addr) []netip.AddrPort {
+	if len(override) > 0 {
+		return slices.Clone(override)
+	}
+	return dnsUpstreams(resolvers)
 }
 
 func hasFamily(addrs []netip.Addr, v4 bool) bool {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // DefaultStateDir is where sandbox state lives unless configured otherwise.
@@ -48,10 +49,16 @@ type State struct {
 	BaseLabel string       `json:"baseLabel"`          // what the in-namespace rules cover, given the workload's capabilities
 	DNSPort4  uint16       `json:"dnsPort4,omitempty"` // DNS filter ports inside the sandbox (UDP and TCP)
 	DNSPort6  uint16       `json:"dnsPort6,omitempty"` //
-	// ProxyBinary and ProxyResolver say how the proxy is started, so that
-	// leaving mode none starts the same one.
-	ProxyBinary   string `json:"proxyBinary,omitempty"`
-	ProxyResolver string `json:"proxyResolver,omitempty"`
+	// ProxyBinary and ProxyResolvers say how the proxy is started, so
+	// that leaving mode none starts the same one: the DNS servers it
+	// resolves allowed names with, in order (its --resolver flags; none:
+	// the host's /etc/resolv.conf).
+	ProxyBinary    string           `json:"proxyBinary,omitempty"`
+	ProxyResolvers []netip.AddrPort `json:"proxyResolvers,omitempty"`
+	// LegacyProxyResolver is the one resolver ("addr:port"; "" the
+	// host's resolv.conf) of states recorded before ProxyResolvers was.
+	// Load moves it into ProxyResolvers; it is never written.
+	LegacyProxyResolver string `json:"proxyResolver,omitempty"`
 	// HostLayer says the host-side layer holds HostIfaces for this sandbox.
 	HostLayer  bool     `json:"hostLayer,omitempty"`
 	HostIfaces []string `json:"hostIfaces,omitempty"`
@@ -203,7 +210,22 @@ func Load(stateDir, key string) (*State, error) {
 		return nil, fmt.Errorf("sandbox %s: state file %s: %w", key, filepath.Join(dir, stateFile), err)
 	}
 	s.Dir = dir
+	s.ProxyResolvers = withLegacyResolver(s.ProxyResolvers, s.LegacyProxyResolver)
+	s.LegacyProxyResolver = ""
 	return &s, nil
+}
+
+// withLegacyResolver returns resolvers, or, if there are none, the one
+// resolver an older doorman recorded (as its proxy's --resolver, always
+// "addr:port"; "" for the host's resolv.conf).
+func withLegacyResolver(resolvers []netip.AddrPort, legacy string) []netip.AddrPort {
+	if len(resolvers) > 0 || legacy == "" {
+		return resolvers
+	}
+	if ap, err := resolver.ParseServer(legacy); err == nil {
+		return []netip.AddrPort{ap}
+	}
+	return nil
 }
 
 // List returns every sandbox recorded under stateDir, oldest first.

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -180,9 +182,10 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := checkNetNS(s.NetNS); err != nil {
 		return err
 	}
-	// How the proxy was started is in the state; sandboxes recorded
+	// How the proxy was started is in the state (an older doorman's
+	// state says it with one resolver, see Load); sandboxes recorded
 	// before it was may have a launch record from entering mode none.
-	l, found := launch{Binary: s.ProxyBinary, Resolver: s.ProxyResolver}, s.ProxyBinary != ""
+	l, found := launch{Binary: s.ProxyBinary, Resolvers: s.ProxyResolvers}, s.ProxyBinary != ""
 	if !found {
 		l, found = loadLaunch(s.Dir)
 	}
@@ -194,7 +197,12 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		l.Binary = exe
 	}
 	if !found {
-		u.Notes = append(u.Notes, "no earlier proxy recorded its resolver: the new proxy resolves names with this host's /etc/resolv.conf")
+		l.Resolvers = ProxyResolversFor(nil, s.Resolvers)
+		if len(l.Resolvers) > 0 {
+			u.Notes = append(u.Notes, fmt.Sprintf("no earlier proxy recorded its resolvers: the new proxy resolves names with the sandbox's, %s", joinAddrPorts(l.Resolvers)))
+		} else {
+			u.Notes = append(u.Notes, "no earlier proxy recorded its resolvers, and the sandbox has none the proxy can reach: the new proxy resolves names with this host's /etc/resolv.conf")
+		}
 	}
 	next := *s
 	next.Mode = string(p.Mode)
@@ -216,7 +224,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
 		return err
 	}
-	next.ProxyBinary, next.ProxyResolver = l.Binary, l.Resolver
+	next.ProxyBinary, next.ProxyResolvers = l.Binary, l.Resolvers
 	spawned, err := next.spawnProxy()
 	if err != nil {
 		return err
@@ -234,6 +242,15 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	}
 	*s = next
 	return nil
+}
+
+// joinAddrPorts lists addresses for a message.
+func joinAddrPorts(aps []netip.AddrPort) string {
+	s := make([]string, len(aps))
+	for i, ap := range aps {
+		s[i] = ap.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // lockDir takes an exclusive flock on dir, waiting up to lockTimeout.

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -164,28 +166,63 @@ func TestLeaveNoneFailsClosed(t *testing.T) {
 	}
 }
 
-func TestFlagValue(t *testing.T) {
-	args := []string{"proxy", "--sandbox", "x", "--resolver", "192.0.2.53:53", "--log", "f"}
-	if got := flagValue(args, "resolver"); got != "192.0.2.53:53" {
-		t.Errorf("--resolver v: %q", got)
+func TestFlagValues(t *testing.T) {
+	args := []string{"/usr/bin/doorman", "proxy", "--sandbox", "resolver", "--resolver", "192.0.2.53:53", "--log", "f", "-resolver=[2001:db8::53]:53"}
+	if got := flagValues(args, "resolver"); !slices.Equal(got, []string{"192.0.2.53:53", "[2001:db8::53]:53"}) {
+		t.Errorf("--resolver v and -resolver=v: %q", got)
 	}
-	if got := flagValue([]string{"proxy", "-resolver=[2001:db8::53]:53"}, "resolver"); got != "[2001:db8::53]:53" {
-		t.Errorf("-resolver=v: %q", got)
-	}
-	if got := flagValue([]string{"proxy", "--sandbox", "x"}, "resolver"); got != "" {
+	if got := flagValues([]string{"proxy", "--sandbox", "x"}, "resolver"); got != nil {
 		t.Errorf("absent: %q", got)
 	}
+}
+
+// A launch record round-trips, and one an older doorman wrote (a single
+// "resolver") reads as that one resolver.
+func TestLaunchRecord(t *testing.T) {
 	dir := t.TempDir()
 	if _, ok := loadLaunch(dir); ok {
 		t.Error("launch record found in an empty dir")
 	}
-	want := launch{Binary: "/usr/bin/doorman", Resolver: "192.0.2.53:53"}
+	want := launch{Binary: "/usr/bin/doorman", Resolvers: addrPorts("203.0.113.53:53", "[2001:db8::53]:53")}
 	if err := want.save(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := loadLaunch(dir); !ok || got != want {
+	if got, ok := loadLaunch(dir); !ok || got.Binary != want.Binary || !slices.Equal(got.Resolvers, want.Resolvers) {
 		t.Errorf("launch round trip: %+v, %v", got, ok)
 	}
+	os.WriteFile(filepath.Join(dir, launchFile), []byte(`{"binary":"/usr/bin/doorman","resolver":"203.0.113.53:53"}`), 0o600)
+	if got, ok := loadLaunch(dir); !ok || !slices.Equal(got.Resolvers, addrPorts("203.0.113.53:53")) || got.LegacyResolver != "" {
+		t.Errorf("an older doorman's launch record: %+v, %v", got, ok)
+	}
+}
+
+// launchOf reads every --resolver of a running proxy's command line.
+func TestLaunchOf(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60; :", "proxy", "--sandbox", "x", "--resolver", "203.0.113.53:53", "--resolver=[2001:db8::53]:5353")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Start returns once the exec is under way; the new command line is
+	// there a moment later.
+	var l launch
+	for deadline := time.Now().Add(10 * time.Second); len(l.Resolvers) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var err error
+		if l, err = launchOf(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := addrPorts("203.0.113.53:53", "[2001:db8::53]:5353"); !slices.Equal(l.Resolvers, want) || l.Binary == "" {
+		t.Errorf("launchOf: %+v, want resolvers %v and the binary", l, want)
+	}
+}
+
+func addrPorts(ss ...string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddrPort(s))
+	}
+	return out
 }
 
 func TestProxyStarted(t *testing.T) {

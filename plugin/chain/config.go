@@ -12,6 +12,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/plugin"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // Defaults of the run network.
@@ -50,8 +51,9 @@ type Config struct {
 	Resolvers []netip.Addr
 	// Search is the resolv.conf search list (default: the host's).
 	Search []string
-	// UpstreamResolver is the DNS server ("addr" or "addr:port") the proxy
-	// resolves allowed names with; "" means the host's resolv.conf.
+	// UpstreamResolver is the DNS server ("addr" or "addr:port", see
+	// resolver.ParseServer) the proxy resolves allowed names with; ""
+	// means the sandbox's Resolvers, the ones the command queries.
 	UpstreamResolver string
 	// AllowICMP lets ICMP out of the sandbox.
 	AllowICMP bool
@@ -117,6 +119,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkResolvers(c.Resolvers, c.Subnets); err != nil {
 		return c, err
+	}
+	if c.UpstreamResolver != "" {
+		ap, err := resolver.ParseServer(c.UpstreamResolver)
+		if err != nil {
+			return c, fmt.Errorf("upstream resolver %w", err)
+		}
+		c.UpstreamResolver = ap.String()
 	}
 	if c.StateDir == "" {
 		c.StateDir = sandbox.DefaultStateDir
