@@ -162,10 +162,13 @@ filter's counts under "dnsQueries".`, stdout, stderr)
 // showInfo is what show reports beyond sandboxInfo.
 type showInfo struct {
 	*sandboxInfo
-	Policy    []string               `json:"policy"`
-	Resolvers []netip.Addr           `json:"resolvers"`
-	AllowICMP bool                   `json:"allowICMP"`
-	Recent    []decisionlog.Decision `json:"recent"`
+	Policy    []string     `json:"policy"`
+	Resolvers []netip.Addr `json:"resolvers"`
+	// ProxyResolvers are the servers the proxy resolves allowed names
+	// with; none: the host's /etc/resolv.conf.
+	ProxyResolvers []netip.AddrPort       `json:"proxyResolvers"`
+	AllowICMP      bool                   `json:"allowICMP"`
+	Recent         []decisionlog.Decision `json:"recent"`
 }
 
 func runShow(args []string, stdout, stderr io.Writer) int {
@@ -188,7 +191,10 @@ and its most recent decisions, DNS queries included.
 	if s == nil {
 		return code
 	}
-	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, AllowICMP: s.AllowICMP}
+	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, ProxyResolvers: s.ProxyResolvers, AllowICMP: s.AllowICMP}
+	if info.ProxyResolvers == nil {
+		info.ProxyResolvers = []netip.AddrPort{}
+	}
 	if info.policy != nil {
 		info.Policy = info.policy.Hosts()
 	}
@@ -241,6 +247,16 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 		res = append(res, r.String())
 	}
 	row("resolvers", orDash(strings.Join(res, ", ")))
+	lookups := make([]string, 0, len(i.ProxyResolvers))
+	for _, r := range i.ProxyResolvers {
+		lookups = append(lookups, r.String())
+	}
+	if len(lookups) == 0 {
+		// No resolver of the sandbox's the proxy can reach (or a
+		// sandbox recorded so by an older doorman).
+		lookups = append(lookups, "this host's /etc/resolv.conf")
+	}
+	row("proxy dns", strings.Join(lookups, ", "))
 	if i.AllowICMP {
 		row("icmp", "allowed")
 	} else {

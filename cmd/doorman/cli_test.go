@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,6 +120,12 @@ func newState(t *testing.T) (string, *sandbox.State, *sandbox.State) {
 		dnsLine("2025-06-01T10:00:07Z", "deny", "blocked.example.test", "HTTPS", "REFUSED", "name not allowed"),
 		dnsLine("2025-06-01T10:00:08Z", "deny", "9.113.0.203.in-addr.arpa", "PTR", "REFUSED", "reverse name of an address not allowed"),
 	)
+	// The proxy of web resolves with its sandbox's resolvers; db's,
+	// recorded without any, with the host's resolv.conf.
+	a.ProxyResolvers = []netip.AddrPort{netip.MustParseAddrPort("203.0.113.53:53"), netip.MustParseAddrPort("[2001:db8::53]:53")}
+	if data, err := json.Marshal(a); err != nil || os.WriteFile(filepath.Join(a.Dir, "state.json"), data, 0o600) != nil {
+		t.Fatalf("state of %s: %v", a.Key, err)
+	}
 	b := fakeSandbox(t, stateDir, "aab222-eth0", "aab222", "db", conf.ModeOpen, false, nil)
 	return stateDir, a, b
 }
@@ -159,7 +166,7 @@ func TestCLIListAndShow(t *testing.T) {
 	for _, want := range []string{
 		"sandbox      aaa111-eth0", "runtime      cni (network net, interface eth0)", "policy       api.example.test",
 		"             *.example.org:443", "proxy        NOT RUNNING", "connections  1 allowed, 2 denied, 0 failed upstream",
-		"dns queries  1 allowed, 4 denied, 0 failed upstream",
+		"dns queries  1 allowed, 4 denied, 0 failed upstream", "proxy dns    203.0.113.53:53, [2001:db8::53]:53\n",
 		"recent decisions:\n  2025-06-01 10:00:02.000 deny  tls     evil.example.test 203.0.113.20:443 name not allowed\n  2025-06-01 10:00:03.000 deny ",
 		"\n  2025-06-01 10:00:07.000 deny  dns/udp blocked.example.test HTTPS answered REFUSED, name not allowed\n",
 	} {
@@ -167,13 +174,20 @@ func TestCLIListAndShow(t *testing.T) {
 			t.Errorf("show: no %q in\n%s", want, r.stdout)
 		}
 	}
-	if r := doorman(stateDir, "show", "db"); strings.Contains(r.stdout, "dns queries") {
-		t.Errorf("show of a sandbox without the DNS filter counts DNS queries:\n%s", r.stdout)
+	if r := doorman(stateDir, "show", "db"); strings.Contains(r.stdout, "dns queries") || !strings.Contains(r.stdout, "proxy dns    this host's /etc/resolv.conf\n") {
+		t.Errorf("show of a sandbox without the DNS filter counts DNS queries, or does not say its proxy resolves with the host's resolv.conf:\n%s", r.stdout)
 	}
 	r = doorman(stateDir, "show", "aab", "-o", "json")
 	var show map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil || show["key"] != "aab222-eth0" || show["label"] != "n/a" {
 		t.Errorf("show -o json: %v %v", err, r.stdout)
+	}
+	if got, ok := show["proxyResolvers"].([]any); !ok || len(got) != 0 {
+		t.Errorf("show -o json: proxyResolvers %v, want [] (the host's resolv.conf)", show["proxyResolvers"])
+	}
+	r = doorman(stateDir, "show", "web", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil || fmt.Sprint(show["proxyResolvers"]) != "[203.0.113.53:53 [2001:db8::53]:53]" {
+		t.Errorf("show -o json: proxyResolvers %v, %v", show["proxyResolvers"], err)
 	}
 }
 
