@@ -25,18 +25,28 @@ const recordTTL = 5
 
 // dnsZone is what every DNS server of a Net answers from, and what it saw.
 type dnsZone struct {
-	mu       sync.Mutex
-	records  map[string][]netip.Addr // canonical name → addresses
-	byServer map[netip.Addr]int      // server address → queries
-	byName   map[string]int          // canonical name → queries, all servers
-	tunnel   []string                // names queried under TunnelZone
+	mu           sync.Mutex
+	records      map[string][]netip.Addr // canonical name → addresses
+	only         map[string][]netip.Addr // canonical name → the only servers that answer it (AnswerOnlyAt)
+	byServer     map[netip.Addr]int      // server address → queries
+	byName       map[string]int          // canonical name → queries, all servers
+	byServerName map[serverName]int      // queries for one name at one server
+	tunnel       []string                // names queried under TunnelZone
+}
+
+// serverName is one name at one server, for per-server counts.
+type serverName struct {
+	server netip.Addr
+	name   string
 }
 
 func newDNSZone() *dnsZone {
 	return &dnsZone{
-		records:  map[string][]netip.Addr{},
-		byServer: map[netip.Addr]int{},
-		byName:   map[string]int{},
+		records:      map[string][]netip.Addr{},
+		only:         map[string][]netip.Addr{},
+		byServer:     map[netip.Addr]int{},
+		byName:       map[string]int{},
+		byServerName: map[serverName]int{},
 	}
 }
 
@@ -73,10 +83,14 @@ func (z *dnsZone) handler(addr netip.Addr) dns.Handler {
 		z.mu.Lock()
 		z.byServer[addr]++
 		z.byName[name]++
+		z.byServerName[serverName{addr, name}]++
 		if inTunnelZone(name) {
 			z.tunnel = append(z.tunnel, name)
 		}
 		addrs, known := z.records[name]
+		if only, restricted := z.only[name]; restricted && !slices.Contains(only, addr) {
+			known = false
+		}
 		addrs = slices.Clone(addrs)
 		z.mu.Unlock()
 
@@ -159,6 +173,19 @@ func (n *Net) QueriesSeen(server netip.Addr) int {
 	return n.zone.byServer[server]
 }
 
+// QueriesAt is the number of DNS queries for name (any type) that reached
+// server, one of DNS, DNS6, RogueDNS and RogueDNS6 (any other fails the
+// test, as in QueriesSeen).
+func (n *Net) QueriesAt(server netip.Addr, name string) int {
+	n.t.Helper()
+	if !slices.Contains(n.dnsServers(), server) {
+		n.t.Fatalf("testnet: QueriesAt(%s): not a DNS server of this Net (those are %v)", server, n.dnsServers())
+	}
+	n.zone.mu.Lock()
+	defer n.zone.mu.Unlock()
+	return n.zone.byServerName[serverName{server, canonicalName(name)}]
+}
+
 // QueriesFor is the number of DNS queries for name (any type, any server).
 func (n *Net) QueriesFor(name string) int {
 	n.zone.mu.Lock()
@@ -201,6 +228,33 @@ func (n *Net) AddRecord(name string, addrs ...netip.Addr) {
 		}
 	}
 	n.zone.add(cname, addrs...)
+}
+
+// AnswerOnlyAt makes only the given DNS servers (among DNS, DNS6, RogueDNS
+// and RogueDNS6) answer name, which AddHost or AddRecord made; the others
+// answer NXDOMAIN for it. It stands for a name only some resolvers know: a
+// container's own (Docker's --dns, Podman's container-name DNS, cluster
+// DNS, a split horizon), which a resolver elsewhere does not.
+func (n *Net) AnswerOnlyAt(name string, servers ...netip.Addr) {
+	n.t.Helper()
+	cname, err := checkHostName(name)
+	if err != nil {
+		n.t.Fatalf("testnet: AnswerOnlyAt: %v", err)
+	}
+	if len(servers) == 0 {
+		n.t.Fatalf("testnet: AnswerOnlyAt(%q): name at least one server", name)
+	}
+	for _, s := range servers {
+		if !slices.Contains(n.dnsServers(), s) {
+			n.t.Fatalf("testnet: AnswerOnlyAt(%q): %s is not a DNS server of this Net (those are %v)", name, s, n.dnsServers())
+		}
+	}
+	n.zone.mu.Lock()
+	defer n.zone.mu.Unlock()
+	if _, ok := n.zone.records[cname]; !ok {
+		n.t.Fatalf("testnet: AnswerOnlyAt(%q): no such name; add it with AddHost or AddRecord first", name)
+	}
+	n.zone.only[cname] = slices.Clone(servers)
 }
 
 // checkHostName validates a DNS name and returns it canonical.

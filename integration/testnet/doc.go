@@ -74,7 +74,8 @@
 // naming the server that really answered, and the headers in HeaderHost,
 // HeaderSNI, HeaderRemote and HeaderProto echo what the server saw.
 //
-// Both DNS servers answer A and AAAA (TTL 5 s) for every AddHost and AddRecord name,
+// Both DNS servers answer A and AAAA (TTL 5 s) for every AddHost and AddRecord name
+// (unless AnswerOnlyAt leaves a name to some of them: the others answer NXDOMAIN),
 // NXDOMAIN for anything else, and NXDOMAIN for every name under "tunnel.test",
 // which they count separately (TunnelQueries) for DNS-tunnelling tests.
 // Commands started with Command or HostCommand resolve through Net.DNS

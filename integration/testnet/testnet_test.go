@@ -228,6 +228,28 @@ func TestTopology(t *testing.T) {
 			}
 		})
 
+		// A name only the resolver knows: the rogue server denies it,
+		// and each server's count of it is its own.
+		t.Run("answer-only-at", func(t *testing.T) {
+			n.AddHost("split.example.test", netip.MustParseAddr("203.0.113.41"))
+			n.AnswerOnlyAt("split.example.test", n.DNS)
+			r, err := sb.QueryDNS(ctx, n.DNS, "Split.example.test", dns.TypeA)
+			if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+				t.Fatalf("at the resolver: %v, %v", r, err)
+			}
+			r, err = sb.QueryDNS(ctx, n.RogueDNS, "split.example.test", dns.TypeA)
+			if err != nil || r.Rcode != dns.RcodeNameError || len(r.Answer) != 0 {
+				t.Errorf("at the rogue server: %v, %v; want NXDOMAIN", r, err)
+			}
+			if a, b, c := n.QueriesAt(n.DNS, "split.example.test"), n.QueriesAt(n.RogueDNS, "SPLIT.example.test."), n.QueriesAt(n.DNS6, "split.example.test"); a != 1 || b != 1 || c != 0 {
+				t.Errorf("QueriesAt: DNS %d, RogueDNS %d, DNS6 %d; want 1, 1, 0", a, b, c)
+			}
+			// Other names stay answered everywhere.
+			if r, err := sb.QueryDNS(ctx, n.RogueDNS, "api.example.test", dns.TypeA); err != nil || len(r.Answer) != 1 {
+				t.Errorf("api at the rogue server: %v, %v", r, err)
+			}
+		})
+
 		t.Run("tunnel-zone", func(t *testing.T) {
 			r, err := sb.QueryDNS(ctx, n.DNS, "c2VjcmV0.Tunnel.Test", dns.TypeTXT)
 			if err != nil {
