@@ -21,6 +21,7 @@ import (
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
+	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
@@ -180,7 +181,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
-	cfg := proxy.Config{Sandbox: *sandbox, SniffTimeout: *sniffTimeout, Logger: logger, BatchWhileBulk: true}
+	// One guard for the proxy and its DNS filter: they judge the same
+	// addresses and share one reading of the host's addresses and routes.
+	upstreamGuard := guard.New(guard.Config{})
+	cfg := proxy.Config{Sandbox: *sandbox, SniffTimeout: *sniffTimeout, Logger: logger, BatchWhileBulk: true, Guard: upstreamGuard}
 	if len(servers) > 0 {
 		stub, err := resolver.New(resolver.Config{Servers: servers})
 		if err != nil {
@@ -203,7 +207,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 
 	var filter *dnsfilter.Filter
 	if len(dnsTCP)+len(dnsUDP) > 0 {
-		filter = dnsfilter.New(dnsfilter.Config{Sandbox: *sandbox, Upstreams: upstreams, Logger: logger}, nil)
+		filter = dnsfilter.New(dnsfilter.Config{Sandbox: *sandbox, Upstreams: upstreams, Logger: logger, Guard: upstreamGuard}, nil)
 		watcher.Also(filter)
 	}
 
