@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -54,4 +55,33 @@ func embeddedDNSUpstreams(annotations map[string]string) []netip.Addr {
 	}
 	host, _ := os.ReadFile(hostResolvConf)
 	return parseResolvConf(host)
+}
+
+// dockerProxyResolvers returns the servers the proxy of a Docker container
+// resolves allowed names with, from dockerd's own record of the container
+// (which the runtime wrapper passes in annotationDockerDNS): its --dns
+// servers, else the daemon's resolv.conf, which is what Docker gives a
+// container without servers of its own (directly on the default bridge,
+// through 127.0.0.11 on user-defined networks). It returns nil for a
+// container the wrapper found no record of; the proxy then asks the
+// resolvers of the container's resolv.conf.
+//
+// The container's resolv.conf is not used for a Docker container: it is
+// writable by the workload, and dockerd keeps a container's own edits to it
+// across restarts, so a root workload could otherwise name, for the
+// container's next start, the server the proxy asks for the addresses of
+// allowed names, and have them resolve to a host of its choosing.
+// dockerd's record is not the workload's to change.
+func dockerProxyResolvers(annotations map[string]string) []netip.AddrPort {
+	if _, ok := annotations[annotationDockerDNS]; !ok {
+		return nil
+	}
+	var out []netip.AddrPort
+	for _, a := range embeddedDNSUpstreams(annotations) {
+		ap := netip.AddrPortFrom(a, 53)
+		if !slices.Contains(out, ap) {
+			out = append(out, ap)
+		}
+	}
+	return out
 }

@@ -143,6 +143,31 @@ func TestDockerDNSAndEmbeddedUpstreams(t *testing.T) {
 	}
 }
 
+// TestDockerProxyResolvers: a Docker container's proxy resolves with
+// dockerd's record of the container (its --dns, else the runtime's
+// resolv.conf), never with the container's writable resolv.conf; a
+// container the wrapper found no record of gets nil (its resolv.conf).
+func TestDockerProxyResolvers(t *testing.T) {
+	got := dockerProxyResolvers(map[string]string{annotationDockerDNS: "203.0.113.53,2001:db8:100::53,203.0.113.53"})
+	want := []netip.AddrPort{netip.MustParseAddrPort("203.0.113.53:53"), netip.MustParseAddrPort("[2001:db8:100::53]:53")}
+	if !slices.Equal(got, want) {
+		t.Errorf("with --dns: %v, want %v", got, want)
+	}
+	host, _ := os.ReadFile(hostResolvConf)
+	var fromHost []netip.AddrPort
+	for _, a := range parseResolvConf(host) {
+		if ap := netip.AddrPortFrom(a, 53); !slices.Contains(fromHost, ap) {
+			fromHost = append(fromHost, ap)
+		}
+	}
+	if got := dockerProxyResolvers(map[string]string{annotationDockerDNS: ""}); !slices.Equal(got, fromHost) {
+		t.Errorf("without --dns: %v, want %s's %v", got, hostResolvConf, fromHost)
+	}
+	if got := dockerProxyResolvers(map[string]string{"other": "x"}); got != nil {
+		t.Errorf("without dockerd's record: %v, want nil", got)
+	}
+}
+
 func TestSharesRuntimeNetNS(t *testing.T) {
 	netns := func(path string) *specs.Spec {
 		return &specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: path}}}}

@@ -157,6 +157,9 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 	if err != nil {
 		return fail(err)
 	}
+	if upstream == nil {
+		upstream = dockerProxyResolvers(annotations)
+	}
 	_, err = sandbox.Enforce(sandbox.Request{
 		Key:            Key(st.ID),
 		ID:             st.ID,
