@@ -42,6 +42,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzFilterQuery$$' -fuzztime=$(FUZZTIME) ./proxy/dnsfilter
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServer$$' -fuzztime=$(FUZZTIME) ./proxy/resolver
+	$(GO) test -run='^$$' -fuzz='^FuzzResponseReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid

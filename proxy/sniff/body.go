@@ -12,7 +12,7 @@ import (
 // net/http does.
 const maxChunkLine = 4096
 
-// bodyCopier copies one request body from br to w. It checks bytes in br's
+// bodyCopier copies one message body from br to w. It checks bytes in br's
 // buffer in place and writes them in as few writes as it can: pend bytes at
 // the front of the buffer are checked and not yet written.
 type bodyCopier struct {
@@ -22,6 +22,7 @@ type bodyCopier struct {
 	pend    int
 	written int64
 	werr    error // the first error of w
+	kind    error // ErrMalformedRequest or ErrMalformedResponse, for framing errors
 }
 
 // flush writes the pending bytes and drops them from the buffer.
@@ -51,7 +52,7 @@ func (c *bodyCopier) more() error {
 	case err == io.EOF:
 		return io.ErrUnexpectedEOF
 	case errors.Is(err, bufio.ErrBufferFull):
-		return requestErr("body line longer than the read buffer") // callers bound lines below that
+		return malformed(c.kind, "body line longer than the read buffer") // callers bound lines below that
 	}
 	return err
 }
@@ -90,6 +91,18 @@ func (c *bodyCopier) data(n int64) error {
 	return nil
 }
 
+// rest passes everything until the end of the stream through.
+func (c *bodyCopier) rest() error {
+	c.pend = c.br.Buffered()
+	if err := c.flush(); err != nil {
+		return err
+	}
+	m, err := io.Copy(c.w, c.r)
+	c.written += m
+	c.werr = err
+	return err
+}
+
 // line returns the next line at the pending position, LF included, reading
 // more if needed; it must be consumed (pend += len) before the next read.
 func (c *bodyCopier) line(limit int) ([]byte, error) {
@@ -98,7 +111,7 @@ func (c *bodyCopier) line(limit int) ([]byte, error) {
 		rest := buf[c.pend:]
 		i := bytes.IndexByte(rest, '\n')
 		if i >= limit || i < 0 && len(rest) >= limit {
-			return nil, requestErr("chunked body line longer than %d bytes", limit)
+			return nil, malformed(c.kind, "chunked body line longer than %d bytes", limit)
 		}
 		if i >= 0 {
 			return rest[:i+1], nil
@@ -111,13 +124,13 @@ func (c *bodyCopier) line(limit int) ([]byte, error) {
 
 // crlfLine strips the CRLF off a line returned by line, refusing a bare LF
 // or a CR anywhere else.
-func crlfLine(line []byte) ([]byte, error) {
+func crlfLine(line []byte, kind error) ([]byte, error) {
 	if len(line) < 2 || line[len(line)-2] != '\r' {
-		return nil, requestErr("chunked body line %q ends in a bare LF", clip(line))
+		return nil, malformed(kind, "chunked body line %q ends in a bare LF", clip(line))
 	}
 	line = line[:len(line)-2]
 	if bytes.IndexByte(line, '\r') >= 0 {
-		return nil, requestErr("chunked body line %q has a bare CR", clip(line))
+		return nil, malformed(kind, "chunked body line %q has a bare CR", clip(line))
 	}
 	return line, nil
 }
@@ -130,7 +143,7 @@ func (c *bodyCopier) chunked() error {
 		if err != nil {
 			return err
 		}
-		size, err := parseChunkSizeLine(line)
+		size, err := parseChunkSizeLine(line, c.kind)
 		if err != nil {
 			return err
 		}
@@ -147,20 +160,20 @@ func (c *bodyCopier) chunked() error {
 			}
 		}
 		if b, _ := c.br.Peek(c.pend + 2); b[c.pend] != '\r' || b[c.pend+1] != '\n' {
-			return requestErr("chunk data is followed by %q, not CRLF", b[c.pend:])
+			return malformed(c.kind, "chunk data is followed by %q, not CRLF", b[c.pend:])
 		}
 		c.pend += 2
 	}
 	for trailers := 0; ; {
 		if trailers >= MaxHeadSize {
-			return requestErr("trailer section longer than %d bytes", MaxHeadSize)
+			return malformed(c.kind, "trailer section longer than %d bytes", MaxHeadSize)
 		}
 		line, err := c.line(MaxHeadSize - trailers)
 		if err != nil {
 			return err
 		}
 		trailers += len(line)
-		field, err := crlfLine(line)
+		field, err := crlfLine(line, c.kind)
 		if err != nil {
 			return err
 		}
@@ -168,7 +181,7 @@ func (c *bodyCopier) chunked() error {
 			c.pend += len(line)
 			return c.flush()
 		}
-		if err := checkTrailer(field); err != nil {
+		if err := checkTrailer(field, c.kind); err != nil {
 			return err
 		}
 		c.pend += len(line)
@@ -176,19 +189,19 @@ func (c *bodyCopier) chunked() error {
 }
 
 // checkTrailer checks the syntax of a trailer field line and refuses fields
-// that frame or route a request (RFC 9110 6.5.1), which a lax server might
+// that frame or route a message (RFC 9110 6.5.1), which a lax peer might
 // still act on.
-func checkTrailer(line []byte) error {
+func checkTrailer(line []byte, kind error) error {
 	if line[0] == ' ' || line[0] == '\t' {
-		return requestErr("trailer line %q is an obs-fold continuation", clip(line))
+		return malformed(kind, "trailer line %q is an obs-fold continuation", clip(line))
 	}
-	name, _, err := splitFieldLine(line)
+	name, _, err := splitFieldLine(line, kind)
 	if err != nil {
 		return err
 	}
 	for _, f := range []string{"host", "content-length", "transfer-encoding"} {
 		if lookalike(name, f) {
-			return requestErr("trailer field %q is not allowed", name)
+			return malformed(kind, "trailer field %q is not allowed", name)
 		}
 	}
 	return nil
@@ -196,8 +209,8 @@ func checkTrailer(line []byte) error {
 
 // parseChunkSizeLine parses chunk-size [chunk-ext] CRLF (RFC 9112 7.1.1):
 // chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] ).
-func parseChunkSizeLine(line []byte) (int64, error) {
-	l, err := crlfLine(line)
+func parseChunkSizeLine(line []byte, kind error) (int64, error) {
+	l, err := crlfLine(line, kind)
 	if err != nil {
 		return 0, err
 	}
@@ -205,22 +218,22 @@ func parseChunkSizeLine(line []byte) (int64, error) {
 	i := 0
 	for ; i < len(l) && isHex(l[i]); i++ {
 		if size > math.MaxInt64>>4 {
-			return 0, requestErr("chunk size %q is too large", clip(l))
+			return 0, malformed(kind, "chunk size %q is too large", clip(l))
 		}
 		size = size<<4 | int64(unhex(l[i]))
 	}
 	if i == 0 {
-		return 0, requestErr("chunk size line %q does not start with a hex size", clip(l))
+		return 0, malformed(kind, "chunk size line %q does not start with a hex size", clip(l))
 	}
 	for rest := l[i:]; len(rest) > 0; {
 		rest = trimLeftOWS(rest)
 		if len(rest) == 0 || rest[0] != ';' {
-			return 0, requestErr("chunk size line %q has %q after the size, not an extension", clip(l), clip(rest))
+			return 0, malformed(kind, "chunk size line %q has %q after the size, not an extension", clip(l), clip(rest))
 		}
 		rest = trimLeftOWS(rest[1:])
 		n := tokenLen(rest)
 		if n == 0 {
-			return 0, requestErr("chunk extension in %q has no name", clip(l))
+			return 0, malformed(kind, "chunk extension in %q has no name", clip(l))
 		}
 		rest = rest[n:]
 		if r := trimLeftOWS(rest); len(r) > 0 && r[0] == '=' {
@@ -231,7 +244,7 @@ func parseChunkSizeLine(line []byte) (int64, error) {
 				n = tokenLen(rest)
 			}
 			if n == 0 {
-				return 0, requestErr("chunk extension in %q has a bad value", clip(l))
+				return 0, malformed(kind, "chunk extension in %q has a bad value", clip(l))
 			}
 			rest = rest[n:]
 		}

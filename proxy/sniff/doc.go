@@ -1,6 +1,9 @@
 // Package sniff learns which host a client is asking for from the first
 // bytes of a TCP stream, without consuming them, so that doorman's
-// transparent proxy can decide on a connection before it relays a byte.
+// transparent proxy can decide on a connection before it relays a byte;
+// and, for plaintext HTTP/1.x, frames every request and response that
+// follows, so that the proxy checks each request and knows when the
+// connection stops being HTTP.
 //
 // The proxy peeks at a new connection (recvfrom with MSG_PEEK) and hands
 // whatever the kernel holds to [Detect], then to [ServerName] for TLS or to
@@ -30,6 +33,14 @@
 //     smuggling is built on: bare LF or CR, obs-fold, both Content-Length and
 //     Transfer-Encoding, conflicting lengths, an absolute-form target that
 //     names another host than Host.
+//   - Whether a keep-alive connection is still HTTP/1.x depends on the
+//     server's answers: after a 101 or a 2xx to CONNECT it is not. A proxy
+//     that looks for status lines anywhere in the response stream can be
+//     told "101" by a line in a body. [ResponseReader] frames responses as
+//     a client must (RFC 9112 6.3: HEAD, 1xx, 204 and 304 without a body,
+//     Transfer-Encoding over Content-Length, bodies that run until the
+//     close), so that a status line is only ever read where a response
+//     starts, and refuses what could be framed two ways.
 //   - h2c with prior knowledge carries no Host the proxy can see up front;
 //     [Detect] reports it as [ProtoH2C] so that the caller cannot mistake it
 //     for HTTP/1.x.

@@ -24,19 +24,35 @@ var ErrMalformedHello = errors.New("sniff: malformed TLS ClientHello")
 // starts like an HTTP/1.x request but breaks its syntax or framing rules.
 var ErrMalformedRequest = errors.New("sniff: malformed HTTP request")
 
+// ErrMalformedResponse is wrapped by every error returned for a response
+// stream that breaks the syntax or framing rules of HTTP/1.x, so that where
+// one response ends and the next begins can no longer be known.
+var ErrMalformedResponse = errors.New("sniff: malformed HTTP response")
+
 // ErrHostMismatch is wrapped (together with [ErrMalformedRequest]) when a
 // request's absolute-form or authority-form target names another host or
 // port than its Host header.
 var ErrHostMismatch = errors.New("request target disagrees with Host header")
 
-// ErrBodyPending is returned by [RequestReader.Next] when the previous
-// request has a body that [RequestReader.CopyBody] has not copied yet.
-var ErrBodyPending = errors.New("sniff: body of the previous request not copied yet")
+// ErrBodyPending is returned by [RequestReader.Next] and
+// [ResponseReader.Next] when the previous message has a body that CopyBody
+// has not copied yet.
+var ErrBodyPending = errors.New("sniff: body of the previous message not copied yet")
 
 func helloErr(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrMalformedHello}, args...)...)
 }
 
 func requestErr(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrMalformedRequest}, args...)...)
+	return malformed(ErrMalformedRequest, format, args...)
+}
+
+func responseErr(format string, args ...any) error {
+	return malformed(ErrMalformedResponse, format, args...)
+}
+
+// malformed returns an error wrapping kind (ErrMalformedRequest or
+// ErrMalformedResponse), for the parts both directions share.
+func malformed(kind error, format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{kind}, args...)...)
 }

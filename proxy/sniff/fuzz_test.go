@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -232,4 +234,105 @@ func FuzzRequestReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzResponseReader checks that ResponseReader never panics, passes on
+// exactly a prefix of the stream, frames it the same whatever the read
+// sizes, that ParseResponseHead's answer for a prefix is final once it is
+// not ErrIncomplete, and that Go's HTTP client reads every response passed
+// (as an answer to the same method) with the same status and body. methods
+// are the request methods the responses answer, separated by spaces.
+func FuzzResponseReader(f *testing.F) {
+	for _, s := range seedResponses {
+		f.Add(s.methods, []byte(s.stream))
+	}
+	f.Fuzz(func(t *testing.T, methods string, data []byte) {
+		h, err := ParseResponseHead(data)
+		if err != nil && err != ErrIncomplete && !errors.Is(err, ErrMalformedResponse) {
+			t.Fatalf("error %v is none of the documented kinds", err)
+		}
+		step := 1
+		if len(data) > 2048 {
+			step = len(data) / 512
+		}
+		for n := 0; n < len(data); n += step {
+			ph, perr := ParseResponseHead(data[:n])
+			if perr == ErrIncomplete {
+				continue
+			}
+			if ph != h || !sameError(perr, err) {
+				t.Fatalf("first %d of %d bytes gave %+v, %v; all gave %+v, %v", n, len(data), ph, perr, h, err)
+			}
+		}
+		if err == nil && (h.Len > len(data) || h.Len > MaxHeadSize || string(data[h.Len-4:h.Len]) != "\r\n\r\n") {
+			t.Fatalf("Len %d does not end a head in %q", h.Len, data)
+		}
+
+		ms := strings.Fields(methods)
+		results, passed, err := readResponses(t, bytes.NewReader(data), ms)
+		if !strings.HasPrefix(string(data), passed) {
+			t.Fatalf("passed on %q, which is not a prefix of the stream", passed)
+		}
+		results1, passed1, err1 := readResponses(t, iotest.OneByteReader(bytes.NewReader(data)), ms)
+		if passed1 != passed || !slices.Equal(results1, results) || !sameError(err, err1) {
+			t.Fatalf("read a byte at a time: %d responses, %v; at once: %d responses, %v", len(results1), err1, len(results), err)
+		}
+		compareResponsesWithNetHTTP(t, passed, ms, results, err)
+	})
+}
+
+// compareResponsesWithNetHTTP reads the responses we passed on with
+// net/http's client-side reader and checks that it frames them the same.
+func compareResponsesWithNetHTTP(t *testing.T, passed string, methods []string, results []readResponse, err error) {
+	br := bufio.NewReader(strings.NewReader(passed))
+	i := 0 // index of the request answered
+	for k, want := range results {
+		last := k == len(results)-1
+		method := "GET"
+		if i < len(methods) {
+			method = methods[i]
+		}
+		if want.framing == FramingSwitch {
+			return // net/http leaves switched and tunnelled streams to its caller
+		}
+		resp, rerr := http.ReadResponse(br, &http.Request{Method: method})
+		if rerr != nil {
+			if last && err != nil && err != io.EOF && err != ErrSwitched || netHTTPStricterResponse(rerr) {
+				return // the last head passed, but its body failed
+			}
+			t.Fatalf("response %d: net/http cannot read what we passed: %v\n%q", k, rerr, passed)
+		}
+		if resp.StatusCode != want.status {
+			t.Fatalf("response %d: status %d, net/http %d\n%q", k, want.status, resp.StatusCode, passed)
+		}
+		body, berr := io.ReadAll(resp.Body)
+		if berr != nil {
+			if last && err != nil && err != io.EOF {
+				return
+			}
+			t.Fatalf("response %d: net/http cannot read the body we passed: %v\n%q", k, berr, passed)
+		}
+		wantBody := want.body
+		if want.framing == FramingChunked {
+			decoded, derr := io.ReadAll(httputil.NewChunkedReader(strings.NewReader(want.body)))
+			if derr != nil {
+				t.Fatalf("response %d: the chunked body we passed does not decode: %v\n%q", k, derr, want.body)
+			}
+			wantBody = string(decoded)
+		}
+		if string(body) != wantBody {
+			t.Fatalf("response %d: body %q, net/http read %q\n%q", k, wantBody, body, passed)
+		}
+		if !(resp.StatusCode < 200 && resp.StatusCode != 101) {
+			i++
+		}
+	}
+}
+
+// netHTTPStricterResponse reports whether net/http refused a response for
+// a reason where it is stricter than RFC 9112 and this package.
+func netHTTPStricterResponse(err error) bool {
+	// net/http knows only "chunked": a response with other codings runs
+	// until the connection closes (RFC 9112 6.3), which it refuses.
+	return strings.Contains(err.Error(), "unsupported transfer encoding")
 }

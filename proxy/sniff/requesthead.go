@@ -6,8 +6,9 @@ import (
 	"strconv"
 )
 
-// MaxHeadSize is the largest HTTP/1.x request head accepted, request line
-// and final CRLFCRLF included.
+// MaxHeadSize is the largest HTTP/1.x head accepted, request or response,
+// start line and final CRLFCRLF included: 16 KiB, the size of HAProxy's
+// default buffer, which must hold a whole head there too.
 const MaxHeadSize = 16 << 10
 
 // RequestHead is one parsed HTTP/1.x request head.
@@ -279,7 +280,7 @@ func (p *headParser) headerLine(line []byte, base int) error {
 	if line[0] == ' ' || line[0] == '\t' {
 		return requestErr("header line %q is an obs-fold continuation", clip(line))
 	}
-	name, value, err := splitFieldLine(line)
+	name, value, err := splitFieldLine(line, ErrMalformedRequest)
 	if err != nil {
 		return err
 	}
@@ -437,27 +438,27 @@ func portOr(port, def int) int {
 // splitFieldLine splits "name: value" (RFC 9112 5.1): name is a token with
 // no whitespace before the colon, value has its surrounding whitespace
 // trimmed and no control characters but HTAB.
-func splitFieldLine(line []byte) (name, value []byte, err error) {
+func splitFieldLine(line []byte, kind error) (name, value []byte, err error) {
 	colon := bytes.IndexByte(line, ':')
 	if colon < 0 {
-		return nil, nil, requestErr("header line %q has no colon", clip(line))
+		return nil, nil, malformed(kind, "header line %q has no colon", clip(line))
 	}
 	name = line[:colon]
 	if len(name) == 0 {
-		return nil, nil, requestErr("header line %q has an empty name", clip(line))
+		return nil, nil, malformed(kind, "header line %q has an empty name", clip(line))
 	}
 	for i, c := range name {
 		if c == ' ' || c == '\t' {
-			return nil, nil, requestErr("header %q has whitespace before its colon", clip(name))
+			return nil, nil, malformed(kind, "header %q has whitespace before its colon", clip(name))
 		}
 		if !isTokenChar(c) {
-			return nil, nil, requestErr("header name %q has byte 0x%02x at offset %d", clip(name), c, i)
+			return nil, nil, malformed(kind, "header name %q has byte 0x%02x at offset %d", clip(name), c, i)
 		}
 	}
 	value = trimOWS(line[colon+1:])
 	for i, c := range value {
 		if c < ' ' && c != '\t' || c == 0x7f {
-			return nil, nil, requestErr("header %q has control byte 0x%02x at offset %d of its value", clip(name), c, i)
+			return nil, nil, malformed(kind, "header %q has control byte 0x%02x at offset %d of its value", clip(name), c, i)
 		}
 	}
 	return name, value, nil

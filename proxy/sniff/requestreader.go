@@ -50,37 +50,55 @@ func (rr *RequestReader) Next() (RequestHead, []byte, error) {
 	if rr.chunked || rr.remaining > 0 {
 		return RequestHead{}, nil, ErrBodyPending
 	}
+	var h RequestHead
+	n, err := readHead(rr.br, "request", func(buf []byte) (int, error) {
+		var err error
+		h, err = ParseRequestHead(buf)
+		return h.Len, err
+	})
+	if err != nil {
+		rr.err = err
+		return RequestHead{}, nil, err
+	}
+	rr.raw = append(rr.raw[:0], rr.Buffered()[:n]...)
+	rr.br.Discard(n)
+	rr.chunked, rr.remaining = h.Chunked, max(h.ContentLength, 0)
+	return h, rr.raw, nil
+}
+
+// readHead blocks until parse, called on the buffered bytes each time a
+// line has completed (and while the first line is incomplete), accepts
+// them or refuses them with an error other than ErrIncomplete, and
+// returns the head's length or that error. It returns io.EOF if the stream
+// ends before the head's first byte, and an error wrapping
+// io.ErrUnexpectedEOF if it ends inside the head; what names the kind of
+// message in that error.
+func readHead(br *bufio.Reader, what string, parse func([]byte) (int, error)) (int, error) {
 	scanned := -1 // bytes parsed without result; reparse when a line completes
 	for {
-		n := rr.br.Buffered()
+		n := br.Buffered()
 		if n == 0 {
-			if _, err := rr.br.Peek(1); err != nil {
-				rr.err = err
-				return RequestHead{}, nil, err
+			if _, err := br.Peek(1); err != nil {
+				return 0, err
 			}
 			continue
 		}
-		buf, _ := rr.br.Peek(n)
+		buf, _ := br.Peek(n)
 		if scanned < 0 || bytes.IndexByte(buf[scanned:], '\n') >= 0 || bytes.IndexByte(buf, '\n') < 0 {
-			h, err := ParseRequestHead(buf)
+			l, err := parse(buf)
 			if err == nil {
-				rr.raw = append(rr.raw[:0], buf[:h.Len]...)
-				rr.br.Discard(h.Len)
-				rr.chunked, rr.remaining = h.Chunked, max(h.ContentLength, 0)
-				return h, rr.raw, nil
+				return l, nil
 			}
 			if !errors.Is(err, ErrIncomplete) {
-				rr.err = err
-				return RequestHead{}, nil, err
+				return 0, err
 			}
 		}
 		scanned = n
-		if _, err := rr.br.Peek(n + 1); err != nil {
+		if _, err := br.Peek(n + 1); err != nil {
 			if err == io.EOF {
-				err = fmt.Errorf("connection closed after %d bytes of a request head: %w", n, io.ErrUnexpectedEOF)
+				err = fmt.Errorf("connection closed after %d bytes of a %s head: %w", n, what, io.ErrUnexpectedEOF)
 			}
-			rr.err = err
-			return RequestHead{}, nil, err
+			return 0, err
 		}
 	}
 }
@@ -101,7 +119,7 @@ func (rr *RequestReader) CopyBody(w io.Writer) (int64, error) {
 	if rr.err != nil {
 		return 0, rr.err
 	}
-	c := bodyCopier{br: rr.br, r: rr.r, w: w}
+	c := bodyCopier{br: rr.br, r: rr.r, w: w, kind: ErrMalformedRequest}
 	var err error
 	switch {
 	case rr.chunked:

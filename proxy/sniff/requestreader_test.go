@@ -241,34 +241,38 @@ func TestRequestReaderEnds(t *testing.T) {
 	}
 }
 
+// badChunkedBodies are chunked bodies that break the framing rules, by what
+// is wrong with them.
+var badChunkedBodies = map[string]string{
+	"bare LF after size":        "5\nhello\r\n0\r\n\r\n",
+	"bare LF after data":        "5\r\nhello\n0\r\n\r\n",
+	"no CRLF after data":        "5\r\nhelloX\r\n0\r\n\r\n",
+	"data longer than size":     "3\r\nhello\r\n0\r\n\r\n",
+	"size not hex":              "g\r\nhello\r\n0\r\n\r\n",
+	"empty size":                "\r\nhello\r\n0\r\n\r\n",
+	"0x prefix":                 "0x5\r\nhello\r\n0\r\n\r\n",
+	"negative size":             "-5\r\nhello\r\n0\r\n\r\n",
+	"size overflow":             "fffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+	"space after size":          "5 \r\nhello\r\n0\r\n\r\n",
+	"junk after size":           "5 x\r\nhello\r\n0\r\n\r\n",
+	"extension without name":    "5;\r\nhello\r\n0\r\n\r\n",
+	"extension bad value":       "5;a=\r\nhello\r\n0\r\n\r\n",
+	"extension unclosed quote":  "5;a=\"x\r\nhello\r\n0\r\n\r\n",
+	"extension bare CR":         "5;a\rb\r\nhello\r\n0\r\n\r\n",
+	"extension bare LF":         "5;a\nhello\r\n0\r\n\r\n",
+	"chunk line too long":       "5;a=" + strings.Repeat("b", maxChunkLine) + "\r\nhello\r\n0\r\n\r\n",
+	"trailer bare LF":           "0\r\nX: y\n\r\n",
+	"trailer obs-fold":          "0\r\nX: y\r\n z\r\n\r\n",
+	"trailer no colon":          "0\r\nXy\r\n\r\n",
+	"trailer Content-Length":    "0\r\nContent-Length: 5\r\n\r\n",
+	"trailer Host":              "0\r\nHost: b.example\r\n\r\n",
+	"trailer Transfer_Encoding": "0\r\nTransfer_Encoding: chunked\r\n\r\n",
+	"trailers too long":         "0\r\n" + strings.Repeat("X: "+strings.Repeat("y", 1000)+"\r\n", 17) + "\r\n",
+}
+
 func TestRequestReaderBadChunked(t *testing.T) {
 	const head = "POST / HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n"
-	for name, body := range map[string]string{
-		"bare LF after size":        "5\nhello\r\n0\r\n\r\n",
-		"bare LF after data":        "5\r\nhello\n0\r\n\r\n",
-		"no CRLF after data":        "5\r\nhelloX\r\n0\r\n\r\n",
-		"data longer than size":     "3\r\nhello\r\n0\r\n\r\n",
-		"size not hex":              "g\r\nhello\r\n0\r\n\r\n",
-		"empty size":                "\r\nhello\r\n0\r\n\r\n",
-		"0x prefix":                 "0x5\r\nhello\r\n0\r\n\r\n",
-		"negative size":             "-5\r\nhello\r\n0\r\n\r\n",
-		"size overflow":             "fffffffffffffffff\r\nhello\r\n0\r\n\r\n",
-		"space after size":          "5 \r\nhello\r\n0\r\n\r\n",
-		"junk after size":           "5 x\r\nhello\r\n0\r\n\r\n",
-		"extension without name":    "5;\r\nhello\r\n0\r\n\r\n",
-		"extension bad value":       "5;a=\r\nhello\r\n0\r\n\r\n",
-		"extension unclosed quote":  "5;a=\"x\r\nhello\r\n0\r\n\r\n",
-		"extension bare CR":         "5;a\rb\r\nhello\r\n0\r\n\r\n",
-		"extension bare LF":         "5;a\nhello\r\n0\r\n\r\n",
-		"chunk line too long":       "5;a=" + strings.Repeat("b", maxChunkLine) + "\r\nhello\r\n0\r\n\r\n",
-		"trailer bare LF":           "0\r\nX: y\n\r\n",
-		"trailer obs-fold":          "0\r\nX: y\r\n z\r\n\r\n",
-		"trailer no colon":          "0\r\nXy\r\n\r\n",
-		"trailer Content-Length":    "0\r\nContent-Length: 5\r\n\r\n",
-		"trailer Host":              "0\r\nHost: b.example\r\n\r\n",
-		"trailer Transfer_Encoding": "0\r\nTransfer_Encoding: chunked\r\n\r\n",
-		"trailers too long":         "0\r\n" + strings.Repeat("X: "+strings.Repeat("y", 1000)+"\r\n", 17) + "\r\n",
-	} {
+	for name, body := range badChunkedBodies {
 		t.Run(name, func(t *testing.T) {
 			rr := NewRequestReader(strings.NewReader(head + body + "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"))
 			if _, _, err := rr.Next(); err != nil {
