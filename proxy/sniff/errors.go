@@ -34,6 +34,12 @@ var ErrMalformedResponse = errors.New("sniff: malformed HTTP response")
 // port than its Host header.
 var ErrHostMismatch = errors.New("request target disagrees with Host header")
 
+// ErrH2CPreface is wrapped (together with [ErrMalformedRequest]) when a
+// request line is the first line of the HTTP/2 connection preface, "PRI *
+// HTTP/2.0": h2c with prior knowledge, which names its host only in
+// frames a reader of HTTP/1.x cannot check.
+var ErrH2CPreface = errors.New("HTTP/2 connection preface (h2c with prior knowledge)")
+
 // ErrBodyPending is returned by [RequestReader.Next] and
 // [ResponseReader.Next] when the previous message has a body that CopyBody
 // has not copied yet.

@@ -139,6 +139,14 @@ func FuzzParseRequestHead(f *testing.F) {
 			t.Fatalf("both chunked and Content-Length: %+v", h)
 		}
 		compareWithNetHTTP(t, data[:h.Len], h)
+		// Removing the upgrade fields leaves a head that frames and
+		// routes the same and asks for no switch.
+		stripped := RemoveFields(data[:h.Len:h.Len], "Upgrade", "HTTP2-Settings")
+		sh, serr := ParseRequestHead(stripped)
+		if serr != nil || sh.Len != len(stripped) || sh.UpgradeTo != "" || sh.WebSocket || sh.Name() != h.Name() ||
+			sh.ContentLength != h.ContentLength || sh.Chunked != h.Chunked || sh.Method != h.Method {
+			t.Fatalf("without its upgrade fields %q became %q: %+v, %v", data[:h.Len], stripped, sh, serr)
+		}
 	})
 }
 

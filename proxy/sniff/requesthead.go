@@ -41,6 +41,13 @@ type RequestHead struct {
 	// header and the "upgrade" option in Connection: after it, the stream
 	// may stop being HTTP/1.x.
 	Upgrade bool
+	// UpgradeTo is the Upgrade header's value as sent (several fields
+	// joined by ", "), "" if none.
+	UpgradeTo string
+	// WebSocket is true for an opening handshake of the WebSocket protocol
+	// (RFC 6455 4.1): an HTTP/1.1 GET whose Connection has the "upgrade"
+	// option and whose Upgrade names one protocol, websocket (any case).
+	WebSocket bool
 	// Close is true if the client will send no further request: Connection
 	// has "close", or the request is HTTP/1.0 without "keep-alive".
 	Close bool
@@ -105,17 +112,17 @@ type headParser struct {
 	https                  bool      // absolute-form with scheme https
 	target                 authority // for absolute-form and authority-form
 
-	host       authority
-	hostLine   []byte // the Host header's value, for error messages
-	hasHost    bool
-	cl         int64 // -1 if no Content-Length
-	hasTE      bool
-	te         []byte // the last Transfer-Encoding value, for error messages
-	chunked    bool   // chunked is among the transfer codings seen so far
-	close      bool
-	keepAlive  bool
-	connUpg    bool
-	upgradeHdr bool
+	host      authority
+	hostLine  []byte // the Host header's value, for error messages
+	hasHost   bool
+	cl        int64 // -1 if no Content-Length
+	hasTE     bool
+	te        []byte // the last Transfer-Encoding value, for error messages
+	chunked   bool   // chunked is among the transfer codings seen so far
+	close     bool
+	keepAlive bool
+	connUpg   bool
+	upgrade   []byte // the Upgrade fields' values, joined by ", "
 }
 
 type targetForm int
@@ -181,8 +188,14 @@ func checkPartialMethod(b []byte) error {
 	return nil
 }
 
+// h2PrefaceLine is the first line of the HTTP/2 connection preface.
+const h2PrefaceLine = "PRI * HTTP/2.0"
+
 // requestLine parses "method SP request-target SP HTTP-version".
 func (p *headParser) requestLine(line []byte) error {
+	if string(line) == h2PrefaceLine {
+		return fmt.Errorf("%w: %w: request line %q", ErrMalformedRequest, ErrH2CPreface, line)
+	}
 	sp := bytes.IndexByte(line, ' ')
 	if sp < 0 {
 		sp = len(line)
@@ -316,7 +329,9 @@ func (p *headParser) headerLine(line []byte, base int) error {
 			}
 		})
 	case fieldIs(name, "upgrade"):
-		p.upgradeHdr = p.upgradeHdr || len(value) > 0
+		if len(value) > 0 {
+			p.upgrade = appendList(p.upgrade, value)
+		}
 	default:
 		if bytes.IndexByte(name, '_') >= 0 {
 			for _, f := range []string{"host", "content-length", "transfer-encoding"} {
@@ -414,7 +429,9 @@ func (p *headParser) finish(head []byte) (RequestHead, error) {
 		Len:           len(head),
 		ContentLength: p.cl,
 		Chunked:       p.chunked,
-		Upgrade:       connect || p.connUpg && p.upgradeHdr,
+		Upgrade:       connect || p.connUpg && len(p.upgrade) > 0,
+		UpgradeTo:     string(p.upgrade),
+		WebSocket:     p.minor == 1 && s[:p.methodEnd] == "GET" && p.connUpg && bytes.EqualFold(p.upgrade, []byte("websocket")),
 		Close:         p.close || p.minor == 0 && !p.keepAlive,
 	}
 	if p.hasHost {
@@ -426,6 +443,42 @@ func (p *headParser) finish(head []byte) (RequestHead, error) {
 		h.TargetPort = s[p.target.portStart:p.target.portEnd]
 	}
 	return h, nil
+}
+
+// RemoveFields returns head without its field lines named one of names
+// (any case), or head itself if it has none. head must be a whole head as
+// [ParseRequestHead] accepted it, so that every line ends in CRLF and
+// nothing but a field line follows the first. The proxy uses it to forward
+// a request without the fields that would ask the server for a protocol
+// switch it does not honour.
+func RemoveFields(head []byte, names ...string) []byte {
+	var out []byte
+	kept := 0 // head[:kept] is in out, or would be
+	for pos := bytes.Index(head, []byte("\r\n")) + 2; pos < len(head); {
+		end := pos + bytes.Index(head[pos:], []byte("\r\n")) + 2
+		if colon := bytes.IndexByte(head[pos:end], ':'); colon > 0 && fieldIn(head[pos:pos+colon], names) {
+			if out == nil {
+				out = make([]byte, 0, len(head))
+			}
+			out = append(out, head[kept:pos]...)
+			kept = end
+		}
+		pos = end
+	}
+	if out == nil {
+		return head
+	}
+	return append(out, head[kept:]...)
+}
+
+// fieldIn reports whether a field name is one of names, ignoring case.
+func fieldIn(name []byte, names []string) bool {
+	for _, n := range names {
+		if len(n) == len(name) && bytes.EqualFold(name, []byte(n)) {
+			return true
+		}
+	}
+	return false
 }
 
 func portOr(port, def int) int {

@@ -59,10 +59,22 @@ func TestParseRequestHead(t *testing.T) {
 			RequestHead{Method: "POST", Target: "/", Proto: "HTTP/1.1", Host: "h.example", ContentLength: 7}},
 		{"chunked", "POST / HTTP/1.1\r\nHost: h.example\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n",
 			RequestHead{Method: "POST", Target: "/", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Chunked: true}},
-		{"upgrade", "GET /ws HTTP/1.1\r\nHost: h.example\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n",
-			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Upgrade: true}},
+		{"websocket", "GET /ws HTTP/1.1\r\nHost: h.example\r\nConnection: keep-alive, Upgrade\r\nUpgrade: WebSocket\r\n\r\n",
+			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Upgrade: true, UpgradeTo: "WebSocket", WebSocket: true}},
+		{"websocket without connection option", "GET /ws HTTP/1.1\r\nHost: h.example\r\nUpgrade: websocket\r\n\r\n",
+			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, UpgradeTo: "websocket"}},
+		{"websocket with POST", "POST /ws HTTP/1.1\r\nHost: h.example\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+			RequestHead{Method: "POST", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Upgrade: true, UpgradeTo: "websocket"}},
+		{"websocket in HTTP/1.0", "GET /ws HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.0", ContentLength: -1, Upgrade: true, UpgradeTo: "websocket", Close: true}},
+		{"websocket or h2c", "GET /ws HTTP/1.1\r\nHost: h.example\r\nConnection: upgrade\r\nUpgrade: websocket, h2c\r\n\r\n",
+			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Upgrade: true, UpgradeTo: "websocket, h2c"}},
+		{"two upgrade fields", "GET /ws HTTP/1.1\r\nHost: h.example\r\nConnection: upgrade\r\nUpgrade: websocket\r\nUpgrade: websocket\r\n\r\n",
+			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Upgrade: true, UpgradeTo: "websocket, websocket"}},
+		{"h2c", "GET / HTTP/1.1\r\nHost: h.example\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+			RequestHead{Method: "GET", Target: "/", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, Upgrade: true, UpgradeTo: "h2c"}},
 		{"upgrade header without connection option", "GET /ws HTTP/1.1\r\nHost: h.example\r\nUpgrade: h2c\r\n\r\n",
-			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1}},
+			RequestHead{Method: "GET", Target: "/ws", Proto: "HTTP/1.1", Host: "h.example", ContentLength: -1, UpgradeTo: "h2c"}},
 		{"connect", "CONNECT Example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
 			RequestHead{Method: "CONNECT", Target: "Example.com:443", Proto: "HTTP/1.1", Host: "example.com", HostPort: "443", TargetHost: "example.com", TargetPort: "443", ContentLength: -1, Upgrade: true}},
 		{"connect, Host without port", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com\r\n\r\n",
@@ -85,6 +97,28 @@ func TestParseRequestHead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRemoveFields(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"GET / HTTP/1.1\r\nHost: h.example\r\n\r\n", "GET / HTTP/1.1\r\nHost: h.example\r\n\r\n"},
+		{"GET / HTTP/1.1\r\nHost: h.example\r\nConnection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\nHTTP2-SETTINGS: AAMA\r\nAccept: */*\r\n\r\n",
+			"GET / HTTP/1.1\r\nHost: h.example\r\nConnection: Upgrade, HTTP2-Settings\r\nAccept: */*\r\n\r\n"},
+		{"GET / HTTP/1.1\r\nUpgrade: a\r\nHost: h.example\r\nUpgrade: b\r\n\r\n", "GET / HTTP/1.1\r\nHost: h.example\r\n\r\n"},
+		{"GET /Upgrade: HTTP/1.1\r\nX-Upgrade: a\r\nUpgrade-Insecure-Requests: 1\r\nHost: h.example\r\nX: Upgrade: b\r\n\r\n",
+			"GET /Upgrade: HTTP/1.1\r\nX-Upgrade: a\r\nUpgrade-Insecure-Requests: 1\r\nHost: h.example\r\nX: Upgrade: b\r\n\r\n"},
+	} {
+		if _, err := ParseRequestHead([]byte(tc.in)); err != nil {
+			t.Fatalf("%q: %v", tc.in, err)
+		}
+		got := RemoveFields([]byte(tc.in), "Upgrade", "HTTP2-Settings")
+		if string(got) != tc.want {
+			t.Errorf("RemoveFields(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+		if h, err := ParseRequestHead(got); err != nil || h.UpgradeTo != "" || h.Len != len(got) {
+			t.Errorf("RemoveFields(%q) left %+v, %v", tc.in, h, err)
+		}
 	}
 }
 
@@ -148,7 +182,8 @@ func TestParseRequestHeadErrors(t *testing.T) {
 		{"empty header name", "GET / HTTP/1.1\r\n: x\r\n\r\n", ErrMalformedRequest, "empty name"},
 		{"control in value", "GET / HTTP/1.1\r\nHost: a.example\r\nX: a\x01b\r\n\r\n", ErrMalformedRequest, "control byte 0x01"},
 		{"HTTP/1.2", "GET / HTTP/1.2\r\nHost: a.example\r\n\r\n", ErrMalformedRequest, "only HTTP/1.0 and HTTP/1.1"},
-		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", ErrMalformedRequest, "only HTTP/1.0 and HTTP/1.1"},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", ErrH2CPreface, "h2c with prior knowledge"},
+		{"HTTP/2 version", "GET / HTTP/2.0\r\nHost: a.example\r\n\r\n", ErrMalformedRequest, "only HTTP/1.0 and HTTP/1.1"},
 		{"HTTP/0.9", "GET /\r\n\r\n", ErrMalformedRequest, "no HTTP version"},
 		{"double space", "GET  / HTTP/1.1\r\nHost: a.example\r\n\r\n", ErrMalformedRequest, "empty request target"},
 		{"trailing space", "GET / HTTP/1.1 \r\nHost: a.example\r\n\r\n", ErrMalformedRequest, "only HTTP/1.0"},
