@@ -81,3 +81,36 @@ func BenchmarkRequestReader(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkResponseReader frames keep-alive responses: an interim one,
+// bodies by length and chunked, a HEAD answer.
+func BenchmarkResponseReader(b *testing.B) {
+	one := "HTTP/1.1 100 Continue\r\n\r\n" +
+		"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nhello world" +
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n6\r\n world\r\n0\r\n\r\n" +
+		"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+	methods := []string{"POST", "GET", "HEAD"}
+	stream := strings.Repeat(one, 100)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	r := strings.NewReader(stream)
+	for b.Loop() {
+		r.Reset(stream)
+		rr := NewResponseReader(r)
+		for i := 0; ; {
+			h, _, err := rr.Next(methods[i%len(methods)])
+			if err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+			if _, err := rr.CopyBody(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+			if !h.Interim() {
+				i++
+			}
+		}
+	}
+}

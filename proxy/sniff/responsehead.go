@@ -301,7 +301,7 @@ func appendList(list, value []byte) []byte {
 
 func (p *responseParser) finish(head []byte) ResponseHead {
 	return ResponseHead{
-		Proto:            string(head[:len("HTTP/1.x")]),
+		Proto:            [...]string{"HTTP/1.0", "HTTP/1.1"}[p.minor],
 		StatusCode:       p.status,
 		Len:              len(head),
 		ContentLength:    p.cl,
