@@ -32,5 +32,17 @@
 // Because the bytes were only peeked, an admitted TLS (or unknown) stream is
 // relayed from its first byte by splice(2) between two bare *net.TCPConn.
 // Plaintext HTTP is the exception: its requests pass through a parser so
-// that the Host of every request on a keep-alive connection is checked.
+// that the Host of every request on a keep-alive connection is checked,
+// and its responses through a framer, because whether the stream is still
+// HTTP depends on them. A proxy that takes any status line it sees in the
+// response stream for an answer can be told "101 Switching Protocols" by a
+// line in a body the workload chose, and stop checking; an h2c upgrade
+// the server accepts would make the rest HTTP/2, whose requests name any
+// authority. So the responses are framed as RFC 9112 says and paired with
+// the requests in order; only a 101 answering a WebSocket handshake, or a
+// 2xx answering CONNECT, makes the connection opaque; other upgrade
+// requests are forwarded without their Upgrade fields; and a response
+// stream that cannot be framed ends the connection rather than be guessed
+// at. Long bodies still splice: the framer hands them to io.Copy between
+// the two connections.
 package proxy

@@ -59,6 +59,8 @@ func sniffBytes(b []byte) (sniffed, error) {
 		}
 		s.head = &head
 		s.name, s.err = normalizeSniffed(head.Name())
+	case sniff.ProtoH2C:
+		s.err = errors.New("h2c prior knowledge names no host")
 	}
 	return s, nil
 }
@@ -161,6 +163,9 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		rec.BytesUp, rec.BytesDn = r.up, r.down
 		if r.denied != "" {
 			rec.Verdict, rec.Reason, rec.Name = Deny, r.denied, r.deniedName
+		}
+		for _, n := range r.notes {
+			rec.Reason += "; " + n
 		}
 	} else {
 		rec.BytesUp, rec.BytesDn = relay(c, up, p.bulk)

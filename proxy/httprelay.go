@@ -3,9 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/doorman-net/doorman/proxy/sniff"
@@ -16,52 +14,69 @@ import (
 // responses it owes for the earlier requests before writing the 403.
 const upstreamDrain = 5 * time.Second
 
-// upgradeAnswerTimeout bounds the wait for the server's answer to an
-// Upgrade or CONNECT request before the proxy knows whether the
-// connection stays HTTP.
+// upgradeAnswerTimeout bounds the wait for the server's answer to a
+// WebSocket handshake or CONNECT request before the proxy knows whether
+// the connection stays HTTP.
 const upgradeAnswerTimeout = 30 * time.Second
 
+// bodySlice is the most response body one splice moves before the bulk
+// counter hears of it.
+const bodySlice = 1 << 20
+
+// httpResult is what relayHTTP reports for the decision line.
 type httpResult struct {
 	up, down   int64
-	denied     string // why a later request was refused, "" if none was
+	denied     string // why the connection was refused or cut, "" if it was not
 	deniedName string
+	// notes say what the relay refused on the way without ending the
+	// connection ("h2c upgrade refused"), once each.
+	notes []string
+}
+
+func (r *httpResult) note(s string) {
+	if !slices.Contains(r.notes, s) {
+		r.notes = append(r.notes, s)
+	}
 }
 
 // relayHTTP relays a plaintext HTTP/1.x connection request by request, so
 // that every request's Host is checked, not only the first (gost checks
-// only the first, so a keep-alive connection could switch hosts). Responses
-// flow back by splice; requests pass through a parser that forwards each
-// head and body unchanged. A request the policy does not admit ends the
-// connection with a 403 once the earlier responses are through.
+// only the first, so a keep-alive connection could switch hosts).
+//
+// Requests pass through sniff.RequestReader and responses through
+// sniff.ResponseReader, both framing exactly as RFC 9112 says, bytes
+// unchanged. Each forwarded request is queued, before its head is written
+// upstream, with what its answer may do; each final response takes the
+// oldest from the queue. So the proxy knows which request a response
+// answers, and no byte inside a body can pass for a status line: the
+// connection stops being HTTP only when the server answers a WebSocket
+// handshake with 101 or a CONNECT with 2xx, and then becomes opaque in
+// both directions. Any other request for a protocol switch (h2c above
+// all, whose HTTP/2 requests would name any authority) is forwarded
+// without its Upgrade and HTTP2-Settings fields, so the server answers in
+// HTTP/1.1, as RFC 9110 7.8 lets it. A request the policy does not admit
+// ends the connection with a 403 once the earlier responses are through;
+// a response stream that cannot be framed, or that answers what was not
+// asked, cuts the connection.
 func (p *Proxy) relayHTTP(t *tracked) httpResult {
 	c, up := t.client, t.upstream
 	var res httpResult
-
-	// Downstream: responses are copied as they come, watched only for
-	// the status line that answers an Upgrade request. It does not
-	// half-close the client while a refusal may still have to be written.
-	var mu sync.Mutex
-	refusing := false
-	watch := &statusWatcher{w: c, bulk: p.bulk}
-	downDone := make(chan int64, 1)
-	go func() {
-		n, _ := io.Copy(watch, up)
-		mu.Lock()
-		if !refusing {
-			c.CloseWrite()
-		}
-		mu.Unlock()
-		downDone <- n
-	}()
+	q := newExchanges()
+	downDone := make(chan downResult, 1)
+	go func() { downDone <- p.relayResponses(c, up, q) }()
+	var down *downResult // set once downDone has been received
 
 	rr := sniff.NewRequestReader(c)
+	opaque := false
+requests:
 	for {
 		head, raw, err := rr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
 		if err != nil {
-			if t.killReason() == "" && !isClosedErr(err) {
+			switch {
+			case t.killReason() != "":
+			case errors.Is(err, sniff.ErrH2CPreface):
+				res.denied = "h2c prior knowledge after HTTP/1.x requests"
+			case errors.Is(err, sniff.ErrMalformedRequest), errors.Is(err, sniff.ErrNotHTTP):
 				res.denied = fmt.Sprintf("malformed request: %v", err)
 			}
 			break
@@ -76,8 +91,16 @@ func (p *Proxy) relayHTTP(t *tracked) httpResult {
 			break
 		}
 		t.setName(name)
-		if head.Upgrade {
-			watch.arm()
+		x := &exchange{method: head.Method, websocket: head.WebSocket}
+		if head.WebSocket || head.Method == "CONNECT" {
+			x.switched = make(chan bool, 1)
+		}
+		if head.UpgradeTo != "" && !head.WebSocket {
+			raw = sniff.RemoveFields(raw, "Upgrade", "HTTP2-Settings")
+			res.note(head.UpgradeTo + " upgrade refused")
+		}
+		if !q.push(x) {
+			break // the responses have ended: nothing more can be answered
 		}
 		n, err := up.Write(raw)
 		res.up += int64(n)
@@ -87,48 +110,82 @@ func (p *Proxy) relayHTTP(t *tracked) httpResult {
 		bn, err := rr.CopyBody(up)
 		res.up += bn
 		if err != nil {
+			if errors.Is(err, sniff.ErrMalformedRequest) {
+				res.denied, res.deniedName = fmt.Sprintf("malformed request: %v", err), name
+			}
 			break
 		}
-		if head.Upgrade {
-			// Only an upgrade the server accepted (101, or 2xx for
-			// CONNECT) ends HTTP: then the rest is opaque bytes. A
-			// declined one leaves the connection HTTP, and the next
-			// request's Host is checked like any other.
-			code, ok := watch.wait(upgradeAnswerTimeout)
-			if !ok {
-				res.denied, res.deniedName = "no answer to an upgrade request", name
-				break
-			}
-			if code == 101 || (head.Method == "CONNECT" && code/100 == 2) {
+		if x.switched == nil {
+			continue
+		}
+		// Only a switch the server made (101 to a WebSocket handshake,
+		// 2xx to CONNECT) ends HTTP: then the rest is opaque bytes. An
+		// answer that declines leaves the connection HTTP, and the next
+		// request's Host is checked like any other.
+		timer := time.NewTimer(upgradeAnswerTimeout)
+		select {
+		case switched := <-x.switched:
+			timer.Stop()
+			if switched {
+				opaque = true
 				n, _ := up.Write(rr.Buffered())
 				res.up += int64(n)
-				bn, _ := io.Copy(up, c)
+				bn, _ := pipe(up, c, p.bulk)
 				res.up += bn
-				break
+				break requests
 			}
+		case d := <-downDone:
+			timer.Stop()
+			down = &d
+			break requests
+		case <-timer.C:
+			res.denied, res.deniedName = "no answer to an upgrade request", name
+			break requests
 		}
 	}
 
 	if res.denied == "" {
-		up.CloseWrite()
-		watch.disarm()
-		res.down = <-downDone
+		if !opaque {
+			up.CloseWrite()
+		}
+		if down == nil {
+			d := <-downDone
+			down = &d
+		}
+		res.down = down.written
+		if down.fault != "" {
+			res.denied, res.deniedName = down.fault, t.currentName()
+		}
 		return res
 	}
-	mu.Lock()
-	refusing = true
-	mu.Unlock()
-	up.CloseWrite()
-	select {
-	case res.down = <-downDone:
-	case <-time.After(upstreamDrain):
-		up.Close()
-		res.down = <-downDone
-	}
-	denyHTTP(c, res.deniedName, p.sandbox, res.denied)
-	return res
-}
 
-func isClosedErr(err error) bool {
-	return errors.Is(err, net.ErrClosed)
+	// Refuse: let the upstream finish the responses it owes, stop the
+	// response side between two responses, then answer with the 403.
+	empty, clientClosed := q.refuse()
+	if down == nil {
+		if empty {
+			up.Close()
+		} else {
+			up.CloseWrite()
+		}
+		select {
+		case d := <-downDone:
+			down = &d
+		case <-time.After(upstreamDrain):
+			// Give up on the owed responses, also on a client that
+			// does not read them.
+			up.Close()
+			c.SetWriteDeadline(time.Now())
+			d := <-downDone
+			down = &d
+		}
+	}
+	res.down = down.written
+	if down.fault != "" {
+		res.note(down.fault)
+	}
+	if down.between && !clientClosed {
+		denyHTTP(c, res.deniedName, p.sandbox, res.denied)
+	}
+	return res
 }

@@ -229,8 +229,8 @@ func TestRelayCountsBulk(t *testing.T) {
 }
 
 // TestHTTPRelayCountsBulk checks the same for plaintext HTTP, whose
-// responses relayHTTP copies through its status watcher rather than the
-// splice loop.
+// responses relayHTTP frames and copies with its own writer (bulkWriter)
+// rather than the splice loop.
 func TestHTTPRelayCountsBulk(t *testing.T) {
 	var l policyLog
 	p := New(Config{Policy: mustPolicy(t, conf.ModeAllowlist, "api.test")})
