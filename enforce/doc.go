@@ -2,7 +2,8 @@
 // doorman puts into a sandbox's network namespace: table inet doorman,
 // which sends all outbound TCP to the sandbox's transparent proxy and
 // rejects everything else but DNS to the sandbox's resolvers, ICMP (by
-// policy), IPv6 neighbour discovery, loopback and replies. The CNI plugin
+// policy: small echo requests to allowDirect destinations), the ICMP errors
+// of admitted flows, IPv6 neighbour discovery, loopback and replies. The CNI plugin
 // and the OCI hook both call it, so the two entry points enforce the very
 // same rules.
 //
@@ -32,18 +33,31 @@
 //	    tcp dport PORT reject with tcp reset              direct: refused
 //	chain filter-output   type filter hook output priority 0, policy drop
 //	    ct state invalid drop
-//	    ct state established,related accept
+//	    meta l4proto != {icmp, ipv6-icmp} ct state established,related accept
+//	    meta l4proto icmp|ipv6-icmp ct state established ct direction reply accept
+//	                                                      replies to queries sent to the sandbox
+//	    icmp type {destination-unreachable, time-exceeded, parameter-problem} ct state related accept
+//	    icmpv6 type {destination-unreachable, packet-too-big, time-exceeded, parameter-problem}
+//	        ct state related accept
 //	    oifname "lo" accept
 //	    ip daddr 127.0.0.1 tcp dport Port4 ct status dnat accept
 //	    ip6 daddr ::1 tcp dport Port6 ct status dnat accept
 //	    icmpv6 type {nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert} ip6 hoplimit 255 accept
 //	    icmpv6 type {mld-listener-report, mld-listener-done, mld2-listener-report} ip6 hoplimit 1 accept
 //	    ip[6] daddr RESOLVER udp|tcp dport 53 accept
-//	    meta l4proto icmp|ipv6-icmp accept                only if AllowICMP
+//	    ip[6] daddr DIRECT tcp|udp [th dport PORTS] accept one per allowDirect entry
+//	    ip daddr DIRECT icmp type echo-request ip hdrlength 5 ip length 28-92 accept
+//	                                                      only if AllowICMP, one per IPv4 allowDirect prefix
+//	    ip6 daddr DIRECT icmpv6 type echo-request ip6 length 8-72 accept
+//	                                                      only if AllowICMP, one per IPv6 allowDirect prefix
 //	    meta l4proto tcp reject with tcp reset
 //	    reject with icmpx admin-prohibited
 //	chain filter-forward  type filter hook forward priority 0, policy drop
 //	    as filter-output, without the loopback, redirect and neighbour rules
+//
+// (With the DNS filter, the resolvers' DNS is redirected to the filter's
+// ports in both nat chains, and filter-output accepts it there as it does
+// the redirected TCP.)
 //
 // A family whose port is 0 gets no redirect and no input or accept rule:
 // its TCP is reset. nat-prerouting catches TCP that a daemon inside the
@@ -61,8 +75,35 @@
 // address, the listener port, and ct status dnat.
 //
 // Mode none (Spec.DenyAll) has only filter-output and filter-forward, with
-// no DNS, ICMP or redirect rules: loopback, neighbour discovery and replies
-// to inbound connections pass; everything else is rejected.
+// no DNS, allowDirect, echo or redirect rules: loopback, neighbour
+// discovery, replies to inbound connections and the ICMP errors about them
+// pass; everything else is rejected.
+//
+// # ICMP
+//
+// ICMP queries carry data: echo, timestamp, information and address mask
+// requests reach any address with a payload of the sender's choosing, and
+// echo replies bring it back (ptunnel-ng, icmptunnel and hans carry TCP so).
+// Where the runtime opens net.ipv4.ping_group_range (Docker does), a ping
+// socket needs no capability at all. So no ICMP query leaves but, with
+// AllowICMP, echo requests to the allowDirect prefixes with at most 64
+// bytes of data (IPv4: no options and a total length of at most
+// 20+8+64; IPv6: a payload length of at most 8+64). Conntrack reassembles
+// fragments before these hooks, so the lengths are those of whole packets.
+//
+// What else leaves is what admitted traffic needs: the errors that
+// conntrack relates to a known flow, of the types that keep it working
+// (unreachable, fragmentation needed and packet too big, time exceeded,
+// parameter problem), and replies to queries sent to the sandbox.
+// Conntrack relates an error only if its outer destination is the flow's
+// peer. ICMP does not pass on the strength of conntrack's state alone:
+// it relates source quench and redirects to a flow as it does errors, and
+// it calls a second echo request established once the first one with
+// that identifier was answered, which would let large echoes follow a
+// small one. Router advertisements and redirects never leave: the
+// neighbour discovery rules name only solicitations and neighbour
+// advertisements (conntrack does not track them; an ICMPv6 redirect is
+// invalid to it and dropped).
 //
 // # No exemption inside the sandbox
 //
@@ -91,7 +132,9 @@
 // Rules inside the sandbox cannot hold against a workload with
 // CAP_NET_ADMIN in it (it can flush them), nor against AF_PACKET frames,
 // which bypass the namespace's IP hooks; only a layer outside the sandbox
-// covers those. Neighbour discovery, always allowed, could carry a few
-// bytes to any IPv6 address as well. Applying a narrower ruleset does not
+// covers those (package hostlayer, which also pins the sandbox's MAC and
+// addresses: this ruleset cannot know which addresses are the sandbox's).
+// Neighbour discovery, always allowed, could carry a few bytes to any IPv6
+// address as well; the host-side layer keeps it on the link. Applying a narrower ruleset does not
 // cut flows already established (conntrack keeps them).
 package enforce

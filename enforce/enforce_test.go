@@ -145,13 +145,15 @@ func TestEnforceAllowlist(t *testing.T) {
 		}
 		expectNoConn(t, l.proxy4, "proxy")
 	})
-	t.Run("icmp is allowed", func(t *testing.T) {
+	t.Run("icmp is rejected but for allowDirect", func(t *testing.T) {
+		// AllowICMP admits echo requests to allowDirect prefixes
+		// only, and the spec has none.
 		for _, dst := range []netip.Addr{inet4, inet6} {
-			if err := ping(l.sandbox, dst, mustWork); err != nil {
-				t.Errorf("ping %s from the sandbox: %v", dst, err)
-			}
-			if err := ping(l.nested, dst, mustWork); err != nil {
-				t.Errorf("ping %s from the nested netns: %v", dst, err)
+			expectRejected(t, "ping "+dst.String()+" from the sandbox", func() error { return ping(l.sandbox, dst, mustFail) })
+			// Forwarded, the echo is answered by the sandbox's
+			// admin-prohibited error.
+			if err := ping(l.nested, dst, mustFail); err == nil || !strings.Contains(err.Error(), "destination unreachable") {
+				t.Errorf("ping %s from the nested netns: %v, want destination unreachable", dst, err)
 			}
 		}
 	})
@@ -220,8 +222,10 @@ func TestEnforceNoICMP(t *testing.T) {
 	s.AllowICMP = false
 	l.apply(t, s)
 
+	s.Direct = []Direct{{Prefix: netip.PrefixFrom(inet4, 32)}, {Prefix: netip.PrefixFrom(inet6, 128)}}
+	l.apply(t, s)
 	for _, dst := range []netip.Addr{inet4, inet6} {
-		expectRejected(t, "ping "+dst.String(), func() error { return ping(l.sandbox, dst, mustFail) })
+		expectRejected(t, "ping allowDirect "+dst.String(), func() error { return ping(l.sandbox, dst, mustFail) })
 	}
 	// The neighbour cache is empty: reaching the IPv6 resolver needs
 	// neighbour discovery, which stays allowed.
@@ -384,7 +388,8 @@ func TestApplyCheckRemove(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	sb := newTestNS(t, "chk")
-	s := Spec{Port4: 15001, Port6: 15002, Resolvers: []netip.Addr{resolverA, resolverB}, AllowICMP: true}
+	s := Spec{Port4: 15001, Port6: 15002, Resolvers: []netip.Addr{resolverA, resolverB}, AllowICMP: true,
+		Direct: []Direct{{Prefix: netip.MustParsePrefix("198.51.100.0/24")}}}
 
 	if ok, err := Present(sb.path); err != nil || ok {
 		t.Fatalf("Present before Apply = %v, %v; want false", ok, err)

@@ -35,6 +35,42 @@ const (
 	icmpv6MLDv2Report   = 143
 )
 
+// ICMP and ICMPv6 echo requests (RFC 792, 4443).
+const (
+	icmpEchoRequest   = 8
+	icmpv6EchoRequest = 128
+)
+
+// Echo size limits of Spec.AllowICMP: at most maxEchoData bytes after the
+// 8-byte echo header, so that an echo cannot carry a tunnel's payload.
+// IPv4 counts the total length of a packet without options (ihl 5),
+// IPv6 the payload length (which includes any extension header).
+const (
+	maxEchoData      = 64
+	icmpHeaderLen    = 8
+	ipv4HeaderLen    = 20
+	maxEchoIPv4Total = ipv4HeaderLen + icmpHeaderLen + maxEchoData
+	maxEchoIPv6Plen  = icmpHeaderLen + maxEchoData
+)
+
+// icmpError is an ICMP or ICMPv6 error type that keeps admitted flows
+// working: unreachable (and PMTU's fragmentation needed), time exceeded,
+// parameter problem; ICMPv6 packet too big. Source quench and redirect
+// (IPv4), which conntrack also relates to a flow, are not among them.
+type icmpError struct {
+	name string
+	typ  byte
+}
+
+var (
+	icmpErrors = []icmpError{
+		{"destination unreachable", 3}, {"time exceeded", 11}, {"parameter problem", 12},
+	}
+	icmpv6Errors = []icmpError{
+		{"destination unreachable", 1}, {"packet too big", 2}, {"time exceeded", 3}, {"parameter problem", 4},
+	}
+)
+
 func load(e expr.Any, cmp ...*expr.Cmp) []expr.Any {
 	out := []expr.Any{e}
 	for _, c := range cmp {
@@ -102,10 +138,51 @@ func matchFibDaddrNotLocal() []expr.Any {
 		cmp(expr.CmpOpNeq, binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)))
 }
 
-// matchICMPv6Type is `icmpv6 type T`; it must follow matchL4Proto(IPPROTO_ICMPV6).
-func matchICMPv6Type(typ byte) []expr.Any {
+// matchNotL4Proto is `meta l4proto != { P1, P2... }`.
+func matchNotL4Proto(protos ...byte) []expr.Any {
+	out := []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}}
+	for _, p := range protos {
+		out = append(out, cmp(expr.CmpOpNeq, []byte{p}))
+	}
+	return out
+}
+
+// matchICMPType is `icmp type T` or `icmpv6 type T`; it must follow
+// matchL4Proto(IPPROTO_ICMP) or matchL4Proto(IPPROTO_ICMPV6).
+func matchICMPType(typ byte) []expr.Any {
 	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 		cmp(expr.CmpOpEq, []byte{typ}))
+}
+
+// matchICMPv6Type is `icmpv6 type T`; it must follow matchL4Proto(IPPROTO_ICMPV6).
+func matchICMPv6Type(typ byte) []expr.Any { return matchICMPType(typ) }
+
+// ipCTDirReply is IP_CT_DIR_REPLY of linux/netfilter/nf_conntrack_tuple_common.h.
+const ipCTDirReply = 1
+
+// matchCtReply is `ct direction reply`: the packet goes in the reply
+// direction of a connection the other side opened.
+func matchCtReply() []expr.Any {
+	return load(&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg}, cmp(expr.CmpOpEq, []byte{ipCTDirReply}))
+}
+
+// matchIPv4NoOptions is `ip version 4 ip hdrlength 5`: the first byte of
+// the header, 0x45.
+func matchIPv4NoOptions() []expr.Any {
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 0, Len: 1},
+		cmp(expr.CmpOpEq, []byte{0x45}))
+}
+
+// matchIPLength is `ip length LO-HI` (IPv4 total length) or `ip6 length
+// LO-HI` (IPv6 payload length).
+func matchIPLength(v6 bool, lo, hi uint16) []expr.Any {
+	offset := uint32(2) // struct iphdr tot_len
+	if v6 {
+		offset = 4 // struct ipv6hdr payload_len
+	}
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 2},
+		cmp(expr.CmpOpGte, binaryutil.BigEndian.PutUint16(lo)),
+		cmp(expr.CmpOpLte, binaryutil.BigEndian.PutUint16(hi)))
 }
 
 // matchHopLimit is `ip6 hoplimit N`.
@@ -136,20 +213,24 @@ func rejectAdminProhibited() expr.Any {
 
 func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
 
-// matchDirect is `ip[6] daddr PREFIX meta l4proto P th dport LO-HI` for one
-// allowDirect destination.
-func matchDirect(d Direct, proto byte) []expr.Any {
-	a := d.Prefix.Addr()
+// matchDprefix is `ip[6] daddr PREFIX`, with its nfproto match.
+func matchDprefix(p netip.Prefix) []expr.Any {
+	a := p.Addr()
 	offset, size := uint32(16), uint32(4)
 	if !a.Is4() {
 		offset, size = 24, 16
 	}
-	mask := net.CIDRMask(d.Prefix.Bits(), int(size)*8)
-	out := append(matchNFProto(a),
+	mask := net.CIDRMask(p.Bits(), int(size)*8)
+	return append(matchNFProto(a),
 		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size},
 		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: size, Mask: mask, Xor: make([]byte, size)},
-		cmp(expr.CmpOpEq, d.Prefix.Masked().Addr().AsSlice()))
-	out = append(out, matchL4Proto(proto)...)
+		cmp(expr.CmpOpEq, p.Masked().Addr().AsSlice()))
+}
+
+// matchDirect is `ip[6] daddr PREFIX meta l4proto P th dport LO-HI` for one
+// allowDirect destination.
+func matchDirect(d Direct, proto byte) []expr.Any {
+	out := append(matchDprefix(d.Prefix), matchL4Proto(proto)...)
 	if d.PortLo != 0 || d.PortHi != 0 {
 		out = append(out,
 			&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},

@@ -203,7 +203,7 @@ func output(s Spec) chainSpec {
 	c.rules = append(c.rules, neighbourDiscovery()...)
 	c.rules = append(c.rules, dnsRules(s)...)
 	c.rules = append(c.rules, directAccepted(s)...)
-	c.rules = append(c.rules, icmpRules(s)...)
+	c.rules = append(c.rules, echoRules(s)...)
 	c.rules = append(c.rules, rejectRest()...)
 	return c
 }
@@ -213,7 +213,7 @@ func forward(s Spec) chainSpec {
 	c.rules = append(c.rules, conntrackRules()...)
 	c.rules = append(c.rules, dnsRules(s)...)
 	c.rules = append(c.rules, directAccepted(s)...)
-	c.rules = append(c.rules, icmpRules(s)...)
+	c.rules = append(c.rules, echoRules(s)...)
 	c.rules = append(c.rules, rejectRest()...)
 	return c
 }
@@ -250,12 +250,33 @@ func redirectedToProxy(s Spec) []ruleSpec {
 	return rules
 }
 
+// conntrackRules accept what belongs to flows conntrack already knows.
+// ICMP gets rules of its own: conntrack calls a second echo request with
+// the identifier of an answered one established, and relates source
+// quench and redirects to a flow as it does errors; neither may pass on
+// the strength of an earlier packet. What is left of ICMP are replies to
+// queries someone sent the sandbox, and the errors that keep admitted
+// flows working, to the flow's peer (conntrack relates an error only if
+// its outer destination is the peer of the flow it quotes).
 func conntrackRules() []ruleSpec {
-	return []ruleSpec{
+	rules := []ruleSpec{
 		rule("invalid is dropped", matchCtBits(expr.CtKeySTATE, expr.CtStateBitINVALID), drop()),
-		rule("replies are accepted",
+		rule("replies are accepted", matchNotL4Proto(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6),
 			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept()),
+		rule("icmp replies to queries sent to the sandbox are accepted", nfproto4(), matchL4Proto(unix.IPPROTO_ICMP),
+			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED), matchCtReply(), accept()),
+		rule("icmpv6 replies to queries sent to the sandbox are accepted", nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6),
+			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED), matchCtReply(), accept()),
 	}
+	for _, e := range icmpErrors {
+		rules = append(rules, rule("icmp "+e.name+" related to a flow is accepted", nfproto4(), matchL4Proto(unix.IPPROTO_ICMP),
+			matchICMPType(e.typ), matchCtBits(expr.CtKeySTATE, expr.CtStateBitRELATED), accept()))
+	}
+	for _, e := range icmpv6Errors {
+		rules = append(rules, rule("icmpv6 "+e.name+" related to a flow is accepted", nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6),
+			matchICMPType(e.typ), matchCtBits(expr.CtKeySTATE, expr.CtStateBitRELATED), accept()))
+	}
+	return rules
 }
 
 // neighbourDiscovery keeps IPv6 working on the link whatever AllowICMP
@@ -292,14 +313,40 @@ func dnsRules(s Spec) []ruleSpec {
 	return rules
 }
 
-func icmpRules(s Spec) []ruleSpec {
+// echoRules are AllowICMP: echo requests to the allowDirect prefixes,
+// with at most maxEchoData bytes of data. Their replies come back as
+// conntrack replies (the input chain accepts everything); a second
+// request with the same identifier is judged here again, not as part of
+// an established flow (see conntrackRules).
+func echoRules(s Spec) []ruleSpec {
 	if !s.AllowICMP {
 		return nil
 	}
-	return []ruleSpec{
-		rule("icmp is accepted", nfproto4(), matchL4Proto(unix.IPPROTO_ICMP), accept()),
-		rule("icmpv6 is accepted", nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6), accept()),
+	var rules []ruleSpec
+	for _, p := range directPrefixes(s) {
+		if p.Addr().Is4() {
+			rules = append(rules, rule(fmt.Sprintf("icmp echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
+				matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMP), matchICMPType(icmpEchoRequest),
+				matchIPv4NoOptions(), matchIPLength(false, ipv4HeaderLen+icmpHeaderLen, maxEchoIPv4Total), accept()))
+			continue
+		}
+		rules = append(rules, rule(fmt.Sprintf("icmpv6 echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
+			matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPType(icmpv6EchoRequest),
+			matchIPLength(true, icmpHeaderLen, maxEchoIPv6Plen), accept()))
 	}
+	return rules
+}
+
+// directPrefixes are the prefixes of the allowDirect entries, each once,
+// in the order of the entries.
+func directPrefixes(s Spec) []netip.Prefix {
+	var out []netip.Prefix
+	for _, d := range s.Direct {
+		if !slices.Contains(out, d.Prefix) {
+			out = append(out, d.Prefix)
+		}
+	}
+	return out
 }
 
 // rejectRest makes every client fail at once instead of timing out.

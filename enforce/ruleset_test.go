@@ -63,23 +63,44 @@ func TestSpecNormalized(t *testing.T) {
 
 func TestRulesetLayout(t *testing.T) {
 	resolvers := []netip.Addr{netip.MustParseAddr("203.0.113.53")}
-	full := buildRuleset(Spec{Port4: 4000, Port6: 6000, Resolvers: resolvers, AllowICMP: true})
+	direct := []Direct{{Prefix: netip.MustParsePrefix("203.0.113.0/28"), PortLo: 5432, PortHi: 5432},
+		{Prefix: netip.MustParsePrefix("203.0.113.0/28")}, {Prefix: netip.MustParsePrefix("2001:db8::/64")}}
+	full := buildRuleset(Spec{Port4: 4000, Port6: 6000, Resolvers: resolvers, AllowICMP: true, Direct: direct})
 	if got, want := chainNames(full), []string{chainNATOutput, chainNATPrerouting, chainInput, chainOutput, chainForward}; !slices.Equal(got, want) {
 		t.Errorf("chains = %v, want %v", got, want)
 	}
+	for _, name := range []string{chainOutput, chainForward} {
+		out := comments(find(t, full, name))
+		for _, want := range []string{"dns udp to resolver 203.0.113.53",
+			"icmp echo request to allowDirect 203.0.113.0/28 of at most 64 data bytes is accepted",
+			"icmpv6 echo request to allowDirect 2001:db8::/64 of at most 64 data bytes is accepted",
+			"icmp destination unreachable related to a flow is accepted", "icmpv6 packet too big related to a flow is accepted"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s lacks %q:\n%s", name, want, out)
+			}
+		}
+		if n := strings.Count(out, "echo request"); n != 2 {
+			t.Errorf("%s has %d echo rules, want one per allowDirect prefix (2):\n%s", name, n, out)
+		}
+		if !strings.HasSuffix(out, "other tcp is reset\neverything else is rejected") {
+			t.Errorf("%s does not end in the rejects:\n%s", name, out)
+		}
+	}
 	out := comments(find(t, full, chainOutput))
-	for _, want := range []string{"port 4000 is accepted", "port 6000 is accepted", "dns udp to resolver 203.0.113.53", "icmp is accepted", "neighbour solicitation"} {
+	for _, want := range []string{"port 4000 is accepted", "port 6000 is accepted", "neighbour solicitation"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("filter-output lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.HasSuffix(out, "other tcp is reset\neverything else is rejected") {
-		t.Errorf("filter-output does not end in the rejects:\n%s", out)
+	for _, never := range []string{"icmp is accepted", "icmpv6 is accepted", "router advertisement", "icmp redirect"} {
+		if strings.Contains(out, never) {
+			t.Errorf("filter-output has %q:\n%s", never, out)
+		}
 	}
 
-	noICMP := comments(find(t, buildRuleset(Spec{Port4: 4000, Resolvers: resolvers}), chainOutput))
-	if strings.Contains(noICMP, "icmp is accepted") || !strings.Contains(noICMP, "neighbour solicitation") {
-		t.Errorf("without AllowICMP, filter-output must drop ICMP but keep neighbour discovery:\n%s", noICMP)
+	noICMP := comments(find(t, buildRuleset(Spec{Port4: 4000, Resolvers: resolvers, Direct: direct}), chainOutput))
+	if strings.Contains(noICMP, "echo") || !strings.Contains(noICMP, "neighbour solicitation") {
+		t.Errorf("without AllowICMP, filter-output must drop echo requests but keep neighbour discovery:\n%s", noICMP)
 	}
 
 	// One listener port shared by both families: one pair of input rules.

@@ -15,8 +15,13 @@ type Spec struct {
 	// Resolvers are the DNS servers the sandbox may query (UDP and TCP 53).
 	// IPv4-mapped IPv6 addresses count as IPv4.
 	Resolvers []netip.Addr
-	// AllowICMP lets ICMP and ICMPv6 out. IPv6 neighbour discovery is
-	// allowed either way.
+	// AllowICMP lets ICMP and ICMPv6 echo requests out to the Direct
+	// prefixes (any of their ports), with at most 64 bytes of data; their
+	// replies come back. Without Direct entries it admits nothing. Either
+	// way the ICMP errors that keep admitted flows working (unreachable,
+	// time exceeded, parameter problem, packet too big, related to a flow
+	// by conntrack), replies to queries sent to the sandbox and IPv6
+	// neighbour discovery pass; no other ICMP leaves.
 	AllowICMP bool
 	// DenyAll is mode none: no redirects, no DNS, no ICMP; only loopback
 	// and replies to inbound connections leave the sandbox.
