@@ -17,8 +17,12 @@ import (
 
 // Apply installs or replaces the rules of sandbox spec.Key in the runtime's
 // network namespace at nsPath ("/proc/self/ns/net" for the caller's own):
-// its chain in tables inet and bridge doorman-host, and the elements that
-// send its interfaces there. Both tables change in one netlink batch, so
+// its chain in tables inet and bridge doorman-host, the elements that
+// send its interfaces there and those that pin its addresses. It returns
+// the pins it installed, one per host interface in the order of their
+// names: spec.Pins where they hold, the others read from the sandbox's
+// end of its veths (see Pin). A caller records them and passes them as
+// spec.Pins to every later Apply and Check of the sandbox. Both tables change in one netlink batch, so
 // the namespace holds the sandbox's old rules or its new ones, never a mix
 // and never none; re-applying is idempotent. Other sandboxes' chains and
 // elements are left alone, except an element with one of this sandbox's
@@ -32,46 +36,54 @@ import (
 // spec.SandboxNetNS (whose MAC the layer pins) or whose sandbox MAC is
 // already pinned on that bridge for another sandbox that still has a port
 // there.
-func Apply(nsPath string, spec Spec) error {
-	if err := apply(nsPath, spec); err != nil {
-		return fmt.Errorf("hostlayer: apply sandbox %s in %s: %w", spec.Key, nsPath, err)
+func Apply(nsPath string, spec Spec) ([]Pin, error) {
+	pins, err := apply(nsPath, spec)
+	if err != nil {
+		return nil, fmt.Errorf("hostlayer: apply sandbox %s in %s: %w", spec.Key, nsPath, err)
 	}
-	return nil
+	return pins, nil
 }
 
-func apply(nsPath string, spec Spec) error {
+func apply(nsPath string, spec Spec) ([]Pin, error) {
 	s, err := spec.normalized()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n, err := openRuntimeNS(nsPath, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer n.Close()
 	ifaces, err := n.resolveIfaces(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	inet, bridge := inetLayout(), bridgeLayout()
 	inetSets, err := n.readSets(inet)
 	if err != nil {
-		return fmt.Errorf("%s: %w", inet, err)
+		return nil, fmt.Errorf("%s: %w", inet, err)
 	}
 	bridgeSets, err := n.readSets(bridge)
 	if err != nil {
-		return fmt.Errorf("%s: %w", bridge, err)
+		return nil, fmt.Errorf("%s: %w", bridge, err)
 	}
 	if err := n.checkMACConflicts(s, ifaces, inetSets, bridgeSets); err != nil {
-		return err
+		return nil, err
 	}
 	if err := n.stageApply(inet, s, ifaces, inetSets); err != nil {
-		return fmt.Errorf("%s: %w", inet, err)
+		return nil, fmt.Errorf("%s: %w", inet, err)
 	}
 	if err := n.stageApply(bridge, s, ifaces, bridgeSets); err != nil {
-		return fmt.Errorf("%s: %w", bridge, err)
+		return nil, fmt.Errorf("%s: %w", bridge, err)
 	}
-	return n.nft.Flush()
+	if err := n.nft.Flush(); err != nil {
+		return nil, err
+	}
+	pins := make([]Pin, 0, len(ifaces))
+	for _, i := range ifaces {
+		pins = append(pins, i.pin)
+	}
+	return pins, nil
 }
 
 // checkMACConflicts refuses a bridge port whose sandbox MAC is already
@@ -214,9 +226,10 @@ func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
 
 // stageElements queues the replacement of the sandbox's elements in every
 // set of l by want. The sandbox's current elements are those that jump to
-// its chain and, in the plain sets of interface indexes, those of the
-// interfaces its map elements name; an element with a wanted key that
-// belongs to another sandbox is replaced too (see Apply).
+// its chain and, in the plain sets (keyed by an interface index, alone or
+// followed by an address), those of the interfaces its map elements name;
+// an element with a wanted key that belongs to another sandbox is
+// replaced too (see Apply).
 func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, current map[string][]element, chain string, want map[string][]element) error {
 	owned := ownedIfaces(l, current, chain, want)
 	for _, ss := range l.sets {
@@ -226,8 +239,7 @@ func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, curre
 		}
 		var del []nftables.SetElement
 		for _, e := range current[ss.name] {
-			mine := e.chain == chain ||
-				(!ss.verdicts && len(e.key) == 4 && owned[binaryutil.NativeEndian.Uint32(e.key)])
+			mine := e.chain == chain || (!ss.verdicts && owned[keyIndex(e.key)])
 			if mine || wanted[string(e.key)] {
 				del = append(del, nftables.SetElement{Key: e.key})
 			}
@@ -274,6 +286,14 @@ func ownedIfaces(l layout, current map[string][]element, chain string, want map[
 		}
 	}
 	return owned
+}
+
+// keyIndex is the interface index a key of the layer's sets starts with.
+func keyIndex(key []byte) uint32 {
+	if len(key) < 4 {
+		return 0
+	}
+	return binaryutil.NativeEndian.Uint32(key)
 }
 
 func addRule(c *nftables.Conn, ch *nftables.Chain, r ruleSpec) {

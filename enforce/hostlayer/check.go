@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
@@ -18,10 +18,12 @@ import (
 // otherwise an error describing the first difference: a missing or
 // dormant table, a missing or altered base chain, set or sandbox chain, a
 // missing, extra or altered rule, an interface that is gone, recreated or
-// moved, a missing or misdirected element, a stale element still pointing
-// at the sandbox's chain, a sandbox whose MAC changed since Apply pinned
-// it, or br_netfilter switched on or off for its bridge. Other sandboxes'
-// rules are not looked at.
+// moved, a missing or misdirected element, a missing or extra pin of an
+// address, a stale element still pointing at the sandbox's chain, a
+// sandbox whose MAC changed since Apply pinned it, or br_netfilter
+// switched on or off for its bridge. spec.Pins are the pins Apply
+// returned; an interface without one is compared with what the sandbox's
+// end holds now. Other sandboxes' rules are not looked at.
 //
 // Rules are compared expression by expression as netlink attributes: each
 // expression read back from the kernel is marshalled again by
@@ -48,6 +50,11 @@ func check(nsPath string, spec Spec) error {
 	ifaces, err := n.resolveIfaces(s)
 	if err != nil {
 		return err
+	}
+	for _, i := range ifaces {
+		if i.peerMAC != nil && !bytes.Equal(i.peerMAC, i.mac) {
+			return fmt.Errorf("host interface %q: the sandbox's end has mac %s now, the layer pins %s", i.name, i.peerMAC, i.mac)
+		}
 	}
 	for _, l := range layouts() {
 		if err := n.checkTable(l, s, ifaces); err != nil {
@@ -139,7 +146,7 @@ func compareElements(l layout, current map[string][]element, chain string, want 
 			}
 		}
 		for _, e := range current[ss.name] {
-			mine := e.chain == chain || (!ss.verdicts && len(e.key) == 4 && owned[binaryutil.NativeEndian.Uint32(e.key)])
+			mine := e.chain == chain || (!ss.verdicts && owned[keyIndex(e.key)])
 			if mine && !wanted[string(e.key)] {
 				return fmt.Errorf("set %q has the element %s for the sandbox, which it should not have", ss.name, keyString(e.key))
 			}
@@ -148,14 +155,17 @@ func compareElements(l layout, current map[string][]element, chain string, want 
 	return nil
 }
 
-// keyString renders an element's key: an interface index, or an index and
-// a MAC address.
+// keyString renders an element's key: an interface index, alone or
+// followed by an address (IPv4, MAC padded to 8 bytes, IPv6).
 func keyString(k []byte) string {
-	switch {
-	case len(k) == 4:
-		return fmt.Sprintf("interface index %d", binaryutil.NativeEndian.Uint32(k))
-	case len(k) >= 10:
-		return fmt.Sprintf("interface index %d . %s", binaryutil.NativeEndian.Uint32(k), net.HardwareAddr(k[4:10]))
+	switch len(k) {
+	case 4:
+		return fmt.Sprintf("interface index %d", keyIndex(k))
+	case 4 + 4, 4 + 16:
+		a, _ := netip.AddrFromSlice(k[4:])
+		return fmt.Sprintf("interface index %d . %s", keyIndex(k), a)
+	case 4 + 8:
+		return fmt.Sprintf("interface index %d . %s", keyIndex(k), net.HardwareAddr(k[4:10]))
 	}
 	return fmt.Sprintf("%x", k)
 }

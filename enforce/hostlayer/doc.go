@@ -13,21 +13,28 @@
 // reach: on the host side of the sandbox's veth. The sandbox needs very
 // little of that interface, because the proxy takes every outbound TCP
 // connection through a listener inside the sandbox and dials upstream from
-// the runtime's namespace. So from the interface only these get through:
+// the runtime's namespace. So from the interface only these get through,
+// and only with the sandbox's own MAC and addresses (see Identity):
 //
 //   - replies to connections the sandbox accepted (conntrack: the packet
-//     goes in the reply direction of a connection someone else opened),
-//     ICMP errors about them included;
+//     goes in the reply direction of a connection someone else opened,
+//     which conntrack calls established);
+//   - the ICMP errors conntrack relates to a flow that keep it working:
+//     unreachable, time exceeded, parameter problem, packet too big;
 //   - DNS (UDP and TCP port 53) to the sandbox's resolvers;
-//   - ICMP and ICMPv6, if the policy allows them;
-//   - the allowDirect entries: IP or CIDR destinations, with or without a
-//     port range, that bypass the proxy (for non-HTTP services);
+//   - the allowDirect entries: TCP and UDP to IP or CIDR destinations,
+//     with or without a port range, that bypass the proxy (for non-HTTP
+//     services), and, if the policy allows ICMP, echo requests to them
+//     with at most 64 bytes of data;
 //   - ARP, IPv6 neighbour discovery to destinations on the link (see
 //     below) and MLD.
 //
-// Everything else is dropped. So a workload that flushes its own ruleset,
-// adds routes, changes its addresses or sends hand-made frames gets nothing
-// out: it only loses its own connectivity.
+// Everything else is dropped: no other ICMP query (timestamp, information
+// and address mask requests, larger echoes), which could carry a tunnel's
+// payload, no router advertisement and no redirect. So a workload that
+// flushes its own ruleset, adds routes, changes its MAC or addresses or
+// sends hand-made frames gets nothing out: it only loses its own
+// connectivity.
 //
 // # Tables
 //
@@ -39,32 +46,67 @@
 //	table inet doorman-host
 //	    map sandboxes     { type iface_index : verdict }              routed interface -> jump sbx-<key>
 //	    map sandbox-macs  { type iface_index . ether_addr : verdict }  bridge, sandbox MAC -> jump sbx-<key>
+//	    set sandbox-ip    { type iface_index . ipv4_addr }             routed interface, sandbox address
+//	    set sandbox-ip6   { type iface_index . ipv6_addr }             routed interface, sandbox address
 //	    chain prerouting  type filter hook prerouting priority mangle (-150), policy accept
 //	        meta iif vmap @sandboxes
 //	        meta iif . ether saddr vmap @sandbox-macs
 //	    chain sbx-<key>   one per sandbox
-//	        ct direction reply accept                        replies to connections the sandbox accepted
+//	        meta iif IFACE meta iif . ip saddr != @sandbox-ip drop    these six per routed interface
+//	        meta iif IFACE ip6 saddr :: meta l4proto != ipv6-icmp drop
+//	        meta iif IFACE ip6 saddr :: icmpv6 type != {nd-neighbor-solicit, mld-listener-report,
+//	            mld2-listener-report} drop
+//	        meta iif IFACE ip6 saddr :: icmpv6 type nd-neighbor-solicit
+//	            meta iif . icmpv6 target != @sandbox-ip6 drop                                only its own addresses' DAD
+//	        meta iif IFACE ip6 saddr != :: meta iif . ip6 saddr != @sandbox-ip6 drop
+//	        meta iif IFACE icmpv6 type nd-neighbor-advert meta iif . icmpv6 target != @sandbox-ip6 drop
+//	        ct state established ct direction reply accept    replies to connections the sandbox accepted
+//	        icmp type {destination-unreachable, time-exceeded, parameter-problem} ct state related accept
+//	        icmpv6 type {destination-unreachable, packet-too-big, time-exceeded, parameter-problem}
+//	            ct state related accept
 //	        icmpv6 type {nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert} ip6 hoplimit 255
 //	            and ip6 daddr ff02::/16 | ip6 daddr fe80::/10 | fib daddr type local | fib daddr . iif oif != 0: accept
 //	        icmpv6 type {mld-listener-report, mld-listener-done, mld2-listener-report} ip6 hoplimit 1 accept
 //	        ip[6] daddr RESOLVER udp|tcp dport 53 accept
-//	        meta l4proto icmp|ipv6-icmp accept               only if AllowICMP
-//	        ip[6] daddr PREFIX [tcp|udp dport PORTS] accept  one per allowDirect entry
+//	        ip daddr PREFIX icmp type echo-request ip hdrlength 5 ip length 28-92 accept
+//	                                                         only if AllowICMP, one per IPv4 allowDirect prefix
+//	        ip6 daddr PREFIX icmpv6 type echo-request ip6 length 8-72 accept
+//	                                                         only if AllowICMP, one per IPv6 allowDirect prefix
+//	        ip[6] daddr PREFIX tcp|udp [dport PORTS] accept  one pair per allowDirect entry
 //	        drop
 //	table bridge doorman-host
 //	    map sandboxes { type iface_index : verdict }         bridge port -> jump sbx-<key>
 //	    set unfiltered-ip, unfiltered-ip6 { type iface_index } ports of bridges br_netfilter skips
+//	    set sandbox-ip  { type iface_index . ipv4_addr }     bridge port, sandbox address
+//	    set sandbox-ip6 { type iface_index . ipv6_addr }     bridge port, sandbox address
 //	    chain prerouting  type filter hook prerouting priority filter (-200), policy accept
 //	        meta iif vmap @sandboxes
 //	    chain forward     type filter hook forward priority filter (-200), policy accept
 //	        ether type ip meta iif @unfiltered-ip drop
 //	        ether type ip6 meta iif @unfiltered-ip6 drop
 //	    chain sbx-<key>
-//	        meta iif PORT ether saddr != SANDBOX-MAC drop      one per bridge port
+//	        meta iif PORT ether saddr != SANDBOX-MAC drop      one pair per bridge port
+//	        meta iif PORT arp saddr ether != SANDBOX-MAC drop
+//	        arp htype != 1 drop                              only ARP for IPv4 over Ethernet
+//	        arp ptype != ip drop
+//	        arp hlen != 6 drop
+//	        arp plen != 4 drop
+//	        arp saddr ip != 0.0.0.0 meta iif . arp saddr ip != @sandbox-ip drop
 //	        ether type arp accept
+//	        ether type ip meta iif . ip saddr != @sandbox-ip drop
 //	        ether type ip accept                             judged by table inet doorman-host
+//	        ip6 saddr :: icmpv6 type nd-neighbor-solicit meta iif . icmpv6 target @sandbox-ip6 accept
+//	        ip6 saddr :: icmpv6 type {mld-listener-report, mld2-listener-report} accept
+//	        ip6 saddr :: drop
+//	        ether type ip6 meta iif . ip6 saddr != @sandbox-ip6 drop
+//	        icmpv6 type nd-neighbor-advert meta iif . icmpv6 target != @sandbox-ip6 drop
+//	        icmpv6 type {nd-router-advert, nd-redirect} drop
 //	        ether type ip6 accept                            judged by table inet doorman-host
 //	        drop                                             VLAN-tagged, PPPoE, any other type
+//
+// (One rule per type or address where the sketch shows a set: the rules
+// name each type on its own. In the bridge table's accepts, accept ends
+// the table's say only: the inet table still judges what they let pass.)
 //
 // Map elements are keyed by interface index, not name: an index is not
 // reused when the interface goes away (a new veth gets a new one), so a
@@ -90,6 +132,50 @@
 //
 // # Bridge ports
 //
+// # Identity
+//
+// A sandbox must not pass for a neighbour: answer ARP or neighbour
+// discovery for its address and receive the host's traffic for it, or
+// take its address and have its answers taken for the neighbour's
+// replies. So on each host interface the layer pins the sandbox's
+// identity (a Pin): the MAC of its end of the veth (bridge ports), and its
+// addresses: IPv4, IPv6 global and link-local, and the EUI-64 link-local
+// address of its MAC, which the kernel gives it when the link comes up.
+// Frames from a bridge port must carry the MAC as their source and as the
+// ARP sender's hardware address; ARP must be for IPv4 over Ethernet and
+// name one of the addresses as its sender (or 0.0.0.0, a probe); IPv4 and
+// IPv6 packets from a bridge port or a routed interface must come from
+// one of them, and IPv6 may come from :: only for duplicate address
+// detection of one of them and for MLD reports; neighbour advertisements
+// must name one of them as their target. These checks come before
+// anything is accepted, so a packet forged with a neighbour's address is
+// never taken for a reply. Router advertisements and redirects from a
+// bridge port are dropped in the bridge table too, which holds without
+// br_netfilter.
+//
+// The addresses are in sets keyed by interface index and address, one
+// per family and table, whose elements come and go with the sandbox's
+// other elements; the sandbox's chain looks its packets up there
+// (`meta iif . ip saddr != @sandbox-ip drop`), so that the rules stay
+// per sandbox and Check compares every pinned address. On a routed
+// interface the inet chain pins them; ARP there has no neighbour to
+// impersonate (the veth has two ends, and the other is the host's). On a
+// bridge port the bridge table pins them, on every frame that enters the
+// port, bridged or for the host.
+//
+// Apply reads a pin from the sandbox's end of the veth when the spec has
+// none for the interface (the CNI plugin gives the addresses its IPAM
+// assigned instead, through Spec.IPAM), and returns the pins it
+// installed. Its caller records them and passes them back in Spec.Pins
+// ever after, so that a workload holding CAP_NET_ADMIN, which can change
+// its MAC and addresses once it runs, never gets them pinned by a later
+// Apply (a second CNI ADD, the hook's second run). Addresses the sandbox
+// gains later (SLAAC from router advertisements, a DHCP lease, privacy
+// addresses) are not pinned, and packets from them are dropped: the
+// sandboxes doorman serves get theirs from IPAM.
+//
+// # Bridge ports
+//
 // Most runtimes plug the sandbox's veth into a Linux bridge. The IP layer
 // of the runtime's namespace then sees the sandbox's packets arrive on the
 // bridge, not on the veth: routed ones always, and bridged ones (between
@@ -98,7 +184,7 @@
 // table inet doorman-host recognizes a bridged sandbox by the bridge and
 // the frame's source MAC, and table bridge doorman-host makes that sound:
 // on the sandbox's port it drops every frame whose source MAC is not the
-// sandbox's (read from the sandbox's end of the veth when Apply runs), so
+// sandbox's (read from the sandbox's end of the veth, see Identity), so
 // the workload can neither pass for a neighbour nor shed its own rules by
 // changing its MAC. The MAC pin also keeps a forged frame from teaching
 // the bridge a neighbour's address on the sandbox's port. Apply refuses a
@@ -144,10 +230,14 @@
 //     after createRuntime (see WaitHostPeers). Check reports later changes.
 //   - A connection the sandbox accepted is a channel by design: whoever
 //     connects to it gets its replies.
-//   - The workload can still forge its source address on what the layer
-//     lets through (DNS to the resolvers, ICMP if allowed, allowDirect),
-//     and ARP and neighbour discovery reach the other containers on the
-//     bridge: protecting them from spoofed ARP is the bridge's business.
+//   - ARP and neighbour discovery still reach the other containers on
+//     the bridge, with the sandbox's own identity: they can learn where
+//     the sandbox is, not be told it is someone else. Frames the bridge
+//     floods (to a MAC it has not learnt, or no longer) reach every port,
+//     the sandbox's too, as on any bridge.
+//   - The pins hold the identity the sandbox had at the first Apply;
+//     where a workload could change its own before that (a runtime that
+//     starts it before the layer is applied), it would be pinned.
 //   - Packet sockets in the runtime's namespace (tcpdump, a DHCP server)
 //     see frames before netfilter does.
 package hostlayer

@@ -78,7 +78,7 @@ func (l *lab) spec(t *testing.T, key string, sbx *testNS, iface string, allowICM
 
 func (l *lab) apply(t *testing.T, s Spec) {
 	t.Helper()
-	if err := Apply(l.runtime.path, s); err != nil {
+	if _, err := Apply(l.runtime.path, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := Check(l.runtime.path, s); err != nil {
@@ -190,12 +190,17 @@ func TestLayerOnBridgePort(t *testing.T) {
 		expectTCPWorks(t, b, hostPort(sbxA6, 8080), "a")
 		expectUDPWorks(t, l.inet, hostPort(sbxA4, 8081))
 	})
-	t.Run("icmp passes when the policy allows it", func(t *testing.T) {
+	t.Run("echo to allowDirect passes when the policy allows it", func(t *testing.T) {
 		spec.AllowICMP = true
 		l.apply(t, spec)
 		for _, dst := range []string{inet4, inet6} {
 			if err := ping(a, dst, mustWork); err != nil {
-				t.Errorf("ping %s from a: %v", dst, err)
+				t.Errorf("ping %s (allowDirect) from a: %v", dst, err)
+			}
+		}
+		for _, dst := range []string{resolver4, resolver6} {
+			if err := ping(a, dst, mustFail); err == nil {
+				t.Errorf("ping %s (not allowDirect) from a: answered, want it dropped", dst)
 			}
 		}
 		expectTCPBlocked(t, a, "", l.web4)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -22,19 +23,40 @@ type hostIface struct {
 	// and 0 for a routed interface.
 	bridge      string
 	bridgeIndex int
-	// mac is the sandbox's end of the veth (bridge ports only).
+	// pin is the sandbox's identity on it: given in the spec, or read
+	// from the sandbox's end at this Apply.
+	pin Pin
+	// mac is the sandbox's MAC as pinned (pin.MAC).
 	mac net.HardwareAddr
+	// peerMAC is the MAC the sandbox's end has now, where it was read
+	// (bridge ports always, routed interfaces when their pin is read).
+	peerMAC net.HardwareAddr
 	// brnf4 and brnf6 say whether br_netfilter passes the bridge's IPv4
 	// and IPv6 frames through the inet hooks (bridge ports only).
 	brnf4, brnf6 bool
 }
 
+// addrs4 and addrs6 are the sandbox's pinned addresses of each family.
+func (i hostIface) addrs4() []netip.Addr { return filterAddrs(i.pin.Addrs, netip.Addr.Is4) }
+func (i hostIface) addrs6() []netip.Addr { return filterAddrs(i.pin.Addrs, netip.Addr.Is6) }
+
+func filterAddrs(addrs []netip.Addr, keep func(netip.Addr) bool) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if keep(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // resolveIfaces looks up every interface of s in the runtime's namespace
 // (all veth peers of s.SandboxNetNS if s names none) and checks that the
 // layer can hold on it: it exists, it is not loopback or a bridge itself,
-// and it is a routed interface or a port of a Linux bridge. For a bridge
-// port it reads the MAC of the sandbox's end, to pin it, and whether
-// br_netfilter passes the bridge's IP through the inet hooks.
+// and it is a routed interface or a port of a Linux bridge. It finds the
+// sandbox's identity there, from s.Pins or read from the sandbox's end,
+// and for a bridge port whether br_netfilter passes the bridge's IP
+// through the inet hooks.
 func (n *runtimeNS) resolveIfaces(s Spec) ([]hostIface, error) {
 	names := s.HostIfaces
 	if len(names) == 0 {
@@ -70,62 +92,140 @@ func (n *runtimeNS) resolveIface(s Spec, name string) (hostIface, error) {
 		return hostIface{}, fmt.Errorf("is a bridge: give the sandbox's own port of it (its veth), not the bridge that every container shares")
 	}
 	hi := hostIface{name: name, index: a.Index}
-	if a.MasterIndex == 0 {
-		return hi, nil
+	pin, pinned := s.pin(name, a.Index)
+	if a.MasterIndex != 0 {
+		m, err := n.link.LinkByIndex(a.MasterIndex)
+		if err != nil {
+			return hostIface{}, fmt.Errorf("look up its master (index %d): %w", a.MasterIndex, err)
+		}
+		if m.Type() != "bridge" {
+			return hostIface{}, fmt.Errorf("is enslaved to %q, a %s: its frames would bypass the nftables hooks (only Linux bridge ports and routed interfaces are supported)",
+				m.Attrs().Name, m.Type())
+		}
+		hi.bridge, hi.bridgeIndex = m.Attrs().Name, m.Attrs().Index
+		if s.SandboxNetNS == "" {
+			return hostIface{}, fmt.Errorf("is a port of bridge %q: the sandbox's network namespace is needed to find its end of the veth", hi.bridge)
+		}
+		if hi.brnf4, hi.brnf6, err = bridgeNetfilter(n.path, hi.bridgeIndex); err != nil {
+			return hostIface{}, fmt.Errorf("read the br_netfilter state of bridge %q: %w", hi.bridge, err)
+		}
 	}
-	m, err := n.link.LinkByIndex(a.MasterIndex)
-	if err != nil {
-		return hostIface{}, fmt.Errorf("look up its master (index %d): %w", a.MasterIndex, err)
+	// A bridge port's peer is always looked at: the layer must know that
+	// the frames it pins come from the sandbox, and Check reports a MAC
+	// the sandbox changed since.
+	if hi.bridge != "" || !pinned {
+		if s.SandboxNetNS == "" {
+			return hostIface{}, fmt.Errorf("is a routed interface without a pin: the sandbox's network namespace is needed to read its addresses")
+		}
+		peer, err := n.readPeer(s.SandboxNetNS, l, !pinned)
+		if err != nil {
+			return hostIface{}, err
+		}
+		hi.peerMAC = peer.mac
+		if !pinned {
+			pin = newPin(hi, peer, s.IPAM)
+		}
 	}
-	if m.Type() != "bridge" {
-		return hostIface{}, fmt.Errorf("is enslaved to %q, a %s: its frames would bypass the nftables hooks (only Linux bridge ports and routed interfaces are supported)",
-			m.Attrs().Name, m.Type())
+	if hi.bridge != "" && len(pin.MAC) != 6 {
+		return hostIface{}, fmt.Errorf("is a port of bridge %q, and its pin has no mac address", hi.bridge)
 	}
-	hi.bridge, hi.bridgeIndex = m.Attrs().Name, m.Attrs().Index
-	if s.SandboxNetNS == "" {
-		return hostIface{}, fmt.Errorf("is a port of bridge %q: the sandbox's network namespace is needed to pin its MAC address", hi.bridge)
-	}
-	if hi.mac, err = n.peerMAC(s.SandboxNetNS, l); err != nil {
-		return hostIface{}, err
-	}
-	if hi.brnf4, hi.brnf6, err = bridgeNetfilter(n.path, hi.bridgeIndex); err != nil {
-		return hostIface{}, fmt.Errorf("read the br_netfilter state of bridge %q: %w", hi.bridge, err)
-	}
+	hi.pin, hi.mac = pin, pin.MAC
 	return hi, nil
 }
 
-// peerMAC returns the MAC address of the other end of veth l, which must be
-// in the sandbox's namespace and name l as its own peer.
-func (n *runtimeNS) peerMAC(sandboxNetNS string, l netlink.Link) (net.HardwareAddr, error) {
+// pin returns the spec's pin for host interface name with index index.
+func (s Spec) pin(name string, index int) (Pin, bool) {
+	for _, p := range s.Pins {
+		if p.HostIface == name && (p.HostIndex == 0 || p.HostIndex == index) {
+			return p, true
+		}
+	}
+	return Pin{}, false
+}
+
+// peer is the sandbox's end of a veth, as read in its namespace.
+type peer struct {
+	name  string
+	mac   net.HardwareAddr
+	addrs []netip.Addr
+}
+
+// readPeer reads the other end of veth l, which must be in the sandbox's
+// namespace and name l as its own peer: its name, its MAC and, if
+// withAddrs, its addresses.
+func (n *runtimeNS) readPeer(sandboxNetNS string, l netlink.Link, withAddrs bool) (peer, error) {
 	a := l.Attrs()
 	if l.Type() != "veth" {
-		return nil, fmt.Errorf("is a %s, not a veth: the sandbox's MAC address cannot be found to pin it", l.Type())
+		return peer{}, fmt.Errorf("is a %s, not a veth: the sandbox's end cannot be found to pin its identity", l.Type())
 	}
 	sf, err := openNetNSFile(sandboxNetNS)
 	if err != nil {
-		return nil, err
+		return peer{}, err
 	}
 	defer sf.Close()
 	sandboxID, err := n.link.GetNetNsIdByFd(int(sf.Fd()))
 	if err != nil {
-		return nil, fmt.Errorf("namespace id of %s: %w", sandboxNetNS, err)
+		return peer{}, fmt.Errorf("namespace id of %s: %w", sandboxNetNS, err)
 	}
 	if sandboxID < 0 || a.NetNsID != sandboxID {
-		return nil, fmt.Errorf("its peer is not in the sandbox's namespace %s", sandboxNetNS)
+		return peer{}, fmt.Errorf("its peer is not in the sandbox's namespace %s", sandboxNetNS)
 	}
 	sh, err := newRouteHandle(sf)
 	if err != nil {
-		return nil, fmt.Errorf("netlink handle in %s: %w", sandboxNetNS, err)
+		return peer{}, fmt.Errorf("netlink handle in %s: %w", sandboxNetNS, err)
 	}
 	defer sh.Close()
-	peer, err := sh.LinkByIndex(a.ParentIndex)
+	pl, err := sh.LinkByIndex(a.ParentIndex)
 	if err != nil {
-		return nil, fmt.Errorf("look up its peer (index %d) in %s: %w", a.ParentIndex, sandboxNetNS, err)
+		return peer{}, fmt.Errorf("look up its peer (index %d) in %s: %w", a.ParentIndex, sandboxNetNS, err)
 	}
-	if peer.Type() != "veth" || peer.Attrs().ParentIndex != a.Index || len(peer.Attrs().HardwareAddr) != 6 {
-		return nil, fmt.Errorf("interface index %d in %s is not its peer", a.ParentIndex, sandboxNetNS)
+	if pl.Type() != "veth" || pl.Attrs().ParentIndex != a.Index || len(pl.Attrs().HardwareAddr) != 6 {
+		return peer{}, fmt.Errorf("interface index %d in %s is not its peer", a.ParentIndex, sandboxNetNS)
 	}
-	return peer.Attrs().HardwareAddr, nil
+	p := peer{name: pl.Attrs().Name, mac: pl.Attrs().HardwareAddr}
+	if !withAddrs {
+		return p, nil
+	}
+	addrs, err := sh.AddrList(pl, netlink.FAMILY_ALL)
+	if err != nil {
+		return peer{}, fmt.Errorf("list the addresses of its peer %q in %s: %w", p.name, sandboxNetNS, err)
+	}
+	for _, ad := range addrs {
+		if ip, ok := netip.AddrFromSlice(ad.IP); ok {
+			p.addrs = append(p.addrs, ip.Unmap())
+		}
+	}
+	return p, nil
+}
+
+// newPin is the pin of hi read from its peer: the peer's MAC and
+// addresses (its IPAM ones in place of those that are not IPv6 link-local,
+// where ipam names it), and the EUI-64 link-local address of its MAC.
+func newPin(hi hostIface, p peer, ipam map[string][]netip.Addr) Pin {
+	pin := Pin{HostIface: hi.name, HostIndex: hi.index, SandboxIface: p.name, MAC: p.mac}
+	assigned, ok := ipam[p.name]
+	for _, a := range p.addrs {
+		if !ok || a.Is6() && a.IsLinkLocalUnicast() {
+			pin.Addrs = append(pin.Addrs, a)
+		}
+	}
+	pin.Addrs = append(pin.Addrs, assigned...)
+	pin.Addrs = append(pin.Addrs, eui64LinkLocal(p.mac))
+	// The peer's addresses are an interface's: valid, unicast.
+	pin.Addrs, _ = pinAddrs(filterAddrs(pin.Addrs, func(a netip.Addr) bool {
+		return a.IsValid() && !a.IsUnspecified() && !a.IsMulticast() && !a.IsLoopback()
+	}))
+	return pin
+}
+
+// eui64LinkLocal is the IPv6 link-local address the kernel derives from
+// mac (RFC 4291 appendix A) when the interface comes up.
+func eui64LinkLocal(mac net.HardwareAddr) netip.Addr {
+	b := [16]byte{0: 0xfe, 1: 0x80}
+	b[8], b[9], b[10] = mac[0]^0x02, mac[1], mac[2]
+	b[11], b[12] = 0xff, 0xfe
+	b[13], b[14], b[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(b)
 }
 
 // bridgeNetfilter reports whether br_netfilter calls the IPv4 and the IPv6

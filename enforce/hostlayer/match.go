@@ -25,6 +25,43 @@ const (
 	icmpv6MLDv2Report   = 143
 )
 
+// ICMP and ICMPv6 types the layer names (RFC 792, 4443, 4861).
+const (
+	icmpEchoRequest      = 8
+	icmpv6EchoRequest    = 128
+	icmpv6RouterAdvert   = 134
+	icmpv6Redirect       = 137
+	icmpv6NeighTargetOff = 8 // the target address of a solicitation or advertisement
+)
+
+// Echo size limits of Spec.AllowICMP: at most maxEchoData bytes after the
+// 8-byte echo header. IPv4 counts the total length of a packet without
+// options (ihl 5), IPv6 the payload length (extension headers included).
+const (
+	maxEchoData      = 64
+	icmpHeaderLen    = 8
+	ipv4HeaderLen    = 20
+	maxEchoIPv4Total = ipv4HeaderLen + icmpHeaderLen + maxEchoData
+	maxEchoIPv6Plen  = icmpHeaderLen + maxEchoData
+)
+
+// icmpError is an ICMP or ICMPv6 error type that keeps admitted flows
+// working. Source quench and redirect, which conntrack relates to a flow
+// too, are not among them.
+type icmpError struct {
+	name string
+	typ  byte
+}
+
+var (
+	icmpErrors = []icmpError{
+		{"destination unreachable", 3}, {"time exceeded", 11}, {"parameter problem", 12},
+	}
+	icmpv6Errors = []icmpError{
+		{"destination unreachable", 1}, {"packet too big", 2}, {"time exceeded", 3}, {"parameter problem", 4},
+	}
+)
+
 // ipCTDirReply is IP_CT_DIR_REPLY of linux/netfilter/nf_conntrack_tuple_common.h.
 const ipCTDirReply = 1
 
@@ -139,10 +176,102 @@ func prefixMask(bits, size int) []byte {
 	return m
 }
 
-// matchICMPv6Type is `icmpv6 type T`; it must follow matchL4Proto(IPPROTO_ICMPV6).
+// matchICMPv6Type is `icmpv6 type T`, or `icmp type T` after
+// matchL4Proto(IPPROTO_ICMP); it must follow matchL4Proto.
 func matchICMPv6Type(typ byte) []expr.Any {
 	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 		cmpEq([]byte{typ}))
+}
+
+// matchICMPTypeNot is `icmpv6 type != { T1, T2... }`; it must follow
+// matchL4Proto.
+func matchICMPTypeNot(types ...byte) []expr.Any {
+	out := []expr.Any{&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1}}
+	for _, t := range types {
+		out = append(out, &expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: []byte{t}})
+	}
+	return out
+}
+
+// matchNotL4Proto is `meta l4proto != P`.
+func matchNotL4Proto(proto byte) []expr.Any {
+	return load(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}, &expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: []byte{proto}})
+}
+
+// matchCtState is `ct state B1,B2...`: the state's bits masked with bits
+// are not all zero.
+func matchCtState(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: make([]byte, 4)},
+	}
+}
+
+// matchIPv4NoOptions is `ip version 4 ip hdrlength 5`: the first byte of
+// the header, 0x45.
+func matchIPv4NoOptions() []expr.Any {
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: 0, Len: 1}, cmpEq([]byte{0x45}))
+}
+
+// matchIPLength is `ip length LO-HI` (IPv4 total length) or `ip6 length
+// LO-HI` (IPv6 payload length).
+func matchIPLength(v6 bool, lo, hi uint16) []expr.Any {
+	offset := uint32(2) // struct iphdr tot_len
+	if v6 {
+		offset = 4 // struct ipv6hdr payload_len
+	}
+	return load(&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 2},
+		&expr.Range{Op: expr.CmpOpEq, Register: reg,
+			FromData: binaryutil.BigEndian.PutUint16(lo), ToData: binaryutil.BigEndian.PutUint16(hi)})
+}
+
+// Where the fields the pins name lie: the IPv4 and IPv6 source addresses
+// in the network header, the sender's addresses in an ARP header (the
+// network header of a bridge frame), the target of a neighbour
+// solicitation or advertisement in the transport header.
+var (
+	fieldIPv4Saddr = field{expr.PayloadBaseNetworkHeader, 12, 4}
+	fieldIPv6Saddr = field{expr.PayloadBaseNetworkHeader, 8, 16}
+	fieldARPHType  = field{expr.PayloadBaseNetworkHeader, 0, 2}
+	fieldARPPType  = field{expr.PayloadBaseNetworkHeader, 2, 2}
+	fieldARPHLen   = field{expr.PayloadBaseNetworkHeader, 4, 1}
+	fieldARPPLen   = field{expr.PayloadBaseNetworkHeader, 5, 1}
+	fieldARPSha    = field{expr.PayloadBaseNetworkHeader, 8, 6}
+	fieldARPSpa    = field{expr.PayloadBaseNetworkHeader, 14, 4}
+	fieldNDTarget  = field{expr.PayloadBaseTransportHeader, icmpv6NeighTargetOff, 16}
+)
+
+// field is a part of the packet a rule reads.
+type field struct {
+	base        expr.PayloadBase
+	offset, len uint32
+}
+
+func (f field) load(dest uint32) *expr.Payload {
+	return &expr.Payload{DestRegister: dest, Base: f.base, Offset: f.offset, Len: f.len}
+}
+
+// matchField is `FIELD == V` (eq) or `FIELD != V`.
+func matchField(f field, eq bool, v []byte) []expr.Any {
+	op := expr.CmpOpEq
+	if !eq {
+		op = expr.CmpOpNeq
+	}
+	return load(f.load(reg), &expr.Cmp{Op: op, Register: reg, Data: v})
+}
+
+// matchIifField is `meta iif . FIELD @SET` (in) or `meta iif . FIELD !=
+// @SET`: the index goes to the first 32-bit register (where register 1
+// starts, which the kernel reports as register 1), the field to the ones
+// after it, as dispatchIfaceMAC loads them.
+func matchIifField(set string, f field, in bool) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIF, Register: reg},
+		f.load(unix.NFT_REG32_01),
+		&expr.Lookup{SourceRegister: reg, SetName: set, Invert: !in},
+	}
 }
 
 // matchHopLimit is `ip6 hoplimit N`.

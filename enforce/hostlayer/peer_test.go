@@ -83,7 +83,7 @@ func TestApplyFindsHostPeers(t *testing.T) {
 		rt.ip(t, "link set "+p+" master br0")
 	}
 	s := Spec{Key: "x", SandboxNetNS: sbx.path}
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := Check(rt.path, s); err != nil {
@@ -112,7 +112,7 @@ func TestApplyTakesOverABridgePort(t *testing.T) {
 	rt.ip(t, "link set h0 master br0")
 	rt.sysctl(t, "net.bridge.bridge-nf-call-iptables", "0")
 	x := Spec{Key: "x", SandboxNetNS: sbx.path}
-	if err := Apply(rt.path, x); err != nil {
+	if _, err := Apply(rt.path, x); err != nil {
 		t.Fatal(err)
 	}
 	if dump := ruleset(t, rt.path); !strings.Contains(dump, "set unfiltered-ip: [{") || strings.Contains(dump, "set unfiltered-ip6: [{") {
@@ -120,7 +120,7 @@ func TestApplyTakesOverABridgePort(t *testing.T) {
 	}
 	rt.sysctl(t, "net.bridge.bridge-nf-call-iptables", "1")
 	y := Spec{Key: "y", SandboxNetNS: sbx.path}
-	if err := Apply(rt.path, y); err != nil {
+	if _, err := Apply(rt.path, y); err != nil {
 		t.Fatal(err)
 	}
 	if err := Check(rt.path, y); err != nil {
@@ -155,7 +155,7 @@ func TestBridgeNetfilterOfOneBridge(t *testing.T) {
 	rt.ip(t, "link add h0 type veth peer name eth0 netns "+sbx.name)
 	rt.ip(t, "link set h0 master br0")
 	s := Spec{Key: "x", SandboxNetNS: sbx.path}
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	if dump := ruleset(t, rt.path); !strings.Contains(dump, "set unfiltered-ip: []") || !strings.Contains(dump, "set unfiltered-ip6: []") {
@@ -183,19 +183,19 @@ func TestApplyRefusesALiveNeighboursMAC(t *testing.T) {
 		rt.ip(t, "link set "+p.port+" master br0")
 	}
 	x := Spec{Key: "x", SandboxNetNS: s1.path}
-	if err := Apply(rt.path, x); err != nil {
+	if _, err := Apply(rt.path, x); err != nil {
 		t.Fatal(err)
 	}
 	s2.ip(t, "link set eth0 address "+s1.link(t, "eth0").HardwareAddr.String())
 	y := Spec{Key: "y", SandboxNetNS: s2.path}
-	if err := Apply(rt.path, y); err == nil || !strings.Contains(err.Error(), `already pinned on bridge "br0" for the sandbox of chain "sbx-x", whose port "h1" still exists`) {
+	if _, err := Apply(rt.path, y); err == nil || !strings.Contains(err.Error(), `already pinned on bridge "br0" for the sandbox of chain "sbx-x", whose port "h1" still exists`) {
 		t.Errorf("Apply with the MAC of a live neighbour: %v, want a refusal", err)
 	}
 	if err := Check(rt.path, x); err != nil {
 		t.Errorf("x after the refused Apply: %v", err)
 	}
 	rt.ip(t, "link del h1")
-	if err := Apply(rt.path, y); err != nil {
+	if _, err := Apply(rt.path, y); err != nil {
 		t.Errorf("Apply with the MAC of a neighbour that is gone: %v", err)
 	}
 	if err := Check(rt.path, y); err != nil {

@@ -32,6 +32,8 @@ const (
 	setMACs        = "sandbox-macs"   // iface_index . ether_addr : verdict (inet)
 	setUnfiltered4 = "unfiltered-ip"  // iface_index (bridge)
 	setUnfiltered6 = "unfiltered-ip6" // iface_index (bridge)
+	setAddrs4      = "sandbox-ip"     // iface_index . ipv4_addr (both tables)
+	setAddrs6      = "sandbox-ip6"    // iface_index . ipv6_addr (both tables)
 )
 
 // Base chain priorities. inet: after conntrack (-200) has attached its
@@ -45,7 +47,14 @@ var (
 
 // typeIfaceMAC is the key of the MAC map: the bridge's interface index and
 // the sandbox's MAC address, as `meta iif . ether saddr` loads them.
-var typeIfaceMAC = nftables.MustConcatSetType(nftables.TypeIFIndex, nftables.TypeEtherAddr)
+// typeIfaceAddr4 and typeIfaceAddr6 are the keys of the address sets: the
+// index of the interface a sandbox's packets come in on and one of its
+// addresses there.
+var (
+	typeIfaceMAC   = nftables.MustConcatSetType(nftables.TypeIFIndex, nftables.TypeEtherAddr)
+	typeIfaceAddr4 = nftables.MustConcatSetType(nftables.TypeIFIndex, nftables.TypeIPAddr)
+	typeIfaceAddr6 = nftables.MustConcatSetType(nftables.TypeIFIndex, nftables.TypeIP6Addr)
+)
 
 // setSpec is a set or map of a table.
 type setSpec struct {
@@ -135,17 +144,20 @@ func inetLayout() layout {
 		sets: []setSpec{
 			{name: setIfaces, keyType: nftables.TypeIFIndex, verdicts: true},
 			{name: setMACs, keyType: typeIfaceMAC, verdicts: true},
+			{name: setAddrs4, keyType: typeIfaceAddr4},
+			{name: setAddrs6, keyType: typeIfaceAddr6},
 		},
 		bases: []baseSpec{{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: inetPriority, rules: []ruleSpec{
 			rule("routed sandbox interfaces go to their chains", dispatchIface(setIfaces)),
 			rule("bridged sandboxes go to their chains by bridge and source mac", dispatchIfaceMAC(setMACs)),
 		}}},
-		rules: func(s Spec, _ []hostIface) []ruleSpec { return inetRules(s) },
+		rules: inetRules,
 		elements: func(chain string, ifaces []hostIface) map[string][]element {
 			els := map[string][]element{}
 			for _, i := range ifaces {
 				if i.bridge == "" {
 					els[setIfaces] = append(els[setIfaces], element{key: ifIndexKey(i.index), chain: chain})
+					addAddrElements(els, i)
 				} else {
 					els[setMACs] = append(els[setMACs], element{key: ifaceMACKey(i.bridgeIndex, i.mac), chain: chain})
 				}
@@ -166,6 +178,8 @@ func bridgeLayout() layout {
 			{name: setIfaces, keyType: nftables.TypeIFIndex, verdicts: true},
 			{name: setUnfiltered4, keyType: nftables.TypeIFIndex},
 			{name: setUnfiltered6, keyType: nftables.TypeIFIndex},
+			{name: setAddrs4, keyType: typeIfaceAddr4},
+			{name: setAddrs6, keyType: typeIfaceAddr6},
 		},
 		bases: []baseSpec{
 			{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: bridgePriority, rules: []ruleSpec{
@@ -186,6 +200,7 @@ func bridgeLayout() layout {
 					continue
 				}
 				els[setIfaces] = append(els[setIfaces], element{key: ifIndexKey(i.index), chain: chain})
+				addAddrElements(els, i)
 				if !i.brnf4 {
 					els[setUnfiltered4] = append(els[setUnfiltered4], element{key: ifIndexKey(i.index)})
 				}
@@ -200,6 +215,24 @@ func bridgeLayout() layout {
 
 func ifIndexKey(index int) []byte { return binaryutil.NativeEndian.PutUint32(uint32(index)) }
 
+// addAddrElements adds the elements of the address sets that pin the
+// sandbox's addresses on interface i.
+func addAddrElements(els map[string][]element, i hostIface) {
+	for _, a := range i.pin.Addrs {
+		set := setAddrs4
+		if a.Is6() {
+			set = setAddrs6
+		}
+		els[set] = append(els[set], element{key: ifaceAddrKey(i.index, a)})
+	}
+}
+
+// ifaceAddrKey is a key of an address set: the interface index and the
+// address, as `meta iif . ip saddr` loads them.
+func ifaceAddrKey(index int, a netip.Addr) []byte {
+	return append(ifIndexKey(index), a.AsSlice()...)
+}
+
 // ifaceMACKey is a key of the MAC map: the interface index and the MAC,
 // padded to whole 32-bit registers as concatenations are.
 func ifaceMACKey(index int, mac net.HardwareAddr) []byte {
@@ -210,10 +243,17 @@ func ifaceMACKey(index int, mac net.HardwareAddr) []byte {
 }
 
 // inetRules is the sandbox chain of table inet doorman-host. See doc.go.
-func inetRules(s Spec) []ruleSpec {
-	rules := []ruleSpec{
-		rule("replies to connections the sandbox accepted are accepted", matchCtReply(), accept()),
+func inetRules(s Spec, ifaces []hostIface) []ruleSpec {
+	var rules []ruleSpec
+	for _, i := range ifaces {
+		if i.bridge == "" {
+			rules = append(rules, routedPins(i)...)
+		}
 	}
+	rules = append(rules,
+		rule("replies to connections the sandbox accepted are accepted",
+			matchCtState(expr.CtStateBitESTABLISHED), matchCtReply(), accept()))
+	rules = append(rules, icmpErrorRules()...)
 	rules = append(rules, neighbourDiscovery()...)
 	for _, r := range s.Resolvers {
 		rules = append(rules,
@@ -223,14 +263,86 @@ func inetRules(s Spec) []ruleSpec {
 				matchDaddr(r), matchL4Proto(unix.IPPROTO_TCP), matchDport(dnsPort, dnsPort), accept()))
 	}
 	if s.AllowICMP {
-		rules = append(rules,
-			rule("icmp is accepted", matchNFProto(false), matchL4Proto(unix.IPPROTO_ICMP), accept()),
-			rule("icmpv6 is accepted", matchNFProto(true), matchL4Proto(unix.IPPROTO_ICMPV6), accept()))
+		rules = append(rules, echoRules(s)...)
 	}
 	for _, e := range s.AllowDirect {
 		rules = append(rules, directRules(e)...)
 	}
 	return append(rules, rule("everything else from the sandbox is dropped", drop()))
+}
+
+// routedPins pins the sandbox's addresses on a routed interface: the
+// source of its IPv4 and IPv6 packets, the target of its neighbour
+// advertisements, and the unspecified source to duplicate address
+// detection of its own addresses and MLD reports (RFC 4862 5.4.2, 3810
+// 5.2.13). They come first, so that a packet forged with a neighbour's
+// address is never taken for a reply. They only drop: whatever they let
+// pass is judged by the rules after them, and an unspecified source never
+// matches those but neighbour discovery's.
+func routedPins(i hostIface) []ruleSpec {
+	iif := matchIif(i.index)
+	from := fmt.Sprintf("%s (index %d)", i.name, i.index)
+	v4, v6 := matchNFProto(false), matchNFProto(true)
+	icmpv6 := matchL4Proto(unix.IPPROTO_ICMPV6)
+	unspec, notUnspec := matchField(fieldIPv6Saddr, true, make([]byte, 16)), matchField(fieldIPv6Saddr, false, make([]byte, 16))
+	return []ruleSpec{
+		rule(fmt.Sprintf("ipv4 from %s not from the sandbox's addresses %v is dropped", from, i.addrs4()),
+			iif, v4, matchIifField(setAddrs4, fieldIPv4Saddr, false), drop()),
+		rule(fmt.Sprintf("ipv6 from %s from :: but icmpv6 is dropped", from),
+			iif, v6, unspec, matchNotL4Proto(unix.IPPROTO_ICMPV6), drop()),
+		rule(fmt.Sprintf("icmpv6 from %s from :: but neighbour solicitations and mld reports is dropped", from),
+			iif, v6, unspec, icmpv6, matchICMPTypeNot(icmpv6NeighSolicit, icmpv6MLDReport, icmpv6MLDv2Report), drop()),
+		rule(fmt.Sprintf("duplicate address detection from %s for others' addresses is dropped", from),
+			iif, v6, unspec, icmpv6, matchICMPv6Type(icmpv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
+		rule(fmt.Sprintf("ipv6 from %s not from the sandbox's addresses %v is dropped", from, i.addrs6()),
+			iif, v6, notUnspec, matchIifField(setAddrs6, fieldIPv6Saddr, false), drop()),
+		rule(fmt.Sprintf("neighbour advertisements from %s for others' addresses are dropped", from),
+			iif, v6, icmpv6, matchICMPv6Type(icmpv6NeighAdvert), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
+	}
+}
+
+// icmpErrorRules accept the ICMP errors conntrack relates to a flow that
+// keep it working, in either direction (conntrack relates an error only if
+// its outer destination is the flow's peer). Source quench and redirects,
+// which it relates too, are not among them, nor anything conntrack merely
+// calls established: only replies pass that way (see inetRules).
+func icmpErrorRules() []ruleSpec {
+	var rules []ruleSpec
+	for _, e := range icmpErrors {
+		rules = append(rules, rule("icmp "+e.name+" related to a flow is accepted", matchNFProto(false),
+			matchL4Proto(unix.IPPROTO_ICMP), matchICMPv6Type(e.typ), matchCtState(expr.CtStateBitRELATED), accept()))
+	}
+	for _, e := range icmpv6Errors {
+		rules = append(rules, rule("icmpv6 "+e.name+" related to a flow is accepted", matchNFProto(true),
+			matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(e.typ), matchCtState(expr.CtStateBitRELATED), accept()))
+	}
+	return rules
+}
+
+// echoRules are AllowICMP: echo requests to the allowDirect prefixes, with
+// at most maxEchoData bytes of data. The replies come back unjudged (the
+// layer judges only what comes from the sandbox). Conntrack reassembles
+// fragments before this hook, so the lengths are those of whole packets.
+func echoRules(s Spec) []ruleSpec {
+	var rules []ruleSpec
+	var done []netip.Prefix
+	for _, e := range s.AllowDirect {
+		p := e.Prefix
+		if slices.Contains(done, p) {
+			continue
+		}
+		done = append(done, p)
+		if p.Addr().Is4() {
+			rules = append(rules, rule(fmt.Sprintf("icmp echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
+				matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMP), matchICMPv6Type(icmpEchoRequest),
+				matchIPv4NoOptions(), matchIPLength(false, ipv4HeaderLen+icmpHeaderLen, maxEchoIPv4Total), accept()))
+			continue
+		}
+		rules = append(rules, rule(fmt.Sprintf("icmpv6 echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
+			matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(icmpv6EchoRequest),
+			matchIPLength(true, icmpHeaderLen, maxEchoIPv6Plen), accept()))
+	}
+	return rules
 }
 
 // neighbourDiscovery keeps IPv6 working on the link, and only there.
@@ -280,10 +392,13 @@ var (
 )
 
 // directRules admits one allowDirect entry: TCP and UDP to its ports, or
-// everything to its prefix if it has no port.
+// to every port if it has none (as the sandbox's own ruleset does).
 func directRules(e conf.Entry) []ruleSpec {
 	if e.Ports.Any() {
-		return []ruleSpec{rule(fmt.Sprintf("direct %s is accepted", e), matchDprefix(e.Prefix), accept())}
+		return []ruleSpec{
+			rule(fmt.Sprintf("direct %s tcp is accepted", e), matchDprefix(e.Prefix), matchL4Proto(unix.IPPROTO_TCP), accept()),
+			rule(fmt.Sprintf("direct %s udp is accepted", e), matchDprefix(e.Prefix), matchL4Proto(unix.IPPROTO_UDP), accept()),
+		}
 	}
 	return []ruleSpec{
 		rule(fmt.Sprintf("direct %s tcp is accepted", e),
@@ -294,20 +409,46 @@ func directRules(e conf.Entry) []ruleSpec {
 }
 
 // bridgeRules is the sandbox chain of table bridge doorman-host: the
-// source MAC pinned on each of the sandbox's bridge ports, then an
-// ethertype gate in front of the inet table. See doc.go.
+// sandbox's MAC pinned on each of its bridge ports, its addresses pinned
+// through the address sets (keyed by port, so the rules serve every port),
+// then an ethertype gate in front of the inet table. See doc.go. These
+// rules hold without br_netfilter: the bridge's prerouting hook sees every
+// frame that comes in on the port, bridged or for the host.
 func bridgeRules(ifaces []hostIface) []ruleSpec {
 	var rules []ruleSpec
 	for _, i := range ifaces {
 		if i.bridge == "" {
 			continue
 		}
-		rules = append(rules, rule(fmt.Sprintf("frames from %s not from the sandbox's mac %s are dropped", i.name, i.mac),
-			matchIif(i.index), matchEtherSaddrNot(i.mac), drop()))
+		rules = append(rules,
+			rule(fmt.Sprintf("frames from %s not from the sandbox's mac %s are dropped", i.name, i.mac),
+				matchIif(i.index), matchEtherSaddrNot(i.mac), drop()),
+			rule(fmt.Sprintf("arp from %s not from the sandbox's mac %s is dropped", i.name, i.mac),
+				matchIif(i.index), matchEtherType(unix.ETH_P_ARP), matchField(fieldARPSha, false, i.mac), drop()))
 	}
+	arp, ip4, ip6 := matchEtherType(unix.ETH_P_ARP), matchEtherType(unix.ETH_P_IP), matchEtherType(unix.ETH_P_IPV6)
+	icmpv6 := matchL4Proto(unix.IPPROTO_ICMPV6)
+	unspec := matchField(fieldIPv6Saddr, true, make([]byte, 16))
 	return append(rules,
-		rule("arp is accepted", matchEtherType(unix.ETH_P_ARP), accept()),
-		rule("ipv4 is judged by table inet "+TableName, matchEtherType(unix.ETH_P_IP), accept()),
-		rule("ipv6 is judged by table inet "+TableName, matchEtherType(unix.ETH_P_IPV6), accept()),
+		rule("arp for other hardware than ethernet is dropped", arp, matchField(fieldARPHType, false, []byte{0, 1}), drop()),
+		rule("arp for other protocols than ipv4 is dropped", arp, matchField(fieldARPPType, false, []byte{8, 0}), drop()),
+		rule("arp with other hardware address lengths than 6 is dropped", arp, matchField(fieldARPHLen, false, []byte{6}), drop()),
+		rule("arp with other protocol address lengths than 4 is dropped", arp, matchField(fieldARPPLen, false, []byte{4}), drop()),
+		rule("arp not from the sandbox's ipv4 addresses (nor a probe from 0.0.0.0) is dropped",
+			arp, matchField(fieldARPSpa, false, make([]byte, 4)), matchIifField(setAddrs4, fieldARPSpa, false), drop()),
+		rule("arp is accepted", arp, accept()),
+		rule("ipv4 not from the sandbox's addresses is dropped", ip4, matchIifField(setAddrs4, fieldIPv4Saddr, false), drop()),
+		rule("ipv4 is judged by table inet "+TableName, ip4, accept()),
+		rule("duplicate address detection of the sandbox's addresses is accepted",
+			ip6, unspec, icmpv6, matchICMPv6Type(icmpv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, true), accept()),
+		rule("mld report from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6MLDReport), accept()),
+		rule("mldv2 report from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6MLDv2Report), accept()),
+		rule("other ipv6 from :: is dropped", ip6, unspec, drop()),
+		rule("ipv6 not from the sandbox's addresses is dropped", ip6, matchIifField(setAddrs6, fieldIPv6Saddr, false), drop()),
+		rule("neighbour advertisements for others' addresses are dropped",
+			ip6, icmpv6, matchICMPv6Type(icmpv6NeighAdvert), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
+		rule("router advertisements are dropped", ip6, icmpv6, matchICMPv6Type(icmpv6RouterAdvert), drop()),
+		rule("redirects are dropped", ip6, icmpv6, matchICMPv6Type(icmpv6Redirect), drop()),
+		rule("ipv6 is judged by table inet "+TableName, ip6, accept()),
 		rule("other frames (vlan-tagged, pppoe, other types) are dropped", drop()))
 }

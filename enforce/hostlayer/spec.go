@@ -2,6 +2,7 @@ package hostlayer
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,10 +18,11 @@ type Spec struct {
 	// of package enforce/sandbox all qualify).
 	Key string
 	// SandboxNetNS is the path of the sandbox's network namespace. Apply
-	// reads the MAC address of the sandbox's end of each veth that is a
-	// bridge port there (to pin it on the port), and finds the host
-	// interfaces there if HostIfaces is empty (see FindHostPeers). It may
-	// be "" only if HostIfaces are all routed interfaces.
+	// reads there, from the sandbox's end of each veth, the identity it
+	// pins on the host interface unless Pins gives it (see Pin), and
+	// finds the host interfaces there if HostIfaces is empty (see
+	// FindHostPeers). It may be "" only if HostIfaces are all routed
+	// interfaces with a pin each.
 	SandboxNetNS string
 	// HostIfaces are the sandbox's interfaces in the runtime's namespace:
 	// the host-side ends of its veths (usually one; a container on several
@@ -33,14 +35,64 @@ type Spec struct {
 	// sandbox and need nothing here: they are skipped. IPv4-mapped IPv6
 	// addresses count as IPv4.
 	Resolvers []netip.Addr
-	// AllowICMP lets ICMP and ICMPv6 through. Neighbour discovery, MLD and
-	// ICMP errors about connections the sandbox accepted pass either way.
+	// AllowICMP lets ICMP and ICMPv6 echo requests through to the
+	// AllowDirect prefixes (with or without ports), with at most 64 bytes
+	// of data. Either way neighbour discovery and MLD on the link, replies
+	// to queries sent to the sandbox, and the ICMP errors conntrack relates
+	// to a flow (unreachable, time exceeded, parameter problem, packet too
+	// big) pass; no other ICMP does.
 	AllowICMP bool
 	// AllowDirect are destinations the sandbox may reach without the proxy:
 	// conf.KindPrefix entries (IP or CIDR). An entry with a port range
-	// admits TCP and UDP to those ports; one without admits every protocol
-	// and port.
+	// admits TCP and UDP to those ports; one without admits TCP and UDP to
+	// every port.
 	AllowDirect []conf.Entry
+	// Pins are the sandbox's identities on its host interfaces, as an
+	// earlier Apply returned them: a host interface with a pin has it
+	// enforced as it is, whatever the sandbox's end of the veth says now,
+	// so that a workload that changed its MAC or addresses (CAP_NET_ADMIN)
+	// never gets them pinned by a later Apply. A host interface without
+	// one has it read from the sandbox's end (see Pin).
+	Pins []Pin
+	// IPAM gives, by the name of an interface inside the sandbox, the
+	// addresses its IPAM assigned it (those of a CNI result). A pin read
+	// at this Apply from the sandbox's end of that name takes these as
+	// the sandbox's IPv4 and global IPv6 addresses instead of those the
+	// interface has; its IPv6 link-local addresses are read as always.
+	IPAM map[string][]netip.Addr
+}
+
+// Pin is the identity of a sandbox on one of its host interfaces: what
+// the layer lets it call itself there. Frames and packets from that
+// interface must carry its MAC (bridge ports) and one of its addresses as
+// their source (ARP sender, IPv4 and IPv6 source), and neighbour
+// advertisements and duplicate address detection must name one of its
+// addresses as their target.
+//
+// A pin that Apply reads from the sandbox's end of the veth holds its MAC
+// and every address it has (IPv4; IPv6, global and link-local, tentative
+// ones included), the IPAM addresses in place of the others where
+// Spec.IPAM names the interface, and the EUI-64 link-local address of
+// its MAC, which the kernel gives it once the link is up.
+type Pin struct {
+	// HostIface is the host interface the pin holds on.
+	HostIface string
+	// HostIndex is HostIface's interface index when the pin was read: a
+	// pin for an index that the interface no longer has belongs to a veth
+	// that was replaced, and is read again. 0 matches any index.
+	HostIndex int
+	// SandboxIface is the name the sandbox's end had when the pin was
+	// read, for messages ("" if it was not read).
+	SandboxIface string
+	// MAC is the hardware address of the sandbox's end of the veth. A
+	// bridge port's pin must have one.
+	MAC net.HardwareAddr
+	// Addrs are the sandbox's addresses on the interface, IPv4 and IPv6.
+	Addrs []netip.Addr
+}
+
+func (p Pin) String() string {
+	return fmt.Sprintf("%s: mac %s, addresses %v", p.HostIface, p.MAC, p.Addrs)
 }
 
 // validKey reports whether key may name a sandbox's chains: it matches
@@ -72,7 +124,7 @@ func (s Spec) normalized() (Spec, error) {
 	if err := checkKey(s.Key); err != nil {
 		return Spec{}, err
 	}
-	out := Spec{Key: s.Key, SandboxNetNS: s.SandboxNetNS, AllowICMP: s.AllowICMP}
+	out := Spec{Key: s.Key, SandboxNetNS: s.SandboxNetNS, AllowICMP: s.AllowICMP, IPAM: map[string][]netip.Addr{}}
 	if len(s.HostIfaces) == 0 && s.SandboxNetNS == "" {
 		return Spec{}, fmt.Errorf("sandbox %s: neither host interfaces nor the sandbox's namespace given", s.Key)
 	}
@@ -106,7 +158,54 @@ func (s Spec) normalized() (Spec, error) {
 			out.AllowDirect = append(out.AllowDirect, e)
 		}
 	}
+
+	for _, p := range s.Pins {
+		if err := checkIfName(p.HostIface); err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: pin for host interface %q: %w", s.Key, p.HostIface, err)
+		}
+		if slices.ContainsFunc(out.Pins, func(q Pin) bool { return q.HostIface == p.HostIface }) {
+			return Spec{}, fmt.Errorf("sandbox %s: two pins for host interface %q", s.Key, p.HostIface)
+		}
+		if p.MAC != nil && len(p.MAC) != 6 {
+			return Spec{}, fmt.Errorf("sandbox %s: pin for host interface %q: mac %s is not an Ethernet address", s.Key, p.HostIface, p.MAC)
+		}
+		addrs, err := pinAddrs(p.Addrs)
+		if err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: pin for host interface %q: %w", s.Key, p.HostIface, err)
+		}
+		p.MAC, p.Addrs = slices.Clone(p.MAC), addrs
+		out.Pins = append(out.Pins, p)
+	}
+	for name, addrs := range s.IPAM {
+		if err := checkIfName(name); err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: ipam addresses of sandbox interface %q: %w", s.Key, name, err)
+		}
+		a, err := pinAddrs(addrs)
+		if err != nil {
+			return Spec{}, fmt.Errorf("sandbox %s: ipam addresses of sandbox interface %q: %w", s.Key, name, err)
+		}
+		out.IPAM[name] = a
+	}
 	return out, nil
+}
+
+// pinAddrs returns addrs unmapped, sorted and deduplicated, or an error
+// naming the first that cannot be a sandbox's own address.
+func pinAddrs(addrs []netip.Addr) ([]netip.Addr, error) {
+	out := []netip.Addr{} // not nil: no address is an answer too
+	for _, a := range addrs {
+		switch {
+		case !a.IsValid():
+			return nil, fmt.Errorf("address %q: not an IP address", a)
+		case a.Zone() != "":
+			return nil, fmt.Errorf("address %q: give it without its zone", a)
+		case a.Unmap().IsUnspecified(), a.IsMulticast(), a.Unmap().IsLoopback():
+			return nil, fmt.Errorf("address %s: not a unicast address an interface can have", a)
+		}
+		out = append(out, a.Unmap())
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out), nil
 }
 
 func checkKey(key string) error {

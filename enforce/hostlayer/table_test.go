@@ -30,12 +30,26 @@ func newDummyRuntime(t *testing.T, n int) *testNS {
 }
 
 func dummySpec(key string, ifaces ...string) Spec {
-	return Spec{
+	s := Spec{
 		Key:         key,
 		HostIfaces:  ifaces,
 		Resolvers:   []netip.Addr{netip.MustParseAddr(resolver4)},
 		AllowDirect: constEntries(hostPort(inet4, 7000), "[2001:db8:1::/64]:7000-7010", "203.0.113.9"),
 	}
+	for i, name := range ifaces {
+		s.Pins = append(s.Pins, dummyPin(name, i))
+	}
+	return s
+}
+
+// dummyPin is the pin of routed interface name, the i-th of its sandbox:
+// it has no sandbox end to read it from.
+func dummyPin(name string, i int) Pin {
+	return Pin{HostIface: name, Addrs: []netip.Addr{
+		netip.AddrFrom4([4]byte{198, 51, 100, byte(140 + i)}),
+		netip.MustParseAddr(fmt.Sprintf("2001:db8:3::%x", 0x140+i)),
+		netip.MustParseAddr(fmt.Sprintf("fe80::%x", 0x140+i)),
+	}}
 }
 
 // constEntries parses entries that are known to be valid.
@@ -100,11 +114,11 @@ func TestApplyIsIdempotent(t *testing.T) {
 	t.Parallel()
 	rt := newDummyRuntime(t, 2)
 	s := dummySpec("x", "d0", "d1")
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	first := ruleset(t, rt.path)
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	if second := ruleset(t, rt.path); second != first {
@@ -141,6 +155,23 @@ func TestCheckDetectsTampering(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "lacks the element"},
+		{"a deleted address pin", func(t *testing.T, n *runtimeNS) {
+			set := inet.set(inet.sets[slices.IndexFunc(inet.sets, func(ss setSpec) bool { return ss.name == setAddrs4 })])
+			key := ifaceAddrKey(ifIndex(t, n, "d0"), dummyPin("d0", 0).Addrs[0])
+			if err := n.nft.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+				t.Fatal(err)
+			}
+		}, "set \"sandbox-ip\" lacks the element interface index"},
+		{"an added address pin", func(t *testing.T, n *runtimeNS) {
+			set := inet.set(inet.sets[slices.IndexFunc(inet.sets, func(ss setSpec) bool { return ss.name == setAddrs6 })])
+			key := ifaceAddrKey(ifIndex(t, n, "d0"), netip.MustParseAddr("2001:db8:3::99"))
+			if err := n.nft.SetAddElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+				t.Fatal(err)
+			}
+		}, "2001:db8:3::99 for the sandbox, which it should not have"},
+		{"a deleted pin rule", func(t *testing.T, n *runtimeNS) {
+			deleteRule(t, n, inet, chainName("x"), 0)
+		}, "is dropped"},
 		{"a deleted table", func(t *testing.T, n *runtimeNS) {
 			n.nft.DelTable(bridge.table)
 		}, "table is missing"},
@@ -160,7 +191,7 @@ func TestCheckDetectsTampering(t *testing.T) {
 			t.Parallel()
 			rt := newDummyRuntime(t, 1)
 			s := dummySpec("x", "d0")
-			if err := Apply(rt.path, s); err != nil {
+			if _, err := Apply(rt.path, s); err != nil {
 				t.Fatal(err)
 			}
 			n, err := openRuntimeNS(rt.path, true)
@@ -176,7 +207,7 @@ func TestCheckDetectsTampering(t *testing.T) {
 			if err := Check(rt.path, s); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Check after %s: %v, want an error about %q", tc.name, err, tc.want)
 			}
-			if err := Apply(rt.path, s); err != nil {
+			if _, err := Apply(rt.path, s); err != nil {
 				t.Fatal(err)
 			}
 			if err := Check(rt.path, s); err != nil {
@@ -211,7 +242,7 @@ func TestCheckDetectsAnotherSpec(t *testing.T) {
 	t.Parallel()
 	rt := newDummyRuntime(t, 2)
 	s := dummySpec("x", "d0")
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	other := s
@@ -225,12 +256,17 @@ func TestCheckDetectsAnotherSpec(t *testing.T) {
 		t.Errorf("Check without resolvers: nil, want an error")
 	}
 	other = s
-	other.HostIfaces = []string{"d1"}
-	if err := Check(rt.path, other); err == nil || !strings.Contains(err.Error(), "lacks the element") {
-		t.Errorf("Check with another interface: %v, want an error about the missing element", err)
+	other.HostIfaces, other.Pins = []string{"d1"}, []Pin{dummyPin("d1", 0)}
+	if err := Check(rt.path, other); err == nil || !strings.Contains(err.Error(), "d1") {
+		t.Errorf("Check with another interface: %v, want an error about d1", err)
 	}
 	other = s
-	other.HostIfaces = []string{"d0", "d1"}
+	other.Pins = []Pin{dummyPin("d0", 1)}
+	if err := Check(rt.path, other); err == nil || !strings.Contains(err.Error(), "lacks the element interface index") {
+		t.Errorf("Check with other addresses: %v, want an error about the addresses", err)
+	}
+	other = s
+	other.HostIfaces, other.Pins = []string{"d0", "d1"}, []Pin{dummyPin("d0", 0), dummyPin("d1", 1)}
 	if err := Check(rt.path, other); err == nil {
 		t.Errorf("Check with one more interface: nil, want an error")
 	}
@@ -240,11 +276,11 @@ func TestApplyMovesInterfaces(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	rt := newDummyRuntime(t, 2)
-	if err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
+	if _, err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
 		t.Fatal(err)
 	}
 	s := dummySpec("x", "d1")
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := Check(rt.path, s); err != nil {
@@ -260,15 +296,15 @@ func TestApplyFollowsARecreatedInterface(t *testing.T) {
 	t.Parallel()
 	rt := newDummyRuntime(t, 1)
 	s := dummySpec("x", "d0")
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	rt.ip(t, "link del d0")
 	rt.ip(t, "link add d0 type ifb")
-	if err := Check(rt.path, s); err == nil || !strings.Contains(err.Error(), "lacks the element") {
-		t.Errorf("Check after d0 was recreated: %v, want an error about the missing element", err)
+	if err := Check(rt.path, s); err == nil || !strings.Contains(err.Error(), "index") {
+		t.Errorf("Check after d0 was recreated: %v, want an error about its index", err)
 	}
-	if err := Apply(rt.path, s); err != nil {
+	if _, err := Apply(rt.path, s); err != nil {
 		t.Fatal(err)
 	}
 	// Check also fails if an element for the old index is left.
@@ -283,7 +319,7 @@ func TestApplyTakesOverAStaleElement(t *testing.T) {
 	rt := newDummyRuntime(t, 2)
 	x, y, z := dummySpec("x", "d0"), dummySpec("y", "d0"), dummySpec("z", "d1")
 	for _, s := range []Spec{x, z, y} {
-		if err := Apply(rt.path, s); err != nil {
+		if _, err := Apply(rt.path, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -324,14 +360,18 @@ func TestConcurrentApplyAndRemove(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	parallel(func(i int) error { return Apply(rt.path, specs[i]) })
+	parallel(func(i int) error {
+		_, err := Apply(rt.path, specs[i])
+		return err
+	})
 	parallel(func(i int) error { return Check(rt.path, specs[i]) })
 	parallel(func(i int) error {
 		if i%2 == 0 {
 			return Remove(rt.path, specs[i].Key)
 		}
 		specs[i].AllowICMP = true
-		return Apply(rt.path, specs[i])
+		_, err := Apply(rt.path, specs[i])
+		return err
 	})
 	for i, s := range specs {
 		err := Check(rt.path, s)
@@ -365,12 +405,16 @@ func TestApplyRefuses(t *testing.T) {
 		{Spec{Key: "x", HostIfaces: []string{"br9"}}, `"br9": is a bridge`},
 		{Spec{Key: "x", HostIfaces: []string{"d9"}}, `"d9": is a port of bridge "br9": the sandbox's network namespace is needed`},
 		{Spec{Key: "x", HostIfaces: []string{"d9"}, SandboxNetNS: rt.path}, `"d9": is a ifb, not a veth`},
-		{Spec{Key: "x", HostIfaces: []string{"d0", "nope0"}}, `"nope0": does not exist`},
+		{Spec{Key: "x", HostIfaces: []string{"d0", "nope0"}, Pins: []Pin{dummyPin("d0", 0)}}, `"nope0": does not exist`},
+		{Spec{Key: "x", HostIfaces: []string{"d0"}}, `"d0": is a routed interface without a pin: the sandbox's network namespace is needed`},
+		{Spec{Key: "x", HostIfaces: []string{"d0"}, Pins: []Pin{{HostIface: "d0", Addrs: []netip.Addr{netip.MustParseAddr("ff02::1")}}}},
+			`pin for host interface "d0": address ff02::1: not a unicast address`},
+		{Spec{Key: "x", HostIfaces: []string{"d0"}, Pins: []Pin{dummyPin("d0", 0), dummyPin("d0", 1)}}, `two pins for host interface "d0"`},
 		{Spec{Key: "x", SandboxNetNS: rt.path}, "no veth of the sandbox"},
 		{Spec{Key: "../x", HostIfaces: []string{"d0"}}, `sandbox key "../x"`},
 		{Spec{Key: "x", HostIfaces: []string{"d0"}, AllowDirect: name}, `"example.com:443": a name entry cannot bypass the proxy`},
 	} {
-		err := Apply(rt.path, tc.spec)
+		_, err := Apply(rt.path, tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Apply(%+v): %v, want an error containing %q", tc.spec, err, tc.want)
 		}
@@ -378,7 +422,7 @@ func TestApplyRefuses(t *testing.T) {
 	if tables := tableNames(t, rt.path); len(tables) != 0 {
 		t.Errorf("refused Applies left tables: %v", tables)
 	}
-	if err := Apply(filepath.Join(t.TempDir(), "none"), dummySpec("x", "d0")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := Apply(filepath.Join(t.TempDir(), "none"), dummySpec("x", "d0")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Apply in a namespace that does not exist: %v, want ErrNotExist", err)
 	}
 }
@@ -390,7 +434,7 @@ func TestRemoveOfNothing(t *testing.T) {
 	if err := Remove(rt.path, "x"); err != nil {
 		t.Errorf("Remove with no tables: %v", err)
 	}
-	if err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
+	if _, err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
 		t.Fatal(err)
 	}
 	if err := Remove(rt.path, "y"); err != nil {
@@ -439,7 +483,7 @@ func TestApplyLeavesIntactBaseChains(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	rt := newDummyRuntime(t, 2)
-	if err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
+	if _, err := Apply(rt.path, dummySpec("x", "d0")); err != nil {
 		t.Fatal(err)
 	}
 	before := baseRuleHandles(t, rt.path)
@@ -447,7 +491,7 @@ func TestApplyLeavesIntactBaseChains(t *testing.T) {
 		t.Fatal("no rules in the base chains")
 	}
 	y := dummySpec("y", "d1")
-	if err := Apply(rt.path, y); err != nil {
+	if _, err := Apply(rt.path, y); err != nil {
 		t.Fatal(err)
 	}
 	if after := baseRuleHandles(t, rt.path); !slices.Equal(after, before) {

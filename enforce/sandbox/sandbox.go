@@ -260,7 +260,7 @@ func (s *State) applyHostLayer(ifaces []string) error {
 	if err != nil {
 		return err
 	}
-	if err := hostlayer.Apply(runtimeNetNS, spec); err != nil {
+	if _, err := hostlayer.Apply(runtimeNetNS, spec); err != nil {
 		return err
 	}
 	s.HostLayer, s.HostIfaces = true, spec.HostIfaces
@@ -411,7 +411,7 @@ func reenforce(s *State, r Request) (*State, error) {
 	if s.HostLayer {
 		spec, err := s.hostSpec(s.HostIfaces)
 		if err == nil {
-			err = hostlayer.Apply(runtimeNetNS, spec)
+			_, err = hostlayer.Apply(runtimeNetNS, spec)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
