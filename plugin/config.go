@@ -192,6 +192,26 @@ func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
 	return host, nil
 }
 
+// ipamAddrs are the addresses prev assigns the container's interface
+// ifName, for the host-side layer to pin; nil if prev does not say which
+// of its addresses are that interface's (the layer then reads them from
+// the interface).
+func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
+	var out []netip.Addr
+	for _, c := range prev.IPs {
+		if c.Interface == nil || *c.Interface < 0 || *c.Interface >= len(prev.Interfaces) {
+			continue
+		}
+		if i := prev.Interfaces[*c.Interface]; i.Name != ifName || i.Sandbox == "" {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(c.Address.IP); ok {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
 // Where the host's resolvers are read from when nothing else names them.
 const (
 	hostResolvConf = "/etc/resolv.conf"

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	current "github.com/containernetworking/cni/pkg/types/100"
 )
 
 func TestPolicyNames(t *testing.T) {
@@ -110,4 +112,38 @@ func TestUpstreamResolver(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("bad upstreamResolver: %v\nwant %s", err, want)
 	}
+}
+
+func TestIPAMAddrs(t *testing.T) {
+	idx := func(i int) *int { return &i }
+	prev := &current.Result{
+		Interfaces: []*current.Interface{
+			{Name: "cni0"}, {Name: "veth1234"}, {Name: "eth0", Sandbox: "/var/run/netns/x"}, {Name: "eth1", Sandbox: "/var/run/netns/x"},
+		},
+		IPs: []*current.IPConfig{
+			{Interface: idx(2), Address: mustIPNet(t, "198.51.100.10/24")},
+			{Interface: idx(2), Address: mustIPNet(t, "2001:db8:2::10/64")},
+			{Interface: idx(3), Address: mustIPNet(t, "203.0.113.10/24")},  // another interface
+			{Interface: idx(0), Address: mustIPNet(t, "198.51.100.1/24")},  // the bridge's
+			{Address: mustIPNet(t, "198.51.100.99/24")},                    // no interface named
+			{Interface: idx(9), Address: mustIPNet(t, "198.51.100.98/24")}, // out of range
+		},
+	}
+	want := []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("2001:db8:2::10")}
+	if got := ipamAddrs(prev, "eth0"); !slices.Equal(got, want) {
+		t.Errorf("ipamAddrs(eth0) = %v, want %v", got, want)
+	}
+	if got := ipamAddrs(prev, "veth1234"); got != nil {
+		t.Errorf("ipamAddrs of a host interface = %v, want none", got)
+	}
+}
+
+func mustIPNet(t *testing.T, s string) net.IPNet {
+	t.Helper()
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.IP = ip
+	return *n
 }

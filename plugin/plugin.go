@@ -86,6 +86,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		ProxyResolvers: upstream,
 		DNSFilter:      n.DNSFilter == nil || *n.DNSFilter,
 		HostLayer:      n.HostLayer == nil || *n.HostLayer,
+		Addrs:          ipamAddrs(prev, args.IfName),
 		AllowDirect:    direct,
 		OTLP:           otlp,
 	})

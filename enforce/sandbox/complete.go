@@ -37,7 +37,7 @@ func CompleteHostLayer(stateDir, key string) (*State, error) {
 	if !s.HostLayerWanted || s.HostLayer {
 		return s, nil
 	}
-	if err := s.applyHostLayer(nil); err != nil {
+	if err := s.applyHostLayer(nil, nil); err != nil {
 		return nil, fmt.Errorf("host-side layer of sandbox %s: %w", key, err)
 	}
 	if !s.HostLayer {

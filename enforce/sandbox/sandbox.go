@@ -59,6 +59,11 @@ type Request struct {
 	// keeps its Label.
 	HostLayer  bool
 	HostIfaces []string
+	// Addrs are the addresses IPAM assigned interface IfName (the CNI
+	// result's): where the host-side layer first pins the sandbox's
+	// identity on that interface, it pins these rather than those the
+	// interface has. Empty means read them from the interface.
+	Addrs []netip.Addr
 	// AllowDirect are IP/CIDR entries (optionally with ports) the sandbox
 	// reaches without the proxy, on both layers.
 	AllowDirect []conf.Entry
@@ -212,7 +217,7 @@ func enforceNew(r Request) (_ *State, err error) {
 	go func() { applied <- install(r.NetNS, spec) }()
 	var hostErr error
 	if r.HostLayer {
-		hostErr = s.applyHostLayer(r.HostIfaces)
+		hostErr = s.applyHostLayer(r.HostIfaces, r.ipam())
 	}
 	if err := <-applied; err != nil {
 		return nil, err
@@ -238,9 +243,20 @@ func enforceNew(r Request) (_ *State, err error) {
 // plugin or hook runs in, where the proxy runs too.
 const runtimeNetNS = "/proc/thread-self/ns/net"
 
-// applyHostLayer installs the host-side layer for s. No host interface to
-// hold (no veth) is not an error: the sandbox keeps its label.
-func (s *State) applyHostLayer(ifaces []string) error {
+// ipam is the host-side layer's Spec.IPAM for r.
+func (r *Request) ipam() map[string][]netip.Addr {
+	if r.IfName == "" || len(r.Addrs) == 0 {
+		return nil
+	}
+	return map[string][]netip.Addr{r.IfName: r.Addrs}
+}
+
+// applyHostLayer installs the host-side layer for s, pinning the
+// identities recorded in s and, on interfaces without one, those it reads
+// there (with ipam's addresses, see Request.Addrs), and records them. No
+// host interface to hold (no veth) is not an error: the sandbox keeps its
+// label.
+func (s *State) applyHostLayer(ifaces []string, ipam map[string][]netip.Addr) error {
 	if !s.NetNSCurrent() {
 		return s.errNetNSGone()
 	}
@@ -256,15 +272,27 @@ func (s *State) applyHostLayer(ifaces []string) error {
 			return err
 		}
 	}
+	if err := s.applyHostSpec(ifaces, ipam); err != nil {
+		return err
+	}
+	s.HostLayer, s.HostIfaces = true, ifaces
+	s.relabel()
+	return nil
+}
+
+// applyHostSpec applies the host-side layer of s on ifaces and records
+// the pins it installed.
+func (s *State) applyHostSpec(ifaces []string, ipam map[string][]netip.Addr) error {
 	spec, err := s.hostSpec(ifaces)
 	if err != nil {
 		return err
 	}
-	if _, err := hostlayer.Apply(runtimeNetNS, spec); err != nil {
+	spec.IPAM = ipam
+	pins, err := hostlayer.Apply(runtimeNetNS, spec)
+	if err != nil {
 		return err
 	}
-	s.HostLayer, s.HostIfaces = true, spec.HostIfaces
-	s.relabel()
+	s.Pins = recordPins(pins)
 	return nil
 }
 
@@ -280,6 +308,9 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 	}
 	var err error
 	if spec.AllowDirect, err = s.allowDirect(); err != nil {
+		return spec, err
+	}
+	if spec.Pins, err = s.layerPins(); err != nil {
 		return spec, err
 	}
 	return spec, nil
@@ -409,16 +440,12 @@ func reenforce(s *State, r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if s.HostLayer {
-		spec, err := s.hostSpec(s.HostIfaces)
-		if err == nil {
-			_, err = hostlayer.Apply(runtimeNetNS, spec)
-		}
-		if err != nil {
+		if err := s.applyHostSpec(s.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	} else if r.HostLayer {
 		s.HostLayerWanted = true
-		if err := s.applyHostLayer(r.HostIfaces); err != nil {
+		if err := s.applyHostLayer(r.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	}

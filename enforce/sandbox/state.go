@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -66,6 +68,12 @@ type State struct {
 	// false too, the sandbox had no host-side interface yet (see
 	// CompleteHostLayer).
 	HostLayerWanted bool `json:"hostLayerWanted,omitempty"`
+	// Pins are the identities the host-side layer pins on HostIfaces, as
+	// the first Apply on each interface found them; every later Apply
+	// and Check passes them back, so that a MAC or address the workload
+	// took since is never pinned. States recorded before pins were have
+	// none: the next Apply reads them from the sandbox's interfaces.
+	Pins []Pin `json:"pins,omitempty"`
 	// AllowDirect are the entries reached without the proxy.
 	AllowDirect []string `json:"allowDirect,omitempty"`
 	// OTLPConfig is the proxy's OTLP export settings file, if any.
@@ -85,6 +93,47 @@ type State struct {
 	LogFile  string    `json:"logFile"`  // decision log
 	Created  time.Time `json:"created"`  //
 	Dir      string    `json:"-"`        // the sandbox's state directory
+}
+
+// Pin records a hostlayer.Pin: what the sandbox may call itself on one
+// host-side interface.
+type Pin struct {
+	HostIface    string       `json:"hostIface"`
+	HostIndex    int          `json:"hostIndex,omitempty"`
+	SandboxIface string       `json:"sandboxIface,omitempty"`
+	MAC          string       `json:"mac,omitempty"`
+	Addrs        []netip.Addr `json:"addrs"`
+}
+
+// recordPins records the pins the host-side layer returned.
+func recordPins(pins []hostlayer.Pin) []Pin {
+	var out []Pin
+	for _, p := range pins {
+		r := Pin{HostIface: p.HostIface, HostIndex: p.HostIndex, SandboxIface: p.SandboxIface, Addrs: p.Addrs}
+		if p.MAC != nil {
+			r.MAC = p.MAC.String()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// layerPins are the recorded pins as the host-side layer takes them, or
+// an error naming one that is not a pin.
+func (s *State) layerPins() ([]hostlayer.Pin, error) {
+	var out []hostlayer.Pin
+	for _, r := range s.Pins {
+		p := hostlayer.Pin{HostIface: r.HostIface, HostIndex: r.HostIndex, SandboxIface: r.SandboxIface, Addrs: r.Addrs}
+		if r.MAC != "" {
+			mac, err := net.ParseMAC(r.MAC)
+			if err != nil {
+				return nil, fmt.Errorf("recorded pin of %s: %w", r.HostIface, err)
+			}
+			p.MAC = mac
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // The gap named when the sandbox's DNS goes to its resolvers unfiltered.
