@@ -22,11 +22,11 @@ import (
 
 // Options configure the hook; the zero value uses the defaults.
 type Options struct {
-	StateDir         string // default sandbox.DefaultStateDir
-	LogDir           string // default sandbox.DefaultLogDir
-	DefaultPolicy    string // default DefaultPolicyFile
-	UpstreamResolver string // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
-	AllowICMP        bool
+	StateDir         string         // default sandbox.DefaultStateDir
+	LogDir           string         // default sandbox.DefaultLogDir
+	DefaultPolicy    string         // default DefaultPolicyFile
+	UpstreamResolver string         // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
+	AllowICMP        bool           // let echo requests (at most 64 bytes of data) out to allowDirect destinations
 	DNSFilter        bool           // send DNS through the proxy's filter
 	HostLayer        bool           // add the host-side layer on the container's veth
 	OTLP             otlplog.Config // export records to this collector, if its Endpoint is set

@@ -45,7 +45,9 @@ type RuntimeConfig struct {
 	// resolver.ParseServer) the proxies resolve allowed names with;
 	// default each container's own resolvers.
 	UpstreamResolver string `json:"upstreamResolver,omitempty"`
-	AllowICMP        *bool  `json:"allowICMP,omitempty"`
+	// AllowICMP lets echo requests (at most 64 bytes of data) out to
+	// the allowDirect destinations (default false).
+	AllowICMP *bool `json:"allowICMP,omitempty"`
 	// DNSFilter sends containers' DNS through the proxy's filter
 	// (default true).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`

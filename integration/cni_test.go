@@ -159,19 +159,25 @@ func TestCNIUDPDNSAndICMP(t *testing.T) {
 		t.Errorf("rogue DNS saw %d queries", n)
 	}
 
-	if err := ping(c.ns, evilAddr4); err != nil {
-		t.Errorf("ICMP with allowICMP default (true): %v", err)
+	// allowICMP is off by default; on, it admits small echo requests to
+	// allowDirect destinations, and to nothing else.
+	for _, dst := range []netip.Addr{evilAddr4, evilAddr6} {
+		if err := ping(c.ns, dst); err == nil {
+			t.Errorf("echo to %v got through with allowICMP default (false)", dst)
+		}
 	}
-	if err := ping(c.ns, evilAddr6); err != nil {
-		t.Errorf("ICMPv6 with allowICMP default (true): %v", err)
+	pinger := e.newContainer()
+	e.mustAdd(pinger, e.conflist(map[string]any{"allowICMP": true,
+		"allowDirect": []string{evilAddr4.String() + ":5432", netip.PrefixFrom(evilAddr6, 128).String()}}))
+	for _, dst := range []netip.Addr{evilAddr4, evilAddr6} {
+		if err := ping(pinger.ns, dst); err != nil {
+			t.Errorf("echo to allowDirect %v with allowICMP true: %v", dst, err)
+		}
 	}
-	noICMP := e.newContainer()
-	e.mustAdd(noICMP, e.conflist(map[string]any{"allowICMP": false}))
-	if err := ping(noICMP.ns, evilAddr4); err == nil {
-		t.Error("ICMP got through with allowICMP false")
-	}
-	if err := ping(noICMP.ns, evilAddr6); err == nil {
-		t.Error("ICMPv6 got through with allowICMP false")
+	for _, dst := range []netip.Addr{apiAddr4, e.net.DNS} {
+		if err := ping(pinger.ns, dst); err == nil {
+			t.Errorf("echo to %v, not allowDirect, got through with allowICMP true", dst)
+		}
 	}
 }
 

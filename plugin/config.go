@@ -35,8 +35,11 @@ type NetConf struct {
 	// host's /etc/resolv.conf (systemd-resolved's upstreams when that
 	// names only a loopback stub).
 	Resolvers []string `json:"resolvers,omitempty"`
-	// AllowICMP lets ICMP out (default true).
-	AllowICMP *bool `json:"allowICMP,omitempty"`
+	// AllowICMP lets ICMP and ICMPv6 echo requests out to the AllowDirect
+	// destinations, with at most 64 bytes of data (default false). The
+	// ICMP errors of admitted flows and IPv6 neighbour discovery pass
+	// either way; no other ICMP does.
+	AllowICMP bool `json:"allowICMP,omitempty"`
 	// PolicyDir holds per-container policy files (plain allowlist form)
 	// named by container id or name; one there overrides the network's.
 	PolicyDir string `json:"policyDir,omitempty"`

@@ -79,7 +79,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		NetNS:          args.Netns,
 		Policy:         pol,
 		Resolvers:      resolvers,
-		AllowICMP:      n.AllowICMP == nil || *n.AllowICMP,
+		AllowICMP:      n.AllowICMP,
 		Label:          label,
 		StateDir:       n.StateDir,
 		LogDir:         n.LogDir,

@@ -166,9 +166,26 @@ type showInfo struct {
 	Resolvers []netip.Addr `json:"resolvers"`
 	// ProxyResolvers are the servers the proxy resolves allowed names
 	// with; none: the host's /etc/resolv.conf.
-	ProxyResolvers []netip.AddrPort       `json:"proxyResolvers"`
-	AllowICMP      bool                   `json:"allowICMP"`
-	Recent         []decisionlog.Decision `json:"recent"`
+	ProxyResolvers []netip.AddrPort `json:"proxyResolvers"`
+	AllowICMP      bool             `json:"allowICMP"`
+	// ICMP says in words what ICMP may leave the sandbox.
+	ICMP        string                 `json:"icmp"`
+	AllowDirect []string               `json:"allowDirect,omitempty"`
+	Recent      []decisionlog.Decision `json:"recent"`
+}
+
+// icmpSummary says what ICMP may leave sandbox s.
+func icmpSummary(s *sandbox.State) string {
+	const always = "errors of admitted flows and IPv6 neighbour discovery"
+	switch {
+	case s.Mode == string(conf.ModeNone):
+		return always + " only (mode none)"
+	case !s.AllowICMP:
+		return always + " only (allowICMP off)"
+	case len(s.AllowDirect) == 0:
+		return always + " only (allowICMP on, but no allowDirect destination to ping)"
+	}
+	return "echo requests of at most 64 data bytes to allowDirect destinations; " + always
 }
 
 func runShow(args []string, stdout, stderr io.Writer) int {
@@ -191,7 +208,8 @@ and its most recent decisions, DNS queries included.
 	if s == nil {
 		return code
 	}
-	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, ProxyResolvers: s.ProxyResolvers, AllowICMP: s.AllowICMP}
+	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, ProxyResolvers: s.ProxyResolvers, AllowICMP: s.AllowICMP,
+		ICMP: icmpSummary(s), AllowDirect: s.AllowDirect}
 	if info.ProxyResolvers == nil {
 		info.ProxyResolvers = []netip.AddrPort{}
 	}
@@ -257,11 +275,10 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 		lookups = append(lookups, "this host's /etc/resolv.conf")
 	}
 	row("proxy dns", strings.Join(lookups, ", "))
-	if i.AllowICMP {
-		row("icmp", "allowed")
-	} else {
-		row("icmp", "blocked")
+	if len(i.AllowDirect) > 0 {
+		row("allowDirect", strings.Join(i.AllowDirect, ", "))
 	}
+	row("icmp", i.ICMP)
 	switch i.Proxy.Health {
 	case healthUp:
 		up := "up"

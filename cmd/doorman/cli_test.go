@@ -167,6 +167,7 @@ func TestCLIListAndShow(t *testing.T) {
 		"sandbox      aaa111-eth0", "runtime      cni (network net, interface eth0)", "policy       api.example.test",
 		"             *.example.org:443", "proxy        NOT RUNNING", "connections  1 allowed, 2 denied, 0 failed upstream",
 		"dns queries  1 allowed, 4 denied, 0 failed upstream", "proxy dns    203.0.113.53:53, [2001:db8::53]:53\n",
+		"icmp         errors of admitted flows and IPv6 neighbour discovery only (allowICMP off)",
 		"recent decisions:\n  2025-06-01 10:00:02.000 deny  tls     evil.example.test 203.0.113.20:443 name not allowed\n  2025-06-01 10:00:03.000 deny ",
 		"\n  2025-06-01 10:00:07.000 deny  dns/udp blocked.example.test HTTPS answered REFUSED, name not allowed\n",
 	} {
@@ -188,6 +189,23 @@ func TestCLIListAndShow(t *testing.T) {
 	r = doorman(stateDir, "show", "web", "-o", "json")
 	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil || fmt.Sprint(show["proxyResolvers"]) != "[203.0.113.53:53 [2001:db8::53]:53]" {
 		t.Errorf("show -o json: proxyResolvers %v, %v", show["proxyResolvers"], err)
+	}
+}
+
+func TestICMPSummary(t *testing.T) {
+	for _, tc := range []struct {
+		s    sandbox.State
+		want string
+	}{
+		{sandbox.State{Mode: "allowlist"}, "errors of admitted flows and IPv6 neighbour discovery only (allowICMP off)"},
+		{sandbox.State{Mode: "allowlist", AllowICMP: true}, "only (allowICMP on, but no allowDirect destination to ping)"},
+		{sandbox.State{Mode: "none", AllowICMP: true, AllowDirect: []string{"203.0.113.7"}}, "only (mode none)"},
+		{sandbox.State{Mode: "open", AllowICMP: true, AllowDirect: []string{"203.0.113.7"}},
+			"echo requests of at most 64 data bytes to allowDirect destinations; errors of admitted flows"},
+	} {
+		if got := icmpSummary(&tc.s); !strings.Contains(got, tc.want) {
+			t.Errorf("icmpSummary(%+v) = %q, want %q in it", tc.s, got, tc.want)
+		}
 	}
 }
 

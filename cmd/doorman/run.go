@@ -40,20 +40,22 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("doorman run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		allow, dns, subnets listFlag
-		mode                = fs.String("mode", "", "policy mode: none, allowlist or open (default allowlist, or the policy file's)")
-		policyFile          = fs.String("policy", "", "policy `file` (plain allowlist form); --allow entries are added to it")
-		upstream            = fs.String("upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the resolvers the command queries (--dns)")
-		allowICMP           = fs.Bool("allow-icmp", true, "let ICMP out of the sandbox")
-		bridge              = fs.String("bridge", chain.DefaultBridge, "host bridge of the run network (made by the first run, removed by the last)")
-		cniPath             = fs.String("cni-path", "", "colon-separated `dirs` holding the loopback, bridge, host-local and doorman plugins (default: next to this binary, ../lib/doorman/cni, /opt/cni/bin, /usr/lib/cni)")
-		name                = fs.String("name", "", "sandbox `name` (container id): names its state and its decision log <log-dir>/<name>-eth0.log (default run-<random>)")
-		stateDir            = fs.String("state-dir", "", "doorman's sandbox state directory (default /run/doorman)")
-		logDir              = fs.String("log-dir", "", "decision log directory (default /var/log/doorman)")
-		runDir              = fs.String("run-dir", chain.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
-		asUser              = fs.String("user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
+		allow, direct, dns listFlag
+		subnets            listFlag
+		mode               = fs.String("mode", "", "policy mode: none, allowlist or open (default allowlist, or the policy file's)")
+		policyFile         = fs.String("policy", "", "policy `file` (plain allowlist form); --allow entries are added to it")
+		upstream           = fs.String("upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the resolvers the command queries (--dns)")
+		allowICMP          = fs.Bool("allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the --allow-direct destinations")
+		bridge             = fs.String("bridge", chain.DefaultBridge, "host bridge of the run network (made by the first run, removed by the last)")
+		cniPath            = fs.String("cni-path", "", "colon-separated `dirs` holding the loopback, bridge, host-local and doorman plugins (default: next to this binary, ../lib/doorman/cni, /opt/cni/bin, /usr/lib/cni)")
+		name               = fs.String("name", "", "sandbox `name` (container id): names its state and its decision log <log-dir>/<name>-eth0.log (default run-<random>)")
+		stateDir           = fs.String("state-dir", "", "doorman's sandbox state directory (default /run/doorman)")
+		logDir             = fs.String("log-dir", "", "decision log directory (default /var/log/doorman)")
+		runDir             = fs.String("run-dir", chain.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
+		asUser             = fs.String("user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
 	)
 	fs.Var(&allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
+	fs.Var(&direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
 	fs.Var(&subnets, "subnet", "run network `prefix`, one per family (repeatable; default "+chain.DefaultSubnet+")")
 	fs.Usage = func() {
@@ -118,6 +120,16 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			return fail("--subnet %q: not an address prefix such as %s", s, chain.DefaultSubnet)
 		}
 		cfg.Subnets = append(cfg.Subnets, p)
+	}
+	for _, s := range direct {
+		e, err := conf.ParseEntry(s)
+		if err != nil {
+			return fail("--allow-direct: %v", err)
+		}
+		if e.Kind != conf.KindPrefix {
+			return fail("--allow-direct %q: only an IP or CIDR (with an optional port) can bypass the proxy", s)
+		}
+		cfg.AllowDirect = append(cfg.AllowDirect, s)
 	}
 	if *upstream != "" {
 		if _, err := resolver.ParseServer(*upstream); err != nil {

@@ -55,8 +55,12 @@ type Config struct {
 	// resolver.ParseServer) the proxy resolves allowed names with; ""
 	// means the sandbox's Resolvers, the ones the command queries.
 	UpstreamResolver string
-	// AllowICMP lets ICMP out of the sandbox.
+	// AllowICMP lets ICMP echo requests (at most 64 bytes of data) out of
+	// the sandbox to the AllowDirect destinations.
 	AllowICMP bool
+	// AllowDirect are IP or CIDR entries, optionally with a port, the
+	// command reaches without the proxy (the plugin's allowDirect).
+	AllowDirect []string
 	// Bridge is the host bridge (default DefaultBridge).
 	Bridge string
 	// Subnets are the run network's ranges, at most one per family
@@ -284,6 +288,9 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	doorman["type"] = "doorman"
 	doorman["resolvers"] = resolvers
 	doorman["allowICMP"] = c.AllowICMP
+	if len(c.AllowDirect) > 0 {
+		doorman["allowDirect"] = c.AllowDirect
+	}
 	doorman["stateDir"] = c.StateDir
 	doorman["logDir"] = c.LogDir
 	if c.UpstreamResolver != "" {

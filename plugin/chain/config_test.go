@@ -105,6 +105,7 @@ func TestChainList(t *testing.T) {
 		Subnets:          prefixes("10.9.8.0/24", "fd00:9::/64"),
 		UpstreamResolver: "203.0.113.53:53",
 		AllowICMP:        true,
+		AllowDirect:      []string{"203.0.113.7:5432", "2001:db8::/64"},
 		StateDir:         "/tmp/s", LogDir: "/tmp/l",
 	}.withDefaults()
 	if err != nil {
@@ -156,6 +157,7 @@ func TestChainList(t *testing.T) {
 		"allowedHosts":     []any{"api.example.com", "*.github.com:443"},
 		"resolvers":        []any{"203.0.113.53", "2001:db8::53"},
 		"allowICMP":        true,
+		"allowDirect":      []any{"203.0.113.7:5432", "2001:db8::/64"},
 		"stateDir":         "/tmp/s",
 		"logDir":           "/tmp/l",
 		"upstreamResolver": "203.0.113.53:53",
