@@ -86,14 +86,18 @@ These cannot be closed by doorman's design, whatever the tables say:
   ~*.example.com~ allowed, queries for ~<data>.example.com~ reach example.com's authoritative servers:
   whoever runs an allowed wildcard zone can read them. Prefer exact names to wildcards where the
   services allow it.
-- **ICMP when the policy allows it.** ~allowICMP~ (the CNI plugin's default is true) lets echo requests
-  with any payload reach any address; set it to false where ping is not needed. The suite does not
-  count ICMP.
+- **ICMP errors and small echoes.** The ICMP errors of admitted flows (unreachable, time exceeded,
+  parameter problem, packet too big) reach those flows' peers, with what they quote; with ~allowICMP~
+  (off by default) echo requests of at most 64 bytes of data reach the allowDirect destinations, which
+  TCP and UDP reach anyway. No other ICMP leaves. The suite does not count ICMP; the tests of
+  ~enforce~ and ~enforce/hostlayer~ do.
 - **Connections the sandbox accepted.** Replies on an inbound connection (a published port) go back to
   whoever connected; that peer is a channel by design.
-- **What the host side lets through.** DNS to the sandbox's resolvers (only when the DNS filter is turned off), ICMP if allowed and allowDirect
-  entries leave the sandbox; on them the workload can forge its source address, and ARP and IPv6
-  neighbour discovery reach the other containers on the same bridge.
+- **What the host side lets through.** DNS to the sandbox's resolvers (only when the DNS filter is turned off), small echoes if allowed and allowDirect
+  entries leave the sandbox, with its own MAC and addresses only: the host-side layer pins the identity
+  IPAM gave it, so it can neither forge its source nor answer ARP or neighbour discovery for a neighbour.
+  ARP and neighbour discovery with its own identity still reach the other containers on the same bridge,
+  and frames the bridge floods (to a MAC it has not learnt) reach every port.
 - **Timing and volume.** Admitted connections can signal by their timing and size.
 - Kernel exploits and escapes to the host are out of scope.
 `))
