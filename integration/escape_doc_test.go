@@ -97,7 +97,7 @@ These cannot be closed by doorman's design, whatever the tables say:
   entries leave the sandbox, with its own MAC and addresses only: the host-side layer pins the identity
   IPAM gave it, so it can neither forge its source nor answer ARP or neighbour discovery for a neighbour.
   ARP and neighbour discovery with its own identity still reach the other containers on the same bridge,
-  and frames the bridge floods (to a MAC it has not learnt) reach every port.
+  and their broadcasts and multicasts reach it.
 - **Timing and volume.** Admitted connections can signal by their timing and size.
 - Kernel exploits and escapes to the host are out of scope.
 `))

@@ -79,11 +79,18 @@
 //	    set unfiltered-ip, unfiltered-ip6 { type iface_index } ports of bridges br_netfilter skips
 //	    set sandbox-ip  { type iface_index . ipv4_addr }     bridge port, sandbox address
 //	    set sandbox-ip6 { type iface_index . ipv6_addr }     bridge port, sandbox address
+//	    set sandbox-ports { type iface_index }               bridge ports of sandboxes
+//	    set sandbox-port-macs { type iface_index . ether_addr } bridge port, sandbox MAC
 //	    chain prerouting  type filter hook prerouting priority filter (-200), policy accept
 //	        meta iif vmap @sandboxes
 //	    chain forward     type filter hook forward priority filter (-200), policy accept
 //	        ether type ip meta iif @unfiltered-ip drop
 //	        ether type ip6 meta iif @unfiltered-ip6 drop
+//	        ether daddr & 01:00:00:00:00:00 == 0 meta oif @sandbox-ports
+//	            meta oif . ether daddr != @sandbox-port-macs drop  flooded unicast for a neighbour
+//	    chain output      type filter hook output priority filter (-200), policy accept
+//	        ether daddr & 01:00:00:00:00:00 == 0 meta oif @sandbox-ports
+//	            meta oif . ether daddr != @sandbox-port-macs drop  the same, from the host
 //	    chain sbx-<key>
 //	        meta iif PORT ether saddr != SANDBOX-MAC drop      one pair per bridge port
 //	        meta iif PORT arp saddr ether != SANDBOX-MAC drop
@@ -163,6 +170,16 @@
 // bridge port the bridge table pins them, on every frame that enters the
 // port, bridged or for the host.
 //
+// Nor may a sandbox receive what is meant for a neighbour. With its ARP
+// and neighbour advertisements pinned, the host and the neighbours send
+// it only what is addressed to it; but a bridge floods a unicast frame to
+// every port while it has not learnt (or has forgotten, after the ageing
+// time) which port its destination MAC is behind, and a workload holding
+// CAP_NET_RAW reads everything that reaches its interface. So the bridge
+// table's forward hook (frames bridged from another port) and output hook
+// (the host's own frames) drop a unicast frame that would leave by a
+// sandbox's port for any MAC but the sandbox's.
+//
 // Apply reads a pin from the sandbox's end of the veth when the spec has
 // none for the interface (the CNI plugin gives the addresses its IPAM
 // assigned instead, through Spec.IPAM), and returns the pins it
@@ -232,9 +249,9 @@
 //     connects to it gets its replies.
 //   - ARP and neighbour discovery still reach the other containers on
 //     the bridge, with the sandbox's own identity: they can learn where
-//     the sandbox is, not be told it is someone else. Frames the bridge
-//     floods (to a MAC it has not learnt, or no longer) reach every port,
-//     the sandbox's too, as on any bridge.
+//     the sandbox is, not be told it is someone else. Broadcast and
+//     multicast frames on the bridge (ARP requests, neighbour
+//     solicitations) reach every port, the sandbox's too.
 //   - The pins hold the identity the sandbox had at the first Apply;
 //     where a workload could change its own before that (a runtime that
 //     starts it before the layer is applied), it would be pinned.

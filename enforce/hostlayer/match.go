@@ -101,6 +101,34 @@ func matchIfaceIn(set string) []expr.Any {
 	}
 }
 
+// matchOifIn is `meta oif @SET`.
+func matchOifIn(set string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIF, Register: reg},
+		&expr.Lookup{SourceRegister: reg, SetName: set},
+	}
+}
+
+// matchOifMACNotIn is `meta oif . ether daddr != @SET`, loaded as
+// dispatchIfaceMAC loads its key.
+func matchOifMACNotIn(set string) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyOIF, Register: reg},
+		&expr.Payload{DestRegister: unix.NFT_REG32_01, Base: expr.PayloadBaseLLHeader, Offset: 0, Len: 6},
+		&expr.Lookup{SourceRegister: reg, SetName: set, Invert: true},
+	}
+}
+
+// matchEtherDaddrUnicast is `ether daddr & 01:00:00:00:00:00 == 0`: the
+// group bit of the destination is clear.
+func matchEtherDaddrUnicast() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseLLHeader, Offset: 0, Len: 1},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 1, Mask: []byte{1}, Xor: []byte{0}},
+		cmpEq([]byte{0}),
+	}
+}
+
 // matchIif is `meta iif INDEX`.
 func matchIif(index int) []expr.Any {
 	return load(&expr.Meta{Key: expr.MetaKeyIIF, Register: reg}, cmpEq(binaryutil.NativeEndian.PutUint32(uint32(index))))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -340,5 +341,42 @@ func TestPinsOutliveTheSandboxsChanges(t *testing.T) {
 	}
 	if !slices.Contains(read[0].Addrs, netip.MustParseAddr("198.51.100.12")) {
 		t.Errorf("pins read again = %v, want them to hold the address a added (the recorded pins are what keeps it out)", read)
+	}
+}
+
+// TestFloodedFramesStayWithTheirOwner: a bridge floods a frame for a MAC
+// it has not learnt to every port; the sandbox's port lets through only
+// those for its own MAC, so it does not read what the host sends its
+// neighbour. Without the layer, it does.
+func TestFloodedFramesStayWithTheirOwner(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	l := newLab(t)
+	a, b, rt := l.a, l.b, l.runtime
+	l.apply(t, l.spec(t, "ctr-a", a, "veth-a", false))
+	toB := listenUDP(t, b, hostPort(sbxB4, 9999))
+	expectTCPWorks(t, rt, hostPort(sbxB4, 8080), "b") // the host knows b's MAC
+	macB := mac(t, b, "eth0")
+	atA := sniffFrames(t, a, "eth0")
+	flood := func() []byte {
+		// The bridge forgets where b is; b, which only receives, does
+		// not teach it again.
+		_ = exec.Command("bridge", "-n", rt.name, "fdb", "del", macB.String(), "dev", "veth-b", "master").Run()
+		marker := newMarker("flooded")
+		sendUDP(t, rt, hostPort(sbxB4, 9999), string(marker))
+		expectDatagram(t, toB, marker, "b, the datagram the host sent it")
+		return marker
+	}
+	if atA.saw(flood(), quiet) {
+		t.Errorf("a received a frame the bridge flooded towards b")
+	}
+	// The host's own frames to a still reach it.
+	expectTCPWorks(t, rt, hostPort(sbxA4, 8080), "a")
+
+	if err := Remove(rt.path, "ctr-a"); err != nil {
+		t.Fatal(err)
+	}
+	if !atA.saw(flood(), mustWork) {
+		t.Fatalf("without the layer, a did not receive the flooded frame: the probe is broken")
 	}
 }

@@ -28,12 +28,14 @@ const (
 
 // Names of the sets and maps.
 const (
-	setIfaces      = "sandboxes"      // iface_index : verdict (both tables)
-	setMACs        = "sandbox-macs"   // iface_index . ether_addr : verdict (inet)
-	setUnfiltered4 = "unfiltered-ip"  // iface_index (bridge)
-	setUnfiltered6 = "unfiltered-ip6" // iface_index (bridge)
-	setAddrs4      = "sandbox-ip"     // iface_index . ipv4_addr (both tables)
-	setAddrs6      = "sandbox-ip6"    // iface_index . ipv6_addr (both tables)
+	setIfaces      = "sandboxes"         // iface_index : verdict (both tables)
+	setMACs        = "sandbox-macs"      // iface_index . ether_addr : verdict (inet)
+	setUnfiltered4 = "unfiltered-ip"     // iface_index (bridge)
+	setUnfiltered6 = "unfiltered-ip6"    // iface_index (bridge)
+	setAddrs4      = "sandbox-ip"        // iface_index . ipv4_addr (both tables)
+	setAddrs6      = "sandbox-ip6"       // iface_index . ipv6_addr (both tables)
+	setPorts       = "sandbox-ports"     // iface_index (bridge)
+	setPortMACs    = "sandbox-port-macs" // iface_index . ether_addr (bridge)
 )
 
 // Base chain priorities. inet: after conntrack (-200) has attached its
@@ -180,6 +182,8 @@ func bridgeLayout() layout {
 			{name: setUnfiltered6, keyType: nftables.TypeIFIndex},
 			{name: setAddrs4, keyType: typeIfaceAddr4},
 			{name: setAddrs6, keyType: typeIfaceAddr6},
+			{name: setPorts, keyType: nftables.TypeIFIndex},
+			{name: setPortMACs, keyType: typeIfaceMAC},
 		},
 		bases: []baseSpec{
 			{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: bridgePriority, rules: []ruleSpec{
@@ -190,6 +194,10 @@ func bridgeLayout() layout {
 					matchEtherType(unix.ETH_P_IP), matchIfaceIn(setUnfiltered4), drop()),
 				rule("bridged ipv6 that br_netfilter does not pass to the inet hooks is dropped",
 					matchEtherType(unix.ETH_P_IPV6), matchIfaceIn(setUnfiltered6), drop()),
+				floodedToSandbox(),
+			}},
+			{name: "output", hook: nftables.ChainHookOutput, priority: bridgePriority, rules: []ruleSpec{
+				floodedToSandbox(),
 			}},
 		},
 		rules: func(_ Spec, ifaces []hostIface) []ruleSpec { return bridgeRules(ifaces) },
@@ -201,6 +209,8 @@ func bridgeLayout() layout {
 				}
 				els[setIfaces] = append(els[setIfaces], element{key: ifIndexKey(i.index), chain: chain})
 				addAddrElements(els, i)
+				els[setPorts] = append(els[setPorts], element{key: ifIndexKey(i.index)})
+				els[setPortMACs] = append(els[setPortMACs], element{key: ifaceMACKey(i.index, i.mac)})
 				if !i.brnf4 {
 					els[setUnfiltered4] = append(els[setUnfiltered4], element{key: ifIndexKey(i.index)})
 				}
@@ -211,6 +221,18 @@ func bridgeLayout() layout {
 			return els
 		},
 	}
+}
+
+// floodedToSandbox keeps a sandbox from receiving frames meant for its
+// neighbours: a bridge floods a unicast frame to every port while it has
+// not learnt (or has forgotten) where its destination MAC is, and a
+// workload holding CAP_NET_RAW reads whatever reaches its interface. So a
+// unicast frame leaving by a sandbox's port must be for the sandbox's
+// MAC. Bridged frames pass the forward hook, the host's own the output
+// hook.
+func floodedToSandbox() ruleSpec {
+	return rule("unicast frames to a sandbox's port for another mac are dropped",
+		matchEtherDaddrUnicast(), matchOifIn(setPorts), matchOifMACNotIn(setPortMACs), drop())
 }
 
 func ifIndexKey(index int) []byte { return binaryutil.NativeEndian.PutUint32(uint32(index)) }
