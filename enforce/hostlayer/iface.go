@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -199,13 +200,16 @@ func (n *runtimeNS) readPeer(sandboxNetNS string, l netlink.Link, withAddrs bool
 }
 
 // newPin is the pin of hi read from its peer: the peer's MAC and
-// addresses (its IPAM ones in place of those that are not IPv6 link-local,
-// where ipam names it), and the EUI-64 link-local address of its MAC.
+// addresses, and the EUI-64 link-local address of its MAC. Where ipam
+// names the peer, its addresses of a family replace those the peer has
+// of that family, IPv6 link-local ones excepted.
 func newPin(hi hostIface, p peer, ipam map[string][]netip.Addr) Pin {
 	pin := Pin{HostIface: hi.name, HostIndex: hi.index, SandboxIface: p.name, MAC: p.mac}
-	assigned, ok := ipam[p.name]
+	assigned := ipam[p.name]
 	for _, a := range p.addrs {
-		if !ok || a.Is6() && a.IsLinkLocalUnicast() {
+		a = a.Unmap()
+		replaced := slices.ContainsFunc(assigned, func(b netip.Addr) bool { return b.Unmap().Is4() == a.Is4() })
+		if !replaced || a.Is6() && a.IsLinkLocalUnicast() {
 			pin.Addrs = append(pin.Addrs, a)
 		}
 	}

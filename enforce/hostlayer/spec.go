@@ -57,8 +57,9 @@ type Spec struct {
 	// IPAM gives, by the name of an interface inside the sandbox, the
 	// addresses its IPAM assigned it (those of a CNI result). A pin read
 	// at this Apply from the sandbox's end of that name takes these as
-	// the sandbox's IPv4 and global IPv6 addresses instead of those the
-	// interface has; its IPv6 link-local addresses are read as always.
+	// the sandbox's addresses of their family instead of those the
+	// interface has (of a family IPAM assigned none of, those the
+	// interface has); its IPv6 link-local addresses are read as always.
 	IPAM map[string][]netip.Addr
 }
 
@@ -71,9 +72,9 @@ type Spec struct {
 //
 // A pin that Apply reads from the sandbox's end of the veth holds its MAC
 // and every address it has (IPv4; IPv6, global and link-local, tentative
-// ones included), the IPAM addresses in place of the others where
-// Spec.IPAM names the interface, and the EUI-64 link-local address of
-// its MAC, which the kernel gives it once the link is up.
+// ones included), with the IPAM addresses in place of those of their
+// family where Spec.IPAM names the interface, and the EUI-64 link-local
+// address of its MAC, which the kernel gives it once the link is up.
 type Pin struct {
 	// HostIface is the host interface the pin holds on.
 	HostIface string

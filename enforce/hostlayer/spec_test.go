@@ -116,3 +116,35 @@ func TestJumpTarget(t *testing.T) {
 		t.Errorf("jumpTarget(garbage) = %q, want \"\"", got)
 	}
 }
+
+func TestNewPin(t *testing.T) {
+	mac := net.HardwareAddr{0x02, 0x42, 0xac, 0x11, 0x00, 0x02}
+	p := peer{name: "eth0", mac: mac, addrs: addrs("198.51.100.10", "198.51.100.13", "2001:db8:2::10", "fe80::1", "::ffff:198.51.100.14")}
+	hi := hostIface{name: "veth-a", index: 7}
+	eui := "fe80::42:acff:fe11:2"
+	for _, tc := range []struct {
+		name string
+		ipam map[string][]netip.Addr
+		want []netip.Addr
+	}{
+		{"read", nil, addrs("198.51.100.10", "198.51.100.13", "198.51.100.14", "2001:db8:2::10", "fe80::1", eui)},
+		{"ipam of both families", map[string][]netip.Addr{"eth0": addrs("198.51.100.10", "2001:db8:2::11")},
+			addrs("198.51.100.10", "2001:db8:2::11", "fe80::1", eui)},
+		{"ipam of ipv4 only", map[string][]netip.Addr{"eth0": addrs("198.51.100.10")},
+			addrs("198.51.100.10", "2001:db8:2::10", "fe80::1", eui)},
+		{"ipam of another interface", map[string][]netip.Addr{"eth1": addrs("203.0.113.1")},
+			addrs("198.51.100.10", "198.51.100.13", "198.51.100.14", "2001:db8:2::10", "fe80::1", eui)},
+	} {
+		got := newPin(hi, p, tc.ipam)
+		if !slices.Equal(got.Addrs, sortedAddrs(tc.want)) || got.HostIface != "veth-a" || got.HostIndex != 7 ||
+			got.SandboxIface != "eth0" || got.MAC.String() != mac.String() {
+			t.Errorf("%s: pin %+v, want addresses %v", tc.name, got, sortedAddrs(tc.want))
+		}
+	}
+}
+
+func sortedAddrs(a []netip.Addr) []netip.Addr {
+	out := slices.Clone(a)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
