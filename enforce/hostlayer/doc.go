@@ -54,10 +54,10 @@
 //	    chain sbx-<key>   one per sandbox
 //	        meta iif IFACE meta iif . ip saddr != @sandbox-ip drop    these six per routed interface
 //	        meta iif IFACE ip6 saddr :: meta l4proto != ipv6-icmp drop
-//	        meta iif IFACE ip6 saddr :: icmpv6 type != {nd-neighbor-solicit, mld-listener-report,
-//	            mld2-listener-report} drop
+//	        meta iif IFACE ip6 saddr :: icmpv6 type != {nd-neighbor-solicit, nd-router-solicit,
+//	            mld-listener-report, mld2-listener-report} drop
 //	        meta iif IFACE ip6 saddr :: icmpv6 type nd-neighbor-solicit
-//	            meta iif . icmpv6 target != @sandbox-ip6 drop                                only its own addresses' DAD
+//	            meta iif . icmpv6 target != @sandbox-ip6 drop       DAD of its own addresses only
 //	        meta iif IFACE ip6 saddr != :: meta iif . ip6 saddr != @sandbox-ip6 drop
 //	        meta iif IFACE icmpv6 type nd-neighbor-advert meta iif . icmpv6 target != @sandbox-ip6 drop
 //	        ct state established ct direction reply accept    replies to connections the sandbox accepted
@@ -103,7 +103,7 @@
 //	        ether type ip meta iif . ip saddr != @sandbox-ip drop
 //	        ether type ip accept                             judged by table inet doorman-host
 //	        ip6 saddr :: icmpv6 type nd-neighbor-solicit meta iif . icmpv6 target @sandbox-ip6 accept
-//	        ip6 saddr :: icmpv6 type {mld-listener-report, mld2-listener-report} accept
+//	        ip6 saddr :: icmpv6 type {nd-router-solicit, mld-listener-report, mld2-listener-report} accept
 //	        ip6 saddr :: drop
 //	        ether type ip6 meta iif . ip6 saddr != @sandbox-ip6 drop
 //	        icmpv6 type nd-neighbor-advert meta iif . icmpv6 target != @sandbox-ip6 drop
@@ -137,8 +137,6 @@
 // workload's bytes to the host it named. The friendly rejects are the job
 // of the sandbox's own ruleset; this layer is the backstop.
 //
-// # Bridge ports
-//
 // # Identity
 //
 // A sandbox must not pass for a neighbour: answer ARP or neighbour
@@ -153,8 +151,8 @@
 // name one of the addresses as its sender (or 0.0.0.0, a probe); IPv4 and
 // IPv6 packets from a bridge port or a routed interface must come from
 // one of them, and IPv6 may come from :: only for duplicate address
-// detection of one of them and for MLD reports; neighbour advertisements
-// must name one of them as their target. These checks come before
+// detection of one of them, router solicitations and MLD reports;
+// neighbour advertisements must name one of them as their target. These checks come before
 // anything is accepted, so a packet forged with a neighbour's address is
 // never taken for a reply. Router advertisements and redirects from a
 // bridge port are dropped in the bridge table too, which holds without

@@ -296,8 +296,8 @@ func inetRules(s Spec, ifaces []hostIface) []ruleSpec {
 // routedPins pins the sandbox's addresses on a routed interface: the
 // source of its IPv4 and IPv6 packets, the target of its neighbour
 // advertisements, and the unspecified source to duplicate address
-// detection of its own addresses and MLD reports (RFC 4862 5.4.2, 3810
-// 5.2.13). They come first, so that a packet forged with a neighbour's
+// detection of its own addresses, router solicitations and MLD reports
+// (RFC 4862 5.4.2, 4861 6.3.7, 3810 5.2.13). They come first, so that a packet forged with a neighbour's
 // address is never taken for a reply. They only drop: whatever they let
 // pass is judged by the rules after them, and an unspecified source never
 // matches those but neighbour discovery's.
@@ -312,8 +312,8 @@ func routedPins(i hostIface) []ruleSpec {
 			iif, v4, matchIifField(setAddrs4, fieldIPv4Saddr, false), drop()),
 		rule(fmt.Sprintf("ipv6 from %s from :: but icmpv6 is dropped", from),
 			iif, v6, unspec, matchNotL4Proto(unix.IPPROTO_ICMPV6), drop()),
-		rule(fmt.Sprintf("icmpv6 from %s from :: but neighbour solicitations and mld reports is dropped", from),
-			iif, v6, unspec, icmpv6, matchICMPTypeNot(icmpv6NeighSolicit, icmpv6MLDReport, icmpv6MLDv2Report), drop()),
+		rule(fmt.Sprintf("icmpv6 from %s from :: but solicitations and mld reports is dropped", from),
+			iif, v6, unspec, icmpv6, matchICMPTypeNot(icmpv6NeighSolicit, icmpv6RouterSolicit, icmpv6MLDReport, icmpv6MLDv2Report), drop()),
 		rule(fmt.Sprintf("duplicate address detection from %s for others' addresses is dropped", from),
 			iif, v6, unspec, icmpv6, matchICMPv6Type(icmpv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
 		rule(fmt.Sprintf("ipv6 from %s not from the sandbox's addresses %v is dropped", from, i.addrs6()),
@@ -463,6 +463,7 @@ func bridgeRules(ifaces []hostIface) []ruleSpec {
 		rule("ipv4 is judged by table inet "+TableName, ip4, accept()),
 		rule("duplicate address detection of the sandbox's addresses is accepted",
 			ip6, unspec, icmpv6, matchICMPv6Type(icmpv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, true), accept()),
+		rule("router solicitation from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6RouterSolicit), accept()),
 		rule("mld report from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6MLDReport), accept()),
 		rule("mldv2 report from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6MLDv2Report), accept()),
 		rule("other ipv6 from :: is dropped", ip6, unspec, drop()),
