@@ -8,8 +8,11 @@
 //     those sockets, and wait until it says it is serving;
 //  3. install the nftables ruleset (package enforce) that redirects the
 //     sandbox's TCP to those sockets and rejects everything else;
-//  4. record the sandbox's state (ports, proxy pid and start time, policy,
-//     label) under the state directory.
+//  4. meanwhile, where asked, install the host-side layer (package
+//     hostlayer) on the sandbox's host interfaces;
+//  5. record the sandbox's state (ports, proxy pid and start time, policy,
+//     label, the identity the host-side layer pins) under the state
+//     directory.
 //
 // Any failure undoes what was done, so a container never starts with a
 // half-applied policy. Because plugin and hook call the same Enforce and
@@ -20,4 +23,10 @@
 // another process's namespace once PID has exited and been reused; Teardown,
 // Check and mode changes act on the path only while it still names the
 // sandbox's own.
+//
+// The state also records the MAC and addresses the host-side layer pins
+// on each host interface, as its first Apply found them (the CNI result's
+// addresses where the plugin gives them), and passes them back to every
+// later Apply and Check: a second ADD or hook run must not pin what a
+// workload holding CAP_NET_ADMIN changed in the meantime.
 package sandbox
