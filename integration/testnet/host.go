@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +28,7 @@ const (
 	PortSSH      = 22   // recorder
 	PortPostgres = 5432 // recorder
 	PortRecorder = 9000 // recorder
+	PortRedis    = 6379 // recorder (Redis's port: raw bytes after a TLS ClientHello)
 	PortUDPEcho  = 9999 // UDP echo
 )
 
@@ -41,7 +43,7 @@ const (
 var (
 	httpPorts     = []int{PortHTTP, PortHTTPAlt}
 	httpsPorts    = []int{PortHTTPS, PortHTTPSAlt}
-	recorderPorts = []int{PortSSH, PortPostgres, PortRecorder}
+	recorderPorts = []int{PortSSH, PortPostgres, PortRecorder, PortRedis}
 	udpPorts      = []int{PortHTTPS, PortUDPEcho}
 )
 
@@ -59,10 +61,14 @@ type Host struct {
 	addrs []netip.Addr
 	cert  *tls.Certificate
 	net   *Net
+	ns    *Netns // where its servers listen: inet, the LAN, or a namespace of the caller's
 
 	tcp      map[int]*traffic // port → connections and bytes, all addresses
 	udp      map[int]*traffic // port → datagrams and bytes, all addresses
 	requests atomic.Int64
+
+	mu     sync.Mutex
+	byHost map[string]int // the Host of each request (lowercased, without port) → requests
 }
 
 // traffic counts what arrived on one port.
@@ -89,20 +95,57 @@ func (n *Net) AddHost(name string, addrs ...netip.Addr) *Host {
 	if len(addrs) == 0 {
 		t.Fatalf("testnet: AddHost(%q): needs at least one address", name)
 	}
-	if err := n.claim(cname, addrs); err != nil {
+	if err := n.claim(cname, addrs, checkServerAddr); err != nil {
 		t.Fatalf("testnet: AddHost(%q): %v", name, err)
 	}
-	cert, err := n.ca.issue(cname, addrs)
+	if err := n.inet.withLinks(func(nl *netlink.Handle) error { return addLoopbackAddrs(nl, addrs) }); err != nil {
+		t.Fatalf("testnet: AddHost(%q): add addresses to %s: %v", name, n.inet.Name(), err)
+	}
+	h := n.newHost(t, n.inet, cname, addrs)
+	n.zone.add(cname, addrs...)
+	return h
+}
+
+// ServeHost starts a Host's servers (the ports of the package comment) on
+// addrs inside x, a namespace that already holds those addresses: a
+// container's, opened with OpenNetns, so that a test can count what
+// reaches it. The name is only the servers' own (their certificate and
+// the bodies they answer with); DNS does not answer it. The servers stop
+// at t's cleanup, which must come before x goes away.
+func (n *Net) ServeHost(t testing.TB, x *Netns, name string, addrs ...netip.Addr) *Host {
+	t.Helper()
+	cname, err := checkHostName(name)
 	if err != nil {
-		t.Fatalf("testnet: AddHost(%q): %v", name, err)
+		t.Fatalf("testnet: ServeHost: %v", err)
+	}
+	if len(addrs) == 0 {
+		t.Fatalf("testnet: ServeHost(%q): needs at least one address", name)
+	}
+	n.mu.Lock()
+	_, dup := n.certs[cname]
+	n.mu.Unlock()
+	if dup {
+		t.Fatalf("testnet: ServeHost(%q): host %s already exists", name, cname)
+	}
+	return n.newHost(t, x, cname, addrs)
+}
+
+// newHost issues name's certificate and starts its servers on addrs in x.
+func (n *Net) newHost(t testing.TB, x *Netns, name string, addrs []netip.Addr) *Host {
+	t.Helper()
+	cert, err := n.ca.issue(name, addrs)
+	if err != nil {
+		t.Fatalf("testnet: host %q: %v", name, err)
 	}
 	h := &Host{
-		name:  cname,
-		addrs: slices.Clone(addrs),
-		cert:  cert,
-		net:   n,
-		tcp:   map[int]*traffic{},
-		udp:   map[int]*traffic{},
+		name:   name,
+		addrs:  slices.Clone(addrs),
+		cert:   cert,
+		net:    n,
+		ns:     x,
+		tcp:    map[int]*traffic{},
+		udp:    map[int]*traffic{},
+		byHost: map[string]int{},
 	}
 	for _, p := range slices.Concat(httpPorts, httpsPorts, recorderPorts) {
 		h.tcp[p] = new(traffic)
@@ -110,21 +153,16 @@ func (n *Net) AddHost(name string, addrs ...netip.Addr) *Host {
 	for _, p := range udpPorts {
 		h.udp[p] = new(traffic)
 	}
-
-	if err := n.inet.withLinks(func(nl *netlink.Handle) error { return addLoopbackAddrs(nl, addrs) }); err != nil {
-		t.Fatalf("testnet: AddHost(%q): add addresses to %s: %v", name, n.inet.Name(), err)
-	}
 	n.mu.Lock()
-	n.certs[cname] = cert
+	n.certs[name] = cert
 	n.mu.Unlock()
 	h.serve(t)
-	n.zone.add(cname, addrs...)
 	return h
 }
 
-// claim checks that addrs are inet addresses nobody holds yet and records
-// them as name's.
-func (n *Net) claim(name string, addrs []netip.Addr) error {
+// claim checks addrs with check and that nobody holds them yet, and
+// records them as name's.
+func (n *Net) claim(name string, addrs []netip.Addr, check func(netip.Addr) error) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, dup := n.certs[name]; dup {
@@ -132,7 +170,7 @@ func (n *Net) claim(name string, addrs []netip.Addr) error {
 	}
 	seen := map[netip.Addr]bool{}
 	for _, a := range addrs {
-		if err := checkServerAddr(a); err != nil {
+		if err := check(a); err != nil {
 			return err
 		}
 		if owner, taken := n.owners[a]; taken || seen[a] {
@@ -194,7 +232,7 @@ func (h *Host) serve(t testing.TB) {
 		*dst = append(*dst, &countingListener{Listener: l, traffic: h.tcp[port]})
 		return nil
 	}
-	err := h.net.inet.Do(func() error {
+	err := h.ns.Do(func() error {
 		for _, a := range h.addrs {
 			for _, p := range httpPorts {
 				if err := listen(&plain, a, p); err != nil {
@@ -223,11 +261,14 @@ func (h *Host) serve(t testing.TB) {
 	})
 	if err != nil {
 		closeAll()
-		t.Fatalf("testnet: servers for %s in %s: %v", h.name, h.net.inet.Name(), err)
+		t.Fatalf("testnet: servers for %s in %s: %v", h.name, h.ns.Name(), err)
 	}
 
 	var wg sync.WaitGroup
 	httpSrv := h.newHTTPServer()
+	// Prior knowledge is the server's own; an Upgrade: h2c request goes
+	// to x/net's h2c, the only implementation of RFC 7540's upgrade.
+	httpSrv.Handler = h2cUpgrade(httpSrv.Handler)
 	httpSrv.Protocols = new(http.Protocols)
 	httpSrv.Protocols.SetHTTP1(true)
 	httpSrv.Protocols.SetUnencryptedHTTP2(true)
@@ -265,7 +306,11 @@ func (h *Host) newHTTPServer() *http.Server {
 
 // handleHTTP names the server that answered, and echoes what it saw.
 func (h *Host) handleHTTP(w http.ResponseWriter, r *http.Request) {
-	h.requests.Add(1)
+	h.count(r.Host)
+	if r.URL.Path == Fake101Path && r.ProtoMajor == 1 {
+		h.serveFake101(w, r)
+		return
+	}
 	_, _ = io.Copy(io.Discard, r.Body)
 	local := "?"
 	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
@@ -320,6 +365,33 @@ func (h *Host) UDPDatagrams(port int) int {
 
 // Requests is the number of HTTP requests the host answered, on any port.
 func (h *Host) Requests() int { return int(h.requests.Load()) }
+
+// RequestsFor is the number of HTTP requests whose Host (or HTTP/2
+// :authority), lowercased and without its port, was name.
+func (h *Host) RequestsFor(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byHost[canonicalName(name)]
+}
+
+// RequestHosts counts the host's HTTP requests by their Host (lowercased,
+// without the port): the names the clients asked this server for.
+func (h *Host) RequestHosts() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.byHost)
+}
+
+// count records one request for the Host header value host.
+func (h *Host) count(host string) {
+	h.requests.Add(1)
+	if name, _, err := net.SplitHostPort(host); err == nil {
+		host = name
+	}
+	h.mu.Lock()
+	h.byHost[canonicalName(strings.Trim(host, "[]"))]++
+	h.mu.Unlock()
+}
 
 func (h *Host) tcpTraffic(method string, port int) *traffic {
 	tr, ok := h.tcp[port]

@@ -68,6 +68,8 @@ type Net struct {
 	zone *dnsZone
 
 	mu        sync.Mutex
+	lan       *Netns                      // made by the first AddLANHost
+	lanAddrs  []netip.Addr                // every address AddLANHost took
 	certs     map[string]*tls.Certificate // host name → its certificate
 	owners    map[netip.Addr]string       // inet address → host name
 	sandboxes [maxSandboxes + 1]bool      // sandbox index → in use

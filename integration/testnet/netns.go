@@ -210,3 +210,21 @@ func (n *Net) NewNetns(t testing.TB, role string) *Netns {
 	t.Helper()
 	return newNetns(t, n, role)
 }
+
+// OpenNetns opens a network namespace that someone else made and owns (a
+// container's, by its /proc/PID/ns/net), so that a test can run code and
+// servers in it (Do, ServeHost, RecordICMP). The handle is closed at t's
+// cleanup; the namespace is never deleted. Commands run through Command
+// need a namespace made by this package.
+func OpenNetns(t testing.TB, path string) *Netns {
+	t.Helper()
+	handle, err := ns.GetNS(path)
+	if err != nil {
+		t.Fatalf("testnet: open namespace %s: %v", path, err)
+	}
+	t.Cleanup(func() { handle.Close() })
+	return &Netns{name: path, ns: handle}
+}
+
+// Links runs fn with a netlink handle bound to the namespace.
+func (x *Netns) Links(fn func(*netlink.Handle) error) error { return x.withLinks(fn) }
