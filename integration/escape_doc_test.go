@@ -32,15 +32,29 @@ own network namespace. It knows the ruleset and the source.
 A static probe (~integration/escape~) runs inside the sandbox as root and tries, one way after
 another, to get a byte to a server on the test's own fake internet: network namespaces holding HTTP,
 HTTPS, recorder, UDP echo and DNS servers on documentation addresses, nothing that leaves the machine.
-The policy allows ~%[2]s~ and nothing else; ~%[3]s~ stands for the attacker's host, ~tunnel.test~
-for the attacker's DNS zone, and a second DNS server for a resolver the sandbox was not given.
+The policy allows ~%[2]s~ and the zone ~*.%[4]s~, and nothing else; ~%[3]s~ stands for the attacker's
+host, ~tunnel.test~ for the attacker's DNS zone, a second DNS server for a resolver the sandbox was not
+given, and ~%[4]s~ for a zone whose names the attacker points at private addresses (DNS rebinding). Around
+the sandbox are the host's LAN (a namespace routed from the runtime's namespace, holding ~10.66.77.10~,
+the CGNAT ~100.64.77.10~, the metadata addresses ~100.100.100.200~ and ~fd00:ec2::254~, and the ULA
+~fdd0:7e57::10~, each with the same servers and a name in the zone), a neighbour sandbox on the same
+bridge (with the same servers on its addresses, and names in the zone too where the runtime's namespace
+routes to it), and the runtime's namespace itself.
 
 Every cell is measured at the receiving end, never taken from the probe: the servers count the bytes and
-connections on every TCP port, the datagrams and bytes on every UDP port, the HTTP requests, the queries
-that reach the rogue DNS server and the queries under ~tunnel.test~ that reach any DNS server (with the
-bytes of their names, which carry the data). **0 bytes** means none of these moved beyond what the policy
-admits during the attempt (the allowed host answering a spoofed SNI or the first request of a keep-alive
-connection, say). **escaped (…)** says what arrived. The label is doorman's own account of the sandbox's
+connections on every TCP port, the datagrams and bytes on every UDP port, the HTTP requests by the virtual
+host they ask for, the queries that reach the rogue DNS server and the queries under ~tunnel.test~ that
+reach any DNS server (with the bytes of their names, which carry the data); raw sockets in the fake
+internet, the LAN, the neighbour and on the runtime's bridge count the ICMP requests that can carry a
+payload (echo, timestamp, information, address mask, ICMPv6 echo) with their payload bytes, and the
+router advertisements. The link-layer rows are measured around the neighbour: what the neighbour learned
+from the advertisements (routes, addresses in the attacker's prefix), and, while the runtime's namespace
+keeps sending the neighbour UDP datagrams and echo requests (and, for ~ip-spoof~, opening connections to
+it), whether its neighbour table ever gives a neighbour's address the attacker's MAC, how many of those
+packets its packet socket on the attacker's host-side veth sees go out towards the attacker, and how many
+connections the attacker answered. **0 bytes** means none of these moved beyond what the policy admits
+during the attempt (the allowed host answering a spoofed SNI or the first request of a keep-alive
+connection, the runtime's own traffic reaching the neighbour, say). **escaped (…)** says what arrived. The label is doorman's own account of the sandbox's
 enforcement (~full~, ~partial (<the uncovered path>)~): an escape is honest when the label admits the path it
 took; ⚠ marks one that no label admits.
 
@@ -50,7 +64,7 @@ ruleset). Before the attempts, an HTTP request to the allowed host must succeed 
 so that a 0 means blocked, not broken. The silent connections run alongside the other attempts and are
 held %[1]v, past the proxy's sniff timeout.
 
-`), escapeHold, apiName, evilName)
+`), escapeHold, apiName, evilName, rebindZone)
 
 	p("## Results\n\n")
 	var open []string
@@ -89,8 +103,7 @@ These cannot be closed by doorman's design, whatever the tables say:
 - **ICMP errors and small echoes.** The ICMP errors of admitted flows (unreachable, time exceeded,
   parameter problem, packet too big) reach those flows' peers, with what they quote; with ~allowICMP~
   (off by default) echo requests of at most 64 bytes of data reach the allowDirect destinations, which
-  TCP and UDP reach anyway. No other ICMP leaves. The suite does not count ICMP; the tests of
-  ~enforce~ and ~enforce/hostlayer~ do.
+  TCP and UDP reach anyway. No other ICMP leaves: the ~icmp~ rows count what arrives.
 - **Connections the sandbox accepted.** Replies on an inbound connection (a published port) go back to
   whoever connected; that peer is a channel by design.
 - **What the host side lets through.** DNS to the sandbox's resolvers (only when the DNS filter is turned off), small echoes if allowed and allowDirect
@@ -175,7 +188,10 @@ func renderEscapeKind(b *strings.Builder, k *escapeKind) {
 			if !r.arrived.zero() {
 				where = r.arrived.where()
 			}
-			p("| %s | %s | %s |\n", r.attempt.id, mdCell(shorten(r.probe.outcome(), 400)), mdCell(where))
+			if r.seen != "" {
+				where += " (" + r.seen + ")"
+			}
+			p("| %s | %s | %s |\n", r.attempt.id, mdCell(shorten(r.probe.outcome(), 700)), mdCell(where))
 		}
 		p("\n")
 	}

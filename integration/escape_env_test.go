@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/integration/testnet"
 )
 
 // The escape suite's sandbox kinds, as docs/security.md names them.
@@ -56,10 +58,22 @@ func escapeCNIBare(t *testing.T, bin string, writeDoc bool) *escapeKind {
 // extra merged into doorman's entry; wantFull requires the label "full".
 func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra map[string]any, wantFull bool) *escapeKind {
 	e := newCNIEnv(t)
-	w := escapeWorld{net: e.net, api: e.api, evil: e.evil, other: e.other}
+	w := newEscapeLAN(t, e.net).world(e.net, e.api, e.evil, e.other)
+	extra = maps.Clone(extra)
+	if extra == nil {
+		extra = map[string]any{}
+	}
+	extra["allowedHosts"] = escapeAllowed
+	// The neighbour: another container on the same network.
+	nc := e.newContainer()
+	e.mustAdd(nc, e.conflist(extra))
+	w.nbr = newEscapeNeighbour(t, e.net, nc.ns.Path(), "neighbour.cni.internal")
+	addNeighbourRecords(e.net, &w)
+	w.runtime = &escapeRuntime{ns: e.net.HostNS(), bridge: escapeCNIBridge, icmp: e.net.HostNS().RecordICMP(t, escapeCNIBridge)}
 	for _, mode := range escapeModes {
 		c := e.newContainer()
 		e.mustAdd(c, e.conflist(extra))
+		openPingGroupRange(t, c.ns)
 		caps := "docker"
 		if mode == modeFlushed {
 			caps = "docker,NET_ADMIN"
@@ -93,10 +107,36 @@ func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra
 	return k
 }
 
+// escapeAllowed is every escape sandbox's allowlist: the allowed host,
+// and the rebinding zone, whose names DNS answers with private addresses.
+var escapeAllowed = []string{apiName, "*." + rebindZone}
+
+// escapeCNIBridge is the bridge of the CNI conflist (cniEnv.conflist).
+const escapeCNIBridge = "dmbr0"
+
 // escapeLabels are the doorman labels of every escape container: allow
-// api.example.test only.
+// escapeAllowed only.
 func escapeLabels() []string {
-	return []string{"--label", hook.AnnotationMode + "=allowlist", "--label", hook.AnnotationAllowedHosts + "=" + apiName}
+	return []string{"--label", hook.AnnotationMode + "=allowlist", "--label", hook.AnnotationAllowedHosts + "=" + strings.Join(escapeAllowed, ",")}
+}
+
+// escapeDockerDefaults makes the runtime wrapper keep doorman's default
+// for ICMP (the Docker tests' runtime.json turns it off) for the
+// containers made until t ends: the escape suite measures the defaults.
+func escapeDockerDefaults(t *testing.T, d *dockerEnv) {
+	t.Helper()
+	cfg := d.runtime
+	cfg.AllowICMP = nil
+	d.writeRuntimeConfig(t, cfg)
+	t.Cleanup(func() { d.writeRuntimeConfig(t, d.runtime) })
+}
+
+// escapeDockerRuntime is the runtime's namespace of a Docker daemon's
+// containers (nsPath: the daemon's) and its bridge.
+func escapeDockerRuntime(t *testing.T, nsPath, bridge string) *escapeRuntime {
+	t.Helper()
+	x := testnet.OpenNetns(t, nsPath)
+	return &escapeRuntime{ns: x, bridge: bridge, icmp: x.RecordICMP(t, bridge)}
 }
 
 // modeRunArgs are the `docker run` options of a mode.
@@ -121,8 +161,22 @@ func dockerProbe(cli func(args ...string) dockerResult, id string) func(context.
 
 // escapeDocker runs the matrix for containers of the test's dockerd, whose
 // default runtime is doorman's runc wrapper.
-func escapeDocker(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escapeKind {
-	w := escapeWorld{net: d.net, api: d.api, evil: d.evil, other: d.other}
+func escapeDocker(t *testing.T, d *dockerEnv, lan *escapeLAN, image string, writeDoc bool) *escapeKind {
+	w := lan.world(d.net, d.api, d.evil, d.other)
+	w.runtime = escapeDockerRuntime(t, procNetNS(d.dockerd.Process.Pid), d.bridge)
+	// The root namespace is the machine's: it must not take the rogue
+	// router advertisements the probe sends (the runtime's namespace
+	// still counts them).
+	if err := w.runtime.ns.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv6/conf/"+d.bridge+"/accept_ra", []byte("0"), 0o644)
+	}); err != nil {
+		t.Fatalf("accept_ra on %s: %v", d.bridge, err)
+	}
+	nbr := d.mustDocker(slices.Concat([]string{"run", "--detach", "--name", "dm-escnbr-" + d.id}, d.runArgs(), escapeLabels(),
+		[]string{image, "/escape", "sleep", "10m"})...)
+	t.Cleanup(func() { d.docker("rm", "--force", nbr) })
+	w.nbr = newEscapeNeighbour(t, d.net, procNetNS(d.pid(nbr)), "neighbour.docker.internal")
+	addNeighbourRecords(d.net, &w)
 	k := &escapeKind{
 		name: escapeKindDocker,
 		setup: "Docker 20.10 with doorman's runc wrapper as the default runtime (the OCI hook, with its defaults: the DNS " +
@@ -130,7 +184,10 @@ func escapeDocker(t *testing.T, d *dockerEnv, image string, writeDoc bool) *esca
 			"libnetwork has wired it); the container runs " +
 			"on the default bridge with doorman labels; `docker run` with Docker's default capabilities, then " +
 			"with `--cap-add NET_ADMIN`; the probe runs through `docker exec`. Docker's default bridge gives the " +
-			"container no IPv6 address, so the IPv6 row cannot leave whatever the rules say.",
+			"container no IPv6 address, so the IPv6 row cannot leave whatever the rules say. The runtime.json keeps doorman's " +
+			"default for ICMP. A second container with the same labels is the neighbour on the bridge; the root namespace " +
+			"routes the test's LAN addresses to the fake internet's host namespace, and does not take router advertisements " +
+			"on the test's bridge.",
 	}
 	for _, mode := range escapeModes {
 		name := fmt.Sprintf("dm-esc%d-%s", mode, d.id)
@@ -157,13 +214,24 @@ func escapeDocker(t *testing.T, d *dockerEnv, image string, writeDoc bool) *esca
 // escapeDinD runs the matrix for containers of a Docker daemon that runs
 // inside a doorman sandbox (the outer container, allowed api and other),
 // with doorman's wrapper as its default runtime too.
-func escapeDinD(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escapeKind {
+func escapeDinD(t *testing.T, d *dockerEnv, lan *escapeLAN, image string, writeDoc bool) *escapeKind {
 	e := newDinD(t, d, "--label", hook.AnnotationMode+"=allowlist",
-		"--label", hook.AnnotationAllowedHosts+"="+apiName+","+otherName)
+		"--label", hook.AnnotationAllowedHosts+"="+strings.Join(append(escapeAllowed, otherName), ","))
+	inner := e.innerRuntime
+	inner.AllowICMP = nil // doorman's default, as for the outer container
+	e.writeInnerRuntimeConfig(t, inner)
 	if r := e.dockerStdin(openFile(t, filepath.Join(d.dir, "escape-rootfs.tar")), "exec", "--interactive", e.outer, dindDocker, "import", "-", image); r.exit != 0 {
 		t.Fatal(r)
 	}
-	w := escapeWorld{net: d.net, api: d.api, evil: d.evil, other: d.other}
+	w := lan.world(d.net, d.api, d.evil, d.other)
+	w.runtime = escapeDockerRuntime(t, procNetNS(e.outerPID), "docker0")
+	nbr := e.mustInner(slices.Concat([]string{"run", "--detach", "--name", "dm-escnbr"}, e.runArgs(), escapeLabels(),
+		[]string{image, "/escape", "sleep", "10m"})...)
+	nbrPID := e.mustInner("inspect", "--format", "{{.State.Pid}}", nbr)
+	w.nbr = newEscapeNeighbour(t, d.net, e.hostPath("/proc/"+nbrPID+"/ns/net"), "neighbour.dind.internal")
+	// No rebinding names for the inner neighbour: every connection the
+	// inner proxy makes goes through the outer container's proxy, which
+	// dials from the root namespace, where the inner bridge is not routed.
 	k := &escapeKind{
 		name: escapeKindDinD,
 		setup: "an outer container (itself a doorman sandbox allowing api.example.test and other.example.test, " +
@@ -174,7 +242,9 @@ func escapeDinD(t *testing.T, d *dockerEnv, image string, writeDoc bool) *escape
 			"Docker's default capabilities, then with `--cap-add NET_ADMIN`; the probe runs through a nested `docker exec`. " +
 			"Everything the inner container sends is forwarded through the outer sandbox, whose rules stay in place " +
 			"in both columns (only the inner container's own ruleset is flushed). The inner default bridge gives the " +
-			"container no IPv6 address.",
+			"container no IPv6 address. Both runtime.json files keep doorman's default for ICMP, and the outer policy also " +
+			"allows the rebinding zone. A second inner container is the neighbour on the inner bridge; the runtime's " +
+			"namespace is the outer container's.",
 	}
 	for _, mode := range escapeModes {
 		name := fmt.Sprintf("dm-esc%d", mode)

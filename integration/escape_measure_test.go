@@ -3,6 +3,8 @@ package integration
 import (
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -16,10 +18,41 @@ import (
 )
 
 // escapeWorld is the fake internet an escape probe aims at: api is
-// allowed by every sandbox's policy, evil and other are not.
+// allowed by every sandbox's policy, evil and other are not; and what lies
+// around the sandbox: the host's LAN (private addresses that the policy's
+// wildcard zone rebinds to), a neighbour sandbox on the same bridge, and
+// the runtime's namespace.
 type escapeWorld struct {
 	net              *testnet.Net
 	api, evil, other *testnet.Host
+	icmp             *testnet.ICMPRecorder // in the fake internet
+
+	lan     []*testnet.Host       // the host's LAN (AddLANHost)
+	lanICMP *testnet.ICMPRecorder // in the LAN's namespace
+	// rebind are names under rebindZone whose DNS answers private
+	// addresses: the LAN's and the neighbour's.
+	rebind  []string
+	nbr     *escapeNeighbour
+	runtime *escapeRuntime
+}
+
+// escapeNeighbour is a second sandbox on the attacker's bridge, with the
+// fake internet's servers on its addresses, so that the test counts what
+// reaches it, and what of its traffic goes astray.
+type escapeNeighbour struct {
+	ns           *testnet.Netns
+	addr4, addr6 netip.Addr // addr6 is invalid where the bridge has no IPv6
+	mac          net.HardwareAddr
+	host         *testnet.Host
+	icmp         *testnet.ICMPRecorder
+}
+
+// escapeRuntime is the namespace where the sandboxes' proxies and host-side
+// layers live, and the bridge the sandboxes are attached to there.
+type escapeRuntime struct {
+	ns     *testnet.Netns
+	bridge string
+	icmp   *testnet.ICMPRecorder // on the bridge only
 }
 
 // counterKey names one counter of the fake internet: what arrived where,
@@ -33,18 +66,61 @@ type counterKey struct {
 // internet's counters.
 type counters map[counterKey]int
 
-// Units in the order a table cell lists them.
-var counterUnits = []string{"bytes", "connections", "datagrams", "queries", "requests"}
+// Units in the order a table cell lists them, and their singulars.
+var (
+	counterUnits    = []string{"bytes", "connections", "datagrams", "packets", "queries", "requests", "entries", "routes", "addresses"}
+	counterSingular = map[string]string{"entries": "entry", "addresses": "address"}
+)
 
 // The TCP and UDP ports every testnet host counts (testnet/host.go).
 var (
 	countedTCPPorts = []int{testnet.PortHTTP, testnet.PortHTTPAlt, testnet.PortHTTPS, testnet.PortHTTPSAlt,
-		testnet.PortSSH, testnet.PortPostgres, testnet.PortRecorder}
+		testnet.PortSSH, testnet.PortPostgres, testnet.PortRecorder, testnet.PortRedis}
 	countedUDPPorts = []int{testnet.PortHTTPS, testnet.PortUDPEcho}
 )
 
 func tcpKey(h *testnet.Host, port int, unit string) counterKey {
 	return counterKey{fmt.Sprintf("%s tcp/%d", h.Name(), port), unit}
+}
+
+func udpKey(h *testnet.Host, port int, unit string) counterKey {
+	return counterKey{fmt.Sprintf("%s udp/%d", h.Name(), port), unit}
+}
+
+// requestsKey counts the HTTP requests that reached h asking for the
+// virtual host name.
+func requestsKey(h *testnet.Host, name string) counterKey {
+	if name == "" {
+		name = "(no Host)"
+	}
+	return counterKey{fmt.Sprintf("%s HTTP for %s", h.Name(), name), "requests"}
+}
+
+// ICMP requests that can carry a tunnel's payload: echo, timestamp,
+// information and address-mask (RFC 792, 950), and ICMPv6 echo (RFC 4443).
+var (
+	icmpRequestTypes   = []int{8, 13, 15, 17}
+	icmpv6RequestTypes = []int{128}
+)
+
+// icmpv6RouterAdvert is the router advertisement's type (RFC 4861).
+const icmpv6RouterAdvert = 134
+
+// icmpCounters adds r's requests (messages and payload bytes) under where,
+// and its router advertisements under where+" router advertisements".
+func icmpCounters(c counters, r *testnet.ICMPRecorder, where string) {
+	for _, typ := range icmpRequestTypes {
+		m, b := r.ICMP(typ)
+		c[counterKey{where + " ICMP requests", "packets"}] += m
+		c[counterKey{where + " ICMP requests", "bytes"}] += b
+	}
+	for _, typ := range icmpv6RequestTypes {
+		m, b := r.ICMPv6(typ)
+		c[counterKey{where + " ICMP requests", "packets"}] += m
+		c[counterKey{where + " ICMP requests", "bytes"}] += b
+	}
+	m, _ := r.ICMPv6(icmpv6RouterAdvert)
+	c[counterKey{where + " router advertisements", "packets"}] = m
 }
 
 // snapshot reads every counter: bytes and connections on each TCP port of
@@ -55,17 +131,34 @@ func tcpKey(h *testnet.Host, port int, unit string) counterKey {
 // Call it from the test's goroutine.
 func (w escapeWorld) snapshot() counters {
 	c := counters{}
-	for _, h := range []*testnet.Host{w.api, w.evil, w.other} {
+	hosts := append([]*testnet.Host{w.api, w.evil, w.other}, w.lan...)
+	if w.nbr != nil {
+		hosts = append(hosts, w.nbr.host)
+	}
+	for _, h := range hosts {
 		for _, p := range countedTCPPorts {
 			c[tcpKey(h, p, "bytes")] = h.Received(p)
 			c[tcpKey(h, p, "connections")] = h.Connections(p)
 		}
 		for _, p := range countedUDPPorts {
-			where := fmt.Sprintf("%s udp/%d", h.Name(), p)
-			c[counterKey{where, "bytes"}] = h.UDPReceived(p)
-			c[counterKey{where, "datagrams"}] = h.UDPDatagrams(p)
+			c[udpKey(h, p, "bytes")] = h.UDPReceived(p)
+			c[udpKey(h, p, "datagrams")] = h.UDPDatagrams(p)
 		}
-		c[counterKey{h.Name() + " HTTP", "requests"}] = h.Requests()
+		for name, n := range h.RequestHosts() {
+			c[requestsKey(h, name)] = n
+		}
+	}
+	if w.icmp != nil {
+		icmpCounters(c, w.icmp, "fake internet")
+	}
+	if w.lanICMP != nil {
+		icmpCounters(c, w.lanICMP, "LAN")
+	}
+	if w.nbr != nil {
+		icmpCounters(c, w.nbr.icmp, "neighbour "+w.nbr.host.Name())
+	}
+	if w.runtime != nil && w.runtime.icmp != nil {
+		icmpCounters(c, w.runtime.icmp, "runtime namespace's "+w.runtime.bridge)
 	}
 	n := w.net
 	c[counterKey{"rogue DNS", "queries"}] = n.QueriesSeen(n.RogueDNS) + n.QueriesSeen(n.RogueDNS6)
@@ -140,6 +233,9 @@ func (c counters) summary() string {
 			unit := u
 			if n == 1 {
 				unit = strings.TrimSuffix(u, "s")
+				if s, ok := counterSingular[u]; ok {
+					unit = s
+				}
 			}
 			parts = append(parts, fmt.Sprintf("%d %s", n, unit))
 		}

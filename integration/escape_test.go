@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +63,12 @@ type escapeAttempt struct {
 	// allowed is the traffic the policy admits while the attempt runs
 	// (the real allowed host answering a spoofed SNI, say): not an escape.
 	allowed func(escapeWorld) counters
+	// watch, if set, starts measuring in the sandbox's surroundings just
+	// before the probe runs the attempt (sending the runtime namespace's
+	// own traffic, say, and watching where it goes); the function it
+	// returns stops that once the probe is done and says what arrived
+	// where it must not, and what the measurement saw.
+	watch func(t *testing.T, w escapeWorld, s *escapeSandbox) (stop func() (counters, string))
 }
 
 // unlimited is an allowance without bound.
@@ -71,13 +79,13 @@ var escapeAttempts = []escapeAttempt{
 	{id: "sni-spoof", title: "TLS with an allowed SNI to a non-allowed IP", allowed: func(w escapeWorld) counters {
 		// The proxy dials the name: the real allowed host answers.
 		return counters{tcpKey(w.api, testnet.PortHTTPS, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTPS, "connections"): unlimited,
-			{w.api.Name() + " HTTP", "requests"}: unlimited}
+			requestsKey(w.api, apiName): unlimited}
 	}},
 	{id: "h2c", title: "h2c (HTTP/2 prior knowledge) to a non-allowed IP"},
 	{id: "keepalive-host", title: "keep-alive connection switching Host to a non-allowed name", allowed: func(w escapeWorld) counters {
 		// The first request, for the allowed name, is admitted.
 		return counters{tcpKey(w.api, testnet.PortHTTP, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTP, "connections"): unlimited,
-			{w.api.Name() + " HTTP", "requests"}: 1}
+			requestsKey(w.api, apiName): 1}
 	}},
 	{id: "absolute-uri", title: "absolute URI naming a non-allowed host, Host allowed"},
 	{id: "connect", title: "HTTP CONNECT to a non-allowed host"},
@@ -91,6 +99,25 @@ var escapeAttempts = []escapeAttempt{
 	{id: "ipv6", title: "IPv6 to a non-allowed IP"},
 	{id: "ipv4-mapped", title: "IPv4-mapped IPv6 (::ffff:a.b.c.d) to a non-allowed IP"},
 	{id: "proxy-port", title: "connection straight to the proxy's listener port"},
+	{id: "icmp", title: "ICMP requests with 1000-byte payloads (echo, timestamp, information, address mask; raw and ping sockets; ICMPv6 echo)"},
+	{id: "icmp-lan", title: "the same ICMP to the host's LAN and to a neighbour sandbox on the bridge"},
+	{id: "router-advert", title: "IPv6 router advertisements to the link (default route, autonomous prefix)", needs: "CAP_NET_RAW",
+		watch: routerAdvertWatch},
+	{id: "rebind", title: "an allowed wildcard name whose DNS answers private addresses (LAN, neighbour, CGNAT, metadata, ULA)"},
+	{id: "arp-spoof", title: "ARP and neighbour advertisements claiming a neighbour's addresses", needs: "CAP_NET_RAW",
+		allowed: spoofAllowed, watch: spoofWatch(false)},
+	{id: "ip-spoof", title: "a neighbour's IP taken, answering the runtime's connections to it", needs: "CAP_NET_ADMIN",
+		allowed: spoofAllowed, watch: spoofWatch(true)},
+	{id: "http-desync", title: "a response body line `HTTP/1.1 101` while a WebSocket upgrade is outstanding, then another Host", allowed: func(w escapeWorld) counters {
+		// The first two requests, for the allowed name, are admitted.
+		return counters{tcpKey(w.api, testnet.PortHTTP, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTP, "connections"): unlimited,
+			requestsKey(w.api, apiName): 2}
+	}},
+	{id: "h2c-upgrade", title: "an accepted `Upgrade: h2c`, then HTTP/2 with a non-allowed :authority", allowed: func(w escapeWorld) counters {
+		// The upgrade request, for the allowed name, is admitted.
+		return counters{tcpKey(w.api, testnet.PortHTTP, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTP, "connections"): unlimited,
+			requestsKey(w.api, apiName): 1}
+	}},
 	{id: "silent", title: "silent connections held open to exhaust the proxy"},
 }
 
@@ -134,6 +161,7 @@ type escapeResult struct {
 	attempt escapeAttempt
 	probe   probeRow
 	arrived counters // what reached the fake internet beyond what the policy admits
+	seen    string   // what the attempt's watch measured, for the details
 }
 
 // escapeColumn is one sandbox's run of every attempt.
@@ -251,9 +279,12 @@ func TestEscape(t *testing.T) {
 			}
 		}
 		d := newDockerEnv(t)
+		escapeDockerDefaults(t, d)
+		lan := newEscapeLAN(t, d.net)
+		routeLANFromRoot(t, d.net)
 		image := importEscapeImage(t, d, bin)
-		t.Run("container", func(t *testing.T) { report.add(escapeDocker(t, d, image, writeDoc)) })
-		t.Run("dind", func(t *testing.T) { report.add(escapeDinD(t, d, image, writeDoc)) })
+		t.Run("container", func(t *testing.T) { report.add(escapeDocker(t, d, lan, image, writeDoc)) })
+		t.Run("dind", func(t *testing.T) { report.add(escapeDinD(t, d, lan, image, writeDoc)) })
 	})
 	t.Logf("total: %v", time.Since(begin).Round(time.Millisecond))
 
@@ -326,7 +357,7 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 	}
 	col.control = ctl.outcome()
 	after := w.settledSnapshot()
-	apiRequests := counterKey{w.api.Name() + " HTTP", "requests"}
+	apiRequests := requestsKey(w.api, apiName)
 	if s.mode == modeDefaultCaps && (!strings.Contains(ctl.Detail, "HTTP 200") || after[apiRequests] <= before[apiRequests]) {
 		t.Fatalf("positive control: an allowed request to %s did not get through (%s); every 0 below would be meaningless", apiName, col.control)
 	}
@@ -351,7 +382,16 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 			continue
 		}
 		before := w.settledSnapshot()
+		var stop func() (counters, string)
+		if a.watch != nil {
+			stop = a.watch(t, w, s)
+		}
 		r, err := run(append(args, a.id)...)
+		var watched counters
+		var seen string
+		if stop != nil {
+			watched, seen = stop()
+		}
 		if err != nil {
 			t.Fatalf("probe %s: %v", a.id, err)
 		}
@@ -359,7 +399,9 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 		if a.allowed != nil {
 			allowed = a.allowed(w)
 		}
-		col.results = append(col.results, escapeResult{attempt: a, probe: r, arrived: w.settledSnapshot().since(before, allowed, isSilent)})
+		arrived := w.settledSnapshot().since(before, allowed, isSilent)
+		maps.Copy(arrived, watched.since(nil, nil, nil))
+		col.results = append(col.results, escapeResult{attempt: a, probe: r, arrived: arrived, seen: seen})
 	}
 	so := <-silentDone
 	if so.err != nil {
@@ -402,7 +444,7 @@ func escapeProbeArgs(w escapeWorld, s *sandbox.State, marks []uint32) []string {
 		ms = append(ms, fmt.Sprintf("%#x", m))
 	}
 	port := func(p int) string { return strconv.Itoa(p) }
-	return []string{
+	args := []string{
 		"-allowed-name", apiName, "-allowed4", apiAddr4.String(),
 		"-denied-name", evilName, "-denied4", evilAddr4.String(), "-denied6", evilAddr6.String(),
 		"-http-port", port(testnet.PortHTTP), "-https-port", port(testnet.PortHTTPS),
@@ -413,7 +455,27 @@ func escapeProbeArgs(w escapeWorld, s *sandbox.State, marks []uint32) []string {
 		"-proxy-ports", fmt.Sprintf("%d,%d", s.Port4, s.Port6),
 		"-marks", strings.Join(ms, ","),
 		"-hold", escapeHold.String(), "-silent-conns", "200", "-timeout", "1s",
+		"-lan", strings.Join(addrStrings(escapeICMPLAN), ","), "-rebind", strings.Join(w.rebind, ","),
+		"-redis-port", port(testnet.PortRedis), "-spoof-port", port(escapeSpoofPort),
+		"-ra-prefix", escapeRAPrefix.String(), "-spoof-time", escapeSpoofTime.String(),
 	}
+	if w.nbr != nil {
+		if w.nbr.addr4.IsValid() {
+			args = append(args, "-neighbour4", w.nbr.addr4.String())
+		}
+		if w.nbr.addr6.IsValid() {
+			args = append(args, "-neighbour6", w.nbr.addr6.String())
+		}
+	}
+	return args
+}
+
+func addrStrings(addrs []netip.Addr) []string {
+	var out []string
+	for _, a := range addrs {
+		out = append(out, a.String())
+	}
+	return out
 }
 
 // buildEscapeProbe builds the static probe for the whole test.

@@ -7,7 +7,8 @@ type attempt func(*config) row
 var attemptOrder = []string{
 	"tcp", "sni-spoof", "h2c", "keepalive-host", "absolute-uri", "connect",
 	"udp", "quic", "dns-rogue", "dns-tunnel", "raw-ip", "af-packet", "so-mark",
-	"ipv6", "ipv4-mapped", "proxy-port", "silent",
+	"ipv6", "ipv4-mapped", "proxy-port", "icmp", "icmp-lan", "router-advert",
+	"rebind", "arp-spoof", "ip-spoof", "http-desync", "h2c-upgrade", "silent",
 }
 
 // attempts maps each attempt's name to its code:
@@ -37,6 +38,32 @@ var attemptOrder = []string{
 //	ipv4-mapped     TCP and UDP to ::ffff:DENIED4 through AF_INET6 sockets
 //	proxy-port      HTTP with Host: the denied name, straight to the proxy's
 //	                listener ports (loopback and the sandbox's own addresses)
+//	icmp            echo requests with 1000-byte payloads, and timestamp,
+//	                information and address-mask requests likewise padded,
+//	                to the denied host through a raw socket; echo requests
+//	                through unprivileged ping sockets (IPv4 and ICMPv6, which
+//	                ping_group_range opens); ICMPv6 echo through a raw socket
+//	icmp-lan        the same to the private addresses of the host's LAN and
+//	                to the neighbour sandbox on the same bridge
+//	router-advert   IPv6 router advertisements to all nodes on the link (a
+//	                default router and an autonomous prefix), through an
+//	                AF_PACKET socket, from the probe's link-local address
+//	rebind          for each allowed name whose DNS answers private
+//	                addresses: HTTP with that Host to port 80, and a TLS
+//	                ClientHello with that SNI and then Redis commands to port
+//	                6379, at the address DNS gave (or the allowed host's)
+//	arp-spoof       ARP (gratuitous, unsolicited replies to the gateway, and
+//	                replies to requests) and IPv6 neighbour advertisements
+//	                claiming the neighbour's addresses for the probe's MAC
+//	ip-spoof        the neighbour's addresses put on the probe's interface
+//	                (CAP_NET_ADMIN), a listener on the spoof port answering as
+//	                the neighbour, and arp-spoof's announcements meanwhile
+//	http-desync     to the allowed host: a request whose response body holds
+//	                an "HTTP/1.1 101" line (the servers' /fake-101), a
+//	                WebSocket upgrade sent while that body is outstanding,
+//	                then a request with Host: the denied name
+//	h2c-upgrade     an Upgrade: h2c request to the allowed host, then an
+//	                HTTP/2 request with :authority the denied name
 //	silent          many connections to a recorder port of the denied host
 //	                that send nothing, held past the proxy's sniff timeout,
 //	                then one byte on each
@@ -57,5 +84,13 @@ var attempts = map[string]attempt{
 	"ipv6":           tryIPv6,
 	"ipv4-mapped":    tryIPv4Mapped,
 	"proxy-port":     tryProxyPort,
+	"icmp":           tryICMP,
+	"icmp-lan":       tryICMPLAN,
+	"router-advert":  tryRouterAdvert,
+	"rebind":         tryRebind,
+	"arp-spoof":      tryARPSpoof,
+	"ip-spoof":       tryIPSpoof,
+	"http-desync":    tryHTTPDesync,
+	"h2c-upgrade":    tryH2CUpgrade,
 	"silent":         trySilent,
 }

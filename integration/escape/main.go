@@ -13,8 +13,9 @@
 //
 // The probe aims only at the addresses and ports given on its command line
 // (the fake internet's allowed and denied hosts, its DNS servers, the tunnel
-// zone, the proxy's listener ports), so that whatever escapes stays on the
-// machine. It is built with CGO_ENABLED=0 so that it runs in an otherwise
+// zone, the proxy's listener ports, the test's LAN and neighbour sandbox,
+// the names that rebind to them) and at its own link, so that whatever
+// escapes stays on the machine. It is built with CGO_ENABLED=0 so that it runs in an otherwise
 // empty rootfs.
 //
 // Usage:
@@ -25,7 +26,8 @@
 //
 //	tcp, sni-spoof, h2c, keepalive-host, absolute-uri, connect, udp, quic,
 //	dns-rogue, dns-tunnel, raw-ip, af-packet, so-mark, ipv6, ipv4-mapped,
-//	proxy-port, silent
+//	proxy-port, icmp, icmp-lan, router-advert, rebind, arp-spoof, ip-spoof,
+//	http-desync, h2c-upgrade, silent
 //
 // Other commands:
 //
@@ -77,6 +79,14 @@ type config struct {
 
 	proxyPort4, proxyPort6 uint16   // the proxy's listener ports inside the sandbox (0: none)
 	marks                  []uint32 // SO_MARK values to try
+
+	neighbour4, neighbour6 netip.Addr    // a neighbour sandbox on the same bridge (icmp-lan, arp-spoof, ip-spoof)
+	lan                    []netip.Addr  // private addresses of the host's LAN (icmp-lan)
+	rebind                 []string      // allowed names whose DNS answers private addresses (rebind)
+	redisPort              uint16        // a recorder port behind the rebound names (rebind)
+	spoofPort              uint16        // the port ip-spoof listens on as the neighbour
+	raPrefix               netip.Prefix  // the prefix router-advert advertises
+	spoofTime              time.Duration // how long arp-spoof, ip-spoof and router-advert keep at it
 
 	silentConns int           // how many silent connections to hold
 	hold        time.Duration // how long to hold them (longer than the proxy's sniff timeout)
@@ -186,6 +196,8 @@ func parseFlags(args []string) (*config, string, []string, error) {
 		{"silent-port", &cfg.silentPort, 22, "recorder port for the silent attempt"},
 		{"udp-port", &cfg.udpPort, 9999, "UDP echo port of the denied host"},
 		{"quic-port", &cfg.quicPort, 443, "UDP (QUIC) port of the hosts"},
+		{"redis-port", &cfg.redisPort, 6379, "recorder port behind the rebound names"},
+		{"spoof-port", &cfg.spoofPort, 7070, "port the ip-spoof attempt listens on as the neighbour"},
 	} {
 		fs.Func(p.name, fmt.Sprintf("%s (default %d)", p.doc, p.def), portFlag(p.name, p.dst))
 		*p.dst = p.def
@@ -200,6 +212,13 @@ func parseFlags(args []string) (*config, string, []string, error) {
 	fs.DurationVar(&cfg.hold, "hold", 11*time.Second, "how long the silent attempt holds its connections")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "deadline of each connect, read and query")
 	fs.StringVar(&caps, "caps", "", "docker[,CAP...]: reduce capabilities to Docker's defaults (plus CAPs) first")
+	var neighbour4, neighbour6, lan, rebind, raPrefix string
+	fs.StringVar(&neighbour4, "neighbour4", "", "IPv4 address of a neighbour sandbox on the same bridge")
+	fs.StringVar(&neighbour6, "neighbour6", "", "its IPv6 address")
+	fs.StringVar(&lan, "lan", "", "comma-separated private addresses on the host's LAN")
+	fs.StringVar(&rebind, "rebind", "", "comma-separated allowed names whose DNS answers private addresses")
+	fs.StringVar(&raPrefix, "ra-prefix", "2001:db8:bad::/64", "the prefix the router-advert attempt advertises")
+	fs.DurationVar(&cfg.spoofTime, "spoof-time", 3*time.Second, "how long arp-spoof, ip-spoof and router-advert keep at it")
 	if err := fs.Parse(args); err != nil {
 		return nil, "", nil, err
 	}
@@ -224,8 +243,20 @@ func parseFlags(args []string) (*config, string, []string, error) {
 	for _, s := range splitList(rogue) {
 		cfg.rogueDNS = append(cfg.rogueDNS, parseAddr("rogue-dns", s, true))
 	}
+	cfg.neighbour4 = parseAddr("neighbour4", neighbour4, false)
+	cfg.neighbour6 = parseAddr("neighbour6", neighbour6, false)
+	for _, s := range splitList(lan) {
+		cfg.lan = append(cfg.lan, parseAddr("lan", s, true))
+	}
+	cfg.rebind = splitList(rebind)
 	if err != nil {
 		return nil, "", nil, err
+	}
+	if cfg.neighbour4.IsValid() && !cfg.neighbour4.Is4() || cfg.neighbour6.IsValid() && !cfg.neighbour6.Is6() {
+		return nil, "", nil, fmt.Errorf("-neighbour4 %s must be an IPv4 address and -neighbour6 %s an IPv6 one", cfg.neighbour4, cfg.neighbour6)
+	}
+	if cfg.raPrefix, err = netip.ParsePrefix(raPrefix); err != nil || !cfg.raPrefix.Addr().Is6() || cfg.raPrefix.Bits() != 64 {
+		return nil, "", nil, fmt.Errorf("-ra-prefix %q: want an IPv6 /64 prefix", raPrefix)
 	}
 	if pp := splitList(proxyPorts); len(pp) > 0 {
 		if len(pp) != 2 {
@@ -244,8 +275,8 @@ func parseFlags(args []string) (*config, string, []string, error) {
 		}
 		cfg.marks = append(cfg.marks, uint32(v))
 	}
-	if cfg.silentConns < 1 || cfg.timeout <= 0 || cfg.hold < 0 {
-		return nil, "", nil, fmt.Errorf("-silent-conns must be at least 1, -timeout positive and -hold not negative")
+	if cfg.silentConns < 1 || cfg.timeout <= 0 || cfg.hold < 0 || cfg.spoofTime <= 0 {
+		return nil, "", nil, fmt.Errorf("-silent-conns must be at least 1, -timeout and -spoof-time positive and -hold not negative")
 	}
 	return cfg, caps, fs.Args(), nil
 }
