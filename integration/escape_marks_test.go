@@ -108,4 +108,7 @@ func TestEscapeVerdict(t *testing.T) {
 	if s := (counters{{"x", "requests"}: 1, {"y", "connections"}: 2, {"y", "bytes"}: 0}).summary(); s != "2 connections, 1 request" {
 		t.Errorf("summary %q", s)
 	}
+	if s := (counters{{"x", "entries"}: 1, {"y", "addresses"}: 1, {"z", "routes"}: 2, {"z", "packets"}: 1}).summary(); s != "1 packet, 1 entry, 2 routes, 1 address" {
+		t.Errorf("summary %q", s)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -134,6 +135,11 @@ type escapeSandbox struct {
 	// runtimeNS are the namespaces around the sandbox whose rulesets may
 	// hold exemptions by mark.
 	runtimeNS []string
+	// mac is the MAC of the sandbox's eth0 and peer the index of its
+	// veth's other end in the runtime's namespace (read before the probe
+	// runs; see attackerLink).
+	mac  net.HardwareAddr
+	peer int
 }
 
 // probeRow is one line of the probe's output.
@@ -325,6 +331,11 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 		t.Fatalf("probe caps: %v", err)
 	}
 	col.caps = caps.Detail
+	if s.nsPath != "" {
+		if s.mac, s.peer, err = attackerLink(s.nsPath); err != nil {
+			t.Errorf("the sandbox's eth0 in %s: %v", s.nsPath, err)
+		}
+	}
 	hasCap := func(c string) bool { return strings.Contains(","+caps.Detail+",", ","+c+",") }
 	if !hasCap("CAP_NET_RAW") || hasCap("CAP_NET_ADMIN") != (s.mode == modeFlushed) {
 		t.Errorf("%s: the probe's effective capabilities are %s", s.mode, caps.Detail)

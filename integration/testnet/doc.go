@@ -64,15 +64,28 @@
 //
 // Every virtual host made by AddHost listens on each of its addresses:
 //
-//	TCP 80, 8080     HTTP/1.1 and h2c (prior knowledge)
+//	TCP 80, 8080     HTTP/1.1 and h2c (prior knowledge, and Upgrade: h2c)
 //	TCP 443, 8443    HTTPS (HTTP/1.1 and h2); certificate chosen by SNI among all
 //	                 names of the Net, the host's own certificate otherwise
-//	TCP 22, 5432, 9000  recorders: count connections and bytes, never answer
+//	TCP 22, 5432, 9000, 6379  recorders: count connections and bytes, never answer
 //	UDP 443, 9999    echo every datagram back, and count it
 //
 // Each HTTP response body is "<host name> <local addr:port> <method> <path>\n",
 // naming the server that really answered, and the headers in HeaderHost,
-// HeaderSNI, HeaderRemote and HeaderProto echo what the server saw.
+// HeaderSNI, HeaderRemote and HeaderProto echo what the server saw. The
+// servers count requests by the virtual host they ask for (RequestsFor).
+// Fake101Path answers with a body holding a 101 status line, sent only once
+// the next request on the connection has arrived.
+//
+// # Around the host
+//
+// AddLANHost puts hosts with the same servers on private addresses (RFC
+// 1918, CGNAT, ULA: the host's LAN and a cloud's metadata service) in a
+// namespace "dm-lan-<id>" that host routes to through a link of
+// link-local addresses (169.254.77.0/30, fe80::1 and fe80::2); inet does
+// not route there. ServeHost starts the servers in a namespace the caller
+// made or opened (OpenNetns: a container's), and RecordICMP counts the ICMP
+// and ICMPv6 messages that reach a namespace, by type.
 //
 // Both DNS servers answer A and AAAA (TTL 5 s) for every AddHost and AddRecord name
 // (unless AnswerOnlyAt leaves a name to some of them: the others answer NXDOMAIN),
