@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/containernetworking/cni/libcni"
 	"maps"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ const escapeImage = "dm-escape:test"
 // flushed mode), so that it holds what a container would. The label must
 // be "full", so every row must be 0 bytes in both columns.
 func escapeCNI(t *testing.T, bin string, writeDoc bool) *escapeKind {
-	return escapeCNIKind(t, bin, writeDoc, &escapeKind{
+	return escapeCNIKind(t, bin, "", writeDoc, &escapeKind{
 		name: escapeKindCNI,
 		setup: "libcni ADD of a conflist: bridge (host-local IPAM) with doorman chained after it with its defaults " +
 			"(the DNS filter and the host-side layer on), run in a namespace playing the host; the probe runs as root " +
@@ -46,7 +47,7 @@ func escapeCNI(t *testing.T, bin string, writeDoc bool) *escapeKind {
 // escapeCNIBare runs the matrix for CNI sandboxes with both layers turned
 // off: only the in-namespace rules hold, and the label must say so.
 func escapeCNIBare(t *testing.T, bin string, writeDoc bool) *escapeKind {
-	return escapeCNIKind(t, bin, writeDoc, &escapeKind{
+	return escapeCNIKind(t, bin, "", writeDoc, &escapeKind{
 		name: escapeKindCNIBare,
 		setup: "As the CNI sandbox above, with `\"dnsFilter\": false` and `\"hostLayer\": false` in doorman's entry of " +
 			"the conflist: only the rules inside the sandbox's namespace hold, DNS to the resolvers is not filtered, " +
@@ -56,8 +57,13 @@ func escapeCNIBare(t *testing.T, bin string, writeDoc bool) *escapeKind {
 
 // escapeCNIKind runs k's two columns on CNI sandboxes whose conflist has
 // extra merged into doorman's entry; wantFull requires the label "full".
-func escapeCNIKind(t *testing.T, bin string, writeDoc bool, k *escapeKind, extra map[string]any, wantFull bool) *escapeKind {
+// pluginDir, if not "", is where libcni finds the plugins (another doorman
+// binary); "" is the binaries under test.
+func escapeCNIKind(t *testing.T, bin, pluginDir string, writeDoc bool, k *escapeKind, extra map[string]any, wantFull bool) *escapeKind {
 	e := newCNIEnv(t)
+	if pluginDir != "" {
+		e.cni = libcni.NewCNIConfig([]string{pluginDir}, nil)
+	}
 	w := newEscapeLAN(t, e.net).world(e.net, e.api, e.evil, e.other)
 	extra = maps.Clone(extra)
 	if extra == nil {
