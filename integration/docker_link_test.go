@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -65,11 +66,8 @@ func linkRootToNet(t *testing.T, n *testnet.Net, id string, containerNets ...net
 			t.Fatalf("the root namespace already routes %s (dev %s): another Docker test is running, or one left it behind (ip route del %s)", p, dev, p)
 		}
 	}
-	if hook, ok := rootForwardDropped(); ok {
-		t.Fatalf("the root namespace's %s chain drops forwarded packets (another dockerd, e.g. the system's, set its policy): "+
-			"the test containers' DNS would be dropped there; stop that daemon or run the test on a machine without one", hook)
-	}
 	name := "dmr" + id // the root end; the host end is name+"h"
+	acceptRootForwarding(t, name)
 	hostNS, err := netns.GetFromPath(n.HostPath())
 	if err != nil {
 		t.Fatalf("open %s: %v", n.HostPath(), err)
@@ -130,26 +128,61 @@ func linkRootToNet(t *testing.T, n *testnet.Net, id string, containerNets ...net
 	enableRootForwarding(t)
 }
 
-// rootForwardDropped reports whether a base chain on the root namespace's
-// IPv4 forward hook has policy drop: what a dockerd with its default
-// --iptables sets (the table "ip filter", chain FORWARD, through
-// iptables-nft). The test's containers reach the fake internet's resolver
-// through that hook, and must not change the root namespace's firewall.
-func rootForwardDropped() (string, bool) {
+// acceptRootForwarding lets the packets the root namespace forwards to
+// and from link (the test's way into its fake internet) through the base
+// chains on its forward hook whose policy is drop, and takes that back at
+// cleanup. A system dockerd running with its default --iptables sets the
+// policy of table ip filter, chain FORWARD, to drop (through iptables-nft,
+// Debian's iptables) and keeps its DOCKER-USER chain for rules like these:
+// they go there, through the same iptables binary dockerd uses, so the
+// machine's Docker keeps working as before, and they name only the test's
+// own link. A dropping chain of another kind (a firewall of nft's own)
+// fails the test with what to do, rather than being changed.
+func acceptRootForwarding(t *testing.T, link string) {
+	t.Helper()
 	var c nftables.Conn
-	for _, family := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyINet} {
+	families := map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "iptables", nftables.TableFamilyIPv6: "ip6tables", nftables.TableFamilyINet: ""}
+	for family, tool := range families {
 		chains, err := c.ListChainsOfTableFamily(family)
 		if err != nil {
 			continue
 		}
 		for _, ch := range chains {
-			if ch.Hooknum != nil && *ch.Hooknum == *nftables.ChainHookForward &&
-				ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop {
-				return fmt.Sprintf("table %s chain %s", ch.Table.Name, ch.Name), true
+			if ch.Hooknum == nil || *ch.Hooknum != *nftables.ChainHookForward || ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
+				continue
 			}
+			if tool == "" || ch.Table.Name != "filter" || ch.Name != "FORWARD" {
+				t.Fatalf("the root namespace's table %s chain %s drops forwarded packets: the test containers' DNS would be dropped there; "+
+					"accept what is forwarded to and from %s* in it, or run the test on a machine without that firewall", ch.Table.Name, ch.Name, link[:3])
+			}
+			insertIptablesAccept(t, tool, link)
 		}
 	}
-	return "", false
+}
+
+// insertIptablesAccept puts "-i link -j ACCEPT" and "-o link -j ACCEPT"
+// first in DOCKER-USER (or in FORWARD where there is no DOCKER-USER) with
+// tool (iptables or ip6tables), and deletes them at cleanup.
+func insertIptablesAccept(t *testing.T, tool, link string) {
+	t.Helper()
+	if _, err := exec.LookPath(tool); err != nil {
+		t.Fatalf("the root namespace's %s FORWARD chain drops forwarded packets, and %s, which would let the test's through, is not installed", tool, tool)
+	}
+	chain := "DOCKER-USER"
+	if exec.Command(tool, "-w", "-n", "-L", chain).Run() != nil {
+		chain = "FORWARD"
+	}
+	for _, dir := range []string{"-i", "-o"} {
+		rule := []string{chain, dir, link, "-j", "ACCEPT"}
+		if out, err := exec.Command(tool, append([]string{"-w", "-I"}, rule...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%s -I %s: %v: %s", tool, strings.Join(rule, " "), err, out)
+		}
+		t.Cleanup(func() {
+			if out, err := exec.Command(tool, append([]string{"-w", "-D"}, rule...)...).CombinedOutput(); err != nil {
+				t.Errorf("cleanup: %s -D %s: %v: %s", tool, strings.Join(rule, " "), err, out)
+			}
+		})
+	}
 }
 
 // setUpLink gives a link its addresses (IPv6 without duplicate address
