@@ -5,8 +5,9 @@ import (
 	"fmt"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // Apply installs table inet doorman in the netns at nsPath (for example
@@ -41,11 +42,7 @@ func Create(nsPath string, spec Spec) error {
 // apply installs the ruleset; replace says whether a table already there
 // is replaced or makes it fail with ErrTableExists.
 func apply(nsPath string, spec Spec, replace bool) error {
-	s, err := spec.normalized()
-	if err != nil {
-		return err
-	}
-	ns, err := openNetNS(nsPath)
+	s, ns, err := open(nsPath, spec)
 	if err != nil {
 		return err
 	}
@@ -78,20 +75,33 @@ func apply(nsPath string, spec Spec, replace bool) error {
 	return nil
 }
 
+// open normalizes spec and opens the namespace at nsPath.
+func open(nsPath string, spec Spec) (Spec, *nft.NetNS, error) {
+	s, err := spec.normalized()
+	if err != nil {
+		return Spec{}, nil, err
+	}
+	ns, err := nft.OpenNetNS(nsPath)
+	if err != nil {
+		return Spec{}, nil, err
+	}
+	return s, ns, nil
+}
+
 // install sends the table in one batch: a replacement if exists (what a
 // look-up found), else an exclusive creation. If the table is there after
 // all (it appeared after the look-up, or none was made), the kernel
 // rejects the creation whole (EEXIST): install then replaces it if
 // replace, and otherwise returns ErrTableExists.
-func install(ns *netNS, s Spec, exists, replace bool) error {
-	stageTable(ns.conn, s, exists)
-	err := ns.conn.Flush()
+func install(ns *nft.NetNS, s Spec, exists, replace bool) error {
+	stageTable(ns.Conn, s, exists)
+	err := ns.Conn.Flush()
 	if !exists && errors.Is(err, unix.EEXIST) {
 		if !replace {
 			return ErrTableExists
 		}
-		stageTable(ns.conn, s, true)
-		err = ns.conn.Flush()
+		stageTable(ns.Conn, s, true)
+		err = ns.Conn.Flush()
 	}
 	return err
 }
@@ -106,28 +116,14 @@ func install(ns *netNS, s Spec, exists, replace bool) error {
 func stageTable(c *nftables.Conn, s Spec, replace bool) {
 	t := table()
 	if replace {
-		c.AddTable(t)
-		c.DelTable(t)
-		c.AddTable(t)
+		nft.ReplaceTable(c, t)
 	} else {
 		c.CreateTable(t)
 	}
 	for _, cs := range buildRuleset(s) {
-		ch := c.AddChain(&nftables.Chain{
-			Name:     cs.name,
-			Table:    t,
-			Type:     cs.typ,
-			Hooknum:  &cs.hook,
-			Priority: &cs.priority,
-			Policy:   &cs.policy,
-		})
+		ch := c.AddChain(cs.chain(t))
 		for _, r := range cs.rules {
-			c.AddRule(&nftables.Rule{
-				Table:    t,
-				Chain:    ch,
-				Exprs:    r.exprs,
-				UserData: userdata.AppendString(nil, userdata.TypeComment, r.comment),
-			})
+			nft.AddRule(c, ch, r)
 		}
 	}
 }
@@ -138,14 +134,14 @@ func stageTable(c *nftables.Conn, s Spec, replace bool) {
 // repeated. Other tables in the namespace are left alone.
 func Remove(nsPath string) error {
 	err := remove(nsPath)
-	if err == nil || isNotExist(err) || errors.Is(err, errNotNetNS) {
+	if err == nil || nft.IsNotExist(err) || errors.Is(err, nft.ErrNotNetNS) {
 		return nil
 	}
 	return fmt.Errorf("enforce: remove table inet %s from %s: %w", TableName, nsPath, err)
 }
 
 func remove(nsPath string) error {
-	ns, err := openNetNS(nsPath)
+	ns, err := nft.OpenNetNS(nsPath)
 	if err != nil {
 		return err
 	}
@@ -156,13 +152,13 @@ func remove(nsPath string) error {
 	if ok, err := present(ns); err != nil || !ok {
 		return err
 	}
-	ns.conn.DelTable(table())
-	return ns.conn.Flush()
+	ns.Conn.DelTable(table())
+	return ns.Conn.Flush()
 }
 
 // Present reports whether table inet doorman exists in the netns at nsPath.
 func Present(nsPath string) (bool, error) {
-	ns, err := openNetNS(nsPath)
+	ns, err := nft.OpenNetNS(nsPath)
 	if err != nil {
 		return false, fmt.Errorf("enforce: look up table inet %s in %s: %w", TableName, nsPath, err)
 	}
@@ -174,10 +170,9 @@ func Present(nsPath string) (bool, error) {
 	return ok, nil
 }
 
-func present(ns *netNS) (bool, error) {
-	_, err := ns.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	if isNotExist(err) {
-		return false, nil
-	}
-	return err == nil, err
+func present(ns *nft.NetNS) (bool, error) { return nft.HasTable(ns.Conn, table()) }
+
+// table is doorman's table, as nftables names it.
+func table() *nftables.Table {
+	return &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 }

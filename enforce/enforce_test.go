@@ -10,6 +10,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 var (
@@ -307,7 +309,7 @@ func addDockerDNSTable(t *testing.T, n *testNS, udpPort, tcpPort uint16) {
 			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
 		for proto, realPort := range map[byte]uint16{unix.IPPROTO_UDP: udpPort, unix.IPPROTO_TCP: tcpPort} {
 			c.AddRule(&nftables.Rule{Table: tbl, Chain: ch, Exprs: append(append(append(
-				matchDaddr(netip.MustParseAddr("127.0.0.11")), matchL4Proto(proto)...), matchDport(53)...),
+				nft.Daddr(netip.MustParseAddr("127.0.0.11")), nft.L4Proto(proto)...), nft.Dport(53)...),
 				&expr.Immediate{Register: 1, Data: netip.MustParseAddr("127.0.0.11").AsSlice()},
 				&expr.Immediate{Register: 2, Data: []byte{byte(realPort >> 8), byte(realPort)}},
 				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
@@ -444,7 +446,7 @@ func TestApplyCheckRemove(t *testing.T) {
 		}
 		withConn(t, sb, func(c *nftables.Conn) {
 			c.InsertRule(&nftables.Rule{Table: table(), Chain: &nftables.Chain{Name: chainForward, Table: table()},
-				Exprs: []expr.Any{verdict(expr.VerdictAccept)}})
+				Exprs: nft.Accept()})
 		})
 		err := Check(sb.path, s)
 		if err == nil || !strings.Contains(err.Error(), "without comment") {
@@ -535,10 +537,10 @@ func TestGoneNamespace(t *testing.T) {
 		t.Errorf("Apply on a deleted netns = %v, want ENOENT naming the path", err)
 	}
 	// A file that is no namespace is an error for Apply and Present.
-	if _, err := Present("/proc/self/status"); err == nil || !errors.Is(err, errNotNetNS) {
+	if _, err := Present("/proc/self/status"); err == nil || !errors.Is(err, nft.ErrNotNetNS) {
 		t.Errorf("Present on /proc/self/status = %v, want not a network namespace", err)
 	}
-	if err := Apply("/proc/self/ns/uts", Spec{DenyAll: true}); err == nil || !errors.Is(err, errNotNetNS) {
+	if err := Apply("/proc/self/ns/uts", Spec{DenyAll: true}); err == nil || !errors.Is(err, nft.ErrNotNetNS) {
 		t.Errorf("Apply on a uts namespace = %v, want not a network namespace", err)
 	}
 }
@@ -581,7 +583,7 @@ func TestApplyTableAppearsMeanwhile(t *testing.T) {
 	if err := Apply(sb.path, first); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := openNetNS(sb.path)
+	ns, err := nft.OpenNetNS(sb.path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,8 +592,8 @@ func TestApplyTableAppearsMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stageTable(ns.conn, s, false)
-	if err := ns.conn.Flush(); !errors.Is(err, unix.EEXIST) {
+	stageTable(ns.Conn, s, false)
+	if err := ns.Conn.Flush(); !errors.Is(err, unix.EEXIST) {
 		t.Fatalf("creating the table over an existing one: err = %v, want EEXIST", err)
 	}
 	if err := Check(sb.path, first); err != nil {

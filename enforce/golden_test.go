@@ -50,7 +50,7 @@ func TestRulesetGolden(t *testing.T) {
 		for _, cs := range buildRuleset(s) {
 			fmt.Fprintf(&b, "chain %s type %s hook %d priority %d policy %d\n", cs.name, cs.typ, cs.hook, cs.priority, cs.policy)
 			for _, r := range cs.rules {
-				writeGoldenRule(t, &b, r.comment, r.exprs)
+				writeGoldenRule(t, &b, r.Comment, r.Exprs)
 			}
 		}
 	}

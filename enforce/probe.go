@@ -8,7 +8,8 @@ import (
 	"os"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // ProbeFib returns an error if the kernel lacks the nft fib expression,
@@ -18,7 +19,7 @@ import (
 // table in the netns at nsPath and deletes that table in the same batch,
 // so nothing is left behind whatever happens.
 func ProbeFib(nsPath string) error {
-	ns, err := openNetNS(nsPath)
+	ns, err := nft.OpenNetNS(nsPath)
 	if err != nil {
 		return fmt.Errorf("enforce: probe nft fib in %s: %w", nsPath, err)
 	}
@@ -29,11 +30,11 @@ func ProbeFib(nsPath string) error {
 	return nil
 }
 
-func probeFib(ns *netNS) error {
+func probeFib(ns *nft.NetNS) error {
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	t := &nftables.Table{Name: TableName + "-probe-" + hex.EncodeToString(suffix[:]), Family: nftables.TableFamilyINet}
-	c := ns.conn
+	c := ns.Conn
 	c.AddTable(t)
 	ch := c.AddChain(&nftables.Chain{
 		Name:     "probe",
@@ -43,7 +44,7 @@ func probeFib(ns *netNS) error {
 		Priority: nftables.ChainPriorityNATDest,
 	})
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch,
-		Exprs: append(matchFibDaddrNotLocal(), verdict(expr.VerdictReturn))})
+		Exprs: append(nft.FibDaddrNotLocal(), nft.Return()...)})
 	c.DelTable(t)
 	err := c.Flush()
 	switch {

@@ -8,6 +8,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // TableName is the name of doorman's table (family inet) in a sandbox netns.
@@ -32,29 +34,13 @@ type chainSpec struct {
 	hook     nftables.ChainHook
 	priority nftables.ChainPriority
 	policy   nftables.ChainPolicy
-	rules    []ruleSpec
+	rules    []nft.RuleSpec
 }
 
-// ruleSpec is one rule: its expressions and a comment that names it in
-// `nft list ruleset` and in the errors of Check.
-type ruleSpec struct {
-	comment string
-	exprs   []expr.Any
+// chain is the chain of cs in table t, as Apply adds it.
+func (cs chainSpec) chain(t *nftables.Table) *nftables.Chain {
+	return &nftables.Chain{Name: cs.name, Table: t, Type: cs.typ, Hooknum: &cs.hook, Priority: &cs.priority, Policy: &cs.policy}
 }
-
-func rule(comment string, parts ...[]expr.Any) ruleSpec {
-	return ruleSpec{comment: comment, exprs: slices.Concat(parts...)}
-}
-
-func accept() []expr.Any      { return []expr.Any{verdict(expr.VerdictAccept)} }
-func drop() []expr.Any        { return []expr.Any{verdict(expr.VerdictDrop)} }
-func ret() []expr.Any         { return []expr.Any{verdict(expr.VerdictReturn)} }
-func tcp() []expr.Any         { return matchL4Proto(unix.IPPROTO_TCP) }
-func udp() []expr.Any         { return matchL4Proto(unix.IPPROTO_UDP) }
-func nfproto4() []expr.Any    { return matchNFProto(netip.IPv4Unspecified()) }
-func nfproto6() []expr.Any    { return matchNFProto(netip.IPv6Unspecified()) }
-func loopback() []expr.Any    { return matchOifname("lo") }
-func fibNonLocal() []expr.Any { return matchFibDaddrNotLocal() }
 
 // buildRuleset returns the chains of table inet doorman for a normalized
 // spec, in the order Apply creates them. See doc.go for the layout.
@@ -90,40 +76,40 @@ func dnsPortFor(s Spec, a netip.Addr) uint16 {
 // dnsToResolvers sends DNS to the resolvers to the proxy's DNS filter where
 // there is one; otherwise it keeps TCP DNS away from the TCP proxy, so that
 // the filter chains' DNS rules decide on it.
-func dnsToResolvers(s Spec) []ruleSpec {
-	var rules []ruleSpec
+func dnsToResolvers(s Spec) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, r := range s.Resolvers {
 		if p := dnsPortFor(s, r); p != 0 {
 			rules = append(rules,
-				rule(fmt.Sprintf("dns udp to resolver %s goes to the filter on port %d", r, p),
-					matchDaddr(r), udp(), matchDport(dnsPort), redirectTo(p)),
-				rule(fmt.Sprintf("dns tcp to resolver %s goes to the filter on port %d", r, p),
-					matchDaddr(r), tcp(), matchDport(dnsPort), redirectTo(p)))
+				nft.Rule(fmt.Sprintf("dns udp to resolver %s goes to the filter on port %d", r, p),
+					nft.Daddr(r), nft.UDP(), nft.Dport(dnsPort), redirectTo(p)),
+				nft.Rule(fmt.Sprintf("dns tcp to resolver %s goes to the filter on port %d", r, p),
+					nft.Daddr(r), nft.TCP(), nft.Dport(dnsPort), redirectTo(p)))
 			continue
 		}
-		rules = append(rules, rule(fmt.Sprintf("dns tcp to resolver %s is not redirected", r),
-			matchDaddr(r), tcp(), matchDport(dnsPort), ret()))
+		rules = append(rules, nft.Rule(fmt.Sprintf("dns tcp to resolver %s is not redirected", r),
+			nft.Daddr(r), nft.TCP(), nft.Dport(dnsPort), nft.Return()))
 	}
 	return rules
 }
 
 // directNotRedirected keeps allowDirect destinations away from the proxy.
-func directNotRedirected(s Spec) []ruleSpec {
-	var rules []ruleSpec
+func directNotRedirected(s Spec) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, d := range s.Direct {
-		rules = append(rules, rule(fmt.Sprintf("allowDirect %v is not redirected", d),
-			matchDirect(d, unix.IPPROTO_TCP), ret()))
+		rules = append(rules, nft.Rule(fmt.Sprintf("allowDirect %v is not redirected", d),
+			matchDirect(d, unix.IPPROTO_TCP), nft.Return()))
 	}
 	return rules
 }
 
 // directAccepted lets allowDirect destinations out, TCP and UDP.
-func directAccepted(s Spec) []ruleSpec {
-	var rules []ruleSpec
+func directAccepted(s Spec) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, d := range s.Direct {
 		for _, p := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-			rules = append(rules, rule(fmt.Sprintf("allowDirect %v proto %d is accepted", d, p),
-				matchDirect(d, p), accept()))
+			rules = append(rules, nft.Rule(fmt.Sprintf("allowDirect %v proto %d is accepted", d, p),
+				matchDirect(d, p), nft.Accept()))
 		}
 	}
 	return rules
@@ -131,22 +117,22 @@ func directAccepted(s Spec) []ruleSpec {
 
 // redirects sends each family's TCP to its listener; extra narrows which
 // packets are redirected (prerouting: only those not for this netns).
-func redirects(s Spec, extra []expr.Any) []ruleSpec {
-	var rules []ruleSpec
+func redirects(s Spec, extra []expr.Any) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	if s.Port4 != 0 {
-		rules = append(rules, rule(fmt.Sprintf("redirect ipv4 tcp to the proxy on port %d", s.Port4),
-			nfproto4(), tcp(), extra, redirectTo(s.Port4)))
+		rules = append(rules, nft.Rule(fmt.Sprintf("redirect ipv4 tcp to the proxy on port %d", s.Port4),
+			nft.NFProtoIPv4(), nft.TCP(), extra, redirectTo(s.Port4)))
 	}
 	if s.Port6 != 0 {
-		rules = append(rules, rule(fmt.Sprintf("redirect ipv6 tcp to the proxy on port %d", s.Port6),
-			nfproto6(), tcp(), extra, redirectTo(s.Port6)))
+		rules = append(rules, nft.Rule(fmt.Sprintf("redirect ipv6 tcp to the proxy on port %d", s.Port6),
+			nft.NFProtoIPv6(), nft.TCP(), extra, redirectTo(s.Port6)))
 	}
 	return rules
 }
 
 func natOutput(s Spec) chainSpec {
 	c := natChain(chainNATOutput, nftables.ChainHookOutput)
-	c.rules = append(c.rules, rule("loopback is not redirected", loopback(), ret()))
+	c.rules = append(c.rules, nft.Rule("loopback is not redirected", nft.OifName("lo"), nft.Return()))
 	c.rules = append(c.rules, dnsToResolvers(s)...)
 	c.rules = append(c.rules, directNotRedirected(s)...)
 	c.rules = append(c.rules, redirects(s, nil)...)
@@ -157,7 +143,7 @@ func natPrerouting(s Spec) chainSpec {
 	c := natChain(chainNATPrerouting, nftables.ChainHookPrerouting)
 	c.rules = append(c.rules, dnsToResolvers(s)...)
 	c.rules = append(c.rules, directNotRedirected(s)...)
-	c.rules = append(c.rules, redirects(s, fibNonLocal())...)
+	c.rules = append(c.rules, redirects(s, nft.FibDaddrNotLocal())...)
 	return c
 }
 
@@ -170,10 +156,10 @@ func input(s Spec) chainSpec {
 			continue
 		}
 		c.rules = append(c.rules,
-			rule(fmt.Sprintf("redirected tcp reaches the proxy on port %d", p),
-				tcp(), matchDport(p), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()),
-			rule(fmt.Sprintf("direct tcp to the proxy on port %d is refused", p),
-				tcp(), matchDport(p), []expr.Any{rejectTCPReset()}))
+			nft.Rule(fmt.Sprintf("redirected tcp reaches the proxy on port %d", p),
+				nft.TCP(), nft.Dport(p), nft.CtStatus(ipsDstNAT), nft.Accept()),
+			nft.Rule(fmt.Sprintf("direct tcp to the proxy on port %d is refused", p),
+				nft.TCP(), nft.Dport(p), []expr.Any{rejectTCPReset()}))
 	}
 	dns := slices.Compact([]uint16{min(s.DNSPort4, s.DNSPort6), max(s.DNSPort4, s.DNSPort6)})
 	for _, p := range dns {
@@ -184,12 +170,12 @@ func input(s Spec) chainSpec {
 			name string
 			l4   []expr.Any
 			deny expr.Any
-		}{{"udp", udp(), rejectAdminProhibited()}, {"tcp", tcp(), rejectTCPReset()}} {
+		}{{"udp", nft.UDP(), rejectAdminProhibited()}, {"tcp", nft.TCP(), rejectTCPReset()}} {
 			c.rules = append(c.rules,
-				rule(fmt.Sprintf("redirected dns %s reaches the filter on port %d", proto.name, p),
-					proto.l4, matchDport(p), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()),
-				rule(fmt.Sprintf("direct %s to the dns filter on port %d is refused", proto.name, p),
-					proto.l4, matchDport(p), []expr.Any{proto.deny}))
+				nft.Rule(fmt.Sprintf("redirected dns %s reaches the filter on port %d", proto.name, p),
+					proto.l4, nft.Dport(p), nft.CtStatus(ipsDstNAT), nft.Accept()),
+				nft.Rule(fmt.Sprintf("direct %s to the dns filter on port %d is refused", proto.name, p),
+					proto.l4, nft.Dport(p), []expr.Any{proto.deny}))
 		}
 	}
 	return c
@@ -198,7 +184,7 @@ func input(s Spec) chainSpec {
 func output(s Spec) chainSpec {
 	c := filterChain(chainOutput, nftables.ChainHookOutput, nftables.ChainPolicyDrop)
 	c.rules = append(c.rules, conntrackRules()...)
-	c.rules = append(c.rules, rule("loopback is accepted", loopback(), accept()))
+	c.rules = append(c.rules, nft.Rule("loopback is accepted", nft.OifName("lo"), nft.Accept()))
 	c.rules = append(c.rules, redirectedToProxy(s)...)
 	c.rules = append(c.rules, neighbourDiscovery()...)
 	c.rules = append(c.rules, dnsRules(s)...)
@@ -222,8 +208,8 @@ func forward(s Spec) chainSpec {
 // redirect reroutes them to lo, but the output hook keeps the interface it
 // started with, so `oifname "lo"` does not see them: match the loopback
 // address and listener port the redirect wrote instead.
-func redirectedToProxy(s Spec) []ruleSpec {
-	var rules []ruleSpec
+func redirectedToProxy(s Spec) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, l := range []struct {
 		addr netip.Addr
 		port uint16
@@ -231,8 +217,8 @@ func redirectedToProxy(s Spec) []ruleSpec {
 		if l.port == 0 {
 			continue
 		}
-		rules = append(rules, rule(fmt.Sprintf("redirected tcp to the proxy on port %d is accepted", l.port),
-			matchDaddr(l.addr), tcp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()))
+		rules = append(rules, nft.Rule(fmt.Sprintf("redirected tcp to the proxy on port %d is accepted", l.port),
+			nft.Daddr(l.addr), nft.TCP(), nft.Dport(l.port), nft.CtStatus(ipsDstNAT), nft.Accept()))
 	}
 	for _, l := range []struct {
 		addr netip.Addr
@@ -242,10 +228,10 @@ func redirectedToProxy(s Spec) []ruleSpec {
 			continue
 		}
 		rules = append(rules,
-			rule(fmt.Sprintf("redirected dns udp to the filter on port %d is accepted", l.port),
-				matchDaddr(l.addr), udp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()),
-			rule(fmt.Sprintf("redirected dns tcp to the filter on port %d is accepted", l.port),
-				matchDaddr(l.addr), tcp(), matchDport(l.port), matchCtBits(expr.CtKeySTATUS, ipsDstNAT), accept()))
+			nft.Rule(fmt.Sprintf("redirected dns udp to the filter on port %d is accepted", l.port),
+				nft.Daddr(l.addr), nft.UDP(), nft.Dport(l.port), nft.CtStatus(ipsDstNAT), nft.Accept()),
+			nft.Rule(fmt.Sprintf("redirected dns tcp to the filter on port %d is accepted", l.port),
+				nft.Daddr(l.addr), nft.TCP(), nft.Dport(l.port), nft.CtStatus(ipsDstNAT), nft.Accept()))
 	}
 	return rules
 }
@@ -258,81 +244,49 @@ func redirectedToProxy(s Spec) []ruleSpec {
 // queries someone sent the sandbox, and the errors that keep admitted
 // flows working, to the flow's peer (conntrack relates an error only if
 // its outer destination is the peer of the flow it quotes).
-func conntrackRules() []ruleSpec {
-	rules := []ruleSpec{
-		rule("invalid is dropped", matchCtBits(expr.CtKeySTATE, expr.CtStateBitINVALID), drop()),
-		rule("replies are accepted", matchNotL4Proto(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6),
-			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept()),
-		rule("icmp replies to queries sent to the sandbox are accepted", nfproto4(), matchL4Proto(unix.IPPROTO_ICMP),
-			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED), matchCtReply(), accept()),
-		rule("icmpv6 replies to queries sent to the sandbox are accepted", nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6),
-			matchCtBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED), matchCtReply(), accept()),
+func conntrackRules() []nft.RuleSpec {
+	rules := []nft.RuleSpec{
+		nft.Rule("invalid is dropped", nft.CtState(expr.CtStateBitINVALID), nft.Drop()),
+		nft.Rule("replies are accepted", nft.L4ProtoNot(unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6),
+			nft.CtState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), nft.Accept()),
+		nft.Rule("icmp replies to queries sent to the sandbox are accepted", nft.NFProtoIPv4(), nft.L4Proto(unix.IPPROTO_ICMP),
+			nft.CtState(expr.CtStateBitESTABLISHED), nft.CtReply(), nft.Accept()),
+		nft.Rule("icmpv6 replies to queries sent to the sandbox are accepted", nft.NFProtoIPv6(), nft.L4Proto(unix.IPPROTO_ICMPV6),
+			nft.CtState(expr.CtStateBitESTABLISHED), nft.CtReply(), nft.Accept()),
 	}
-	for _, e := range icmpErrors {
-		rules = append(rules, rule("icmp "+e.name+" related to a flow is accepted", nfproto4(), matchL4Proto(unix.IPPROTO_ICMP),
-			matchICMPType(e.typ), matchCtBits(expr.CtKeySTATE, expr.CtStateBitRELATED), accept()))
-	}
-	for _, e := range icmpv6Errors {
-		rules = append(rules, rule("icmpv6 "+e.name+" related to a flow is accepted", nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6),
-			matchICMPType(e.typ), matchCtBits(expr.CtKeySTATE, expr.CtStateBitRELATED), accept()))
-	}
-	return rules
+	return append(rules, nft.ICMPErrorRules()...)
 }
 
 // neighbourDiscovery keeps IPv6 working on the link whatever AllowICMP
 // says: router and neighbour solicitations and advertisements carry hop
 // limit 255 (RFC 4861 7.1), MLD reports hop limit 1 (RFC 3810 5).
-func neighbourDiscovery() []ruleSpec {
-	nd := []struct {
-		name     string
-		typ      byte
-		hopLimit byte
-	}{
-		{"router solicitation", icmpv6RouterSolicit, 255},
-		{"neighbour solicitation", icmpv6NeighSolicit, 255},
-		{"neighbour advertisement", icmpv6NeighAdvert, 255},
-		{"mld report", icmpv6MLDReport, 1},
-		{"mld done", icmpv6MLDDone, 1},
-		{"mldv2 report", icmpv6MLDv2Report, 1},
-	}
-	var rules []ruleSpec
-	for _, m := range nd {
-		rules = append(rules, rule("ipv6 "+m.name+" is accepted",
-			nfproto6(), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(m.typ), matchHopLimit(m.hopLimit), accept()))
-	}
-	return rules
+func neighbourDiscovery() []nft.RuleSpec {
+	return append(nft.NDRules(), nft.MLDRules()...)
 }
 
-func dnsRules(s Spec) []ruleSpec {
-	var rules []ruleSpec
+func dnsRules(s Spec) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, r := range s.Resolvers {
 		rules = append(rules,
-			rule(fmt.Sprintf("dns udp to resolver %s is accepted", r), matchDaddr(r), udp(), matchDport(dnsPort), accept()),
-			rule(fmt.Sprintf("dns tcp to resolver %s is accepted", r), matchDaddr(r), tcp(), matchDport(dnsPort), accept()))
+			nft.Rule(fmt.Sprintf("dns udp to resolver %s is accepted", r), nft.Daddr(r), nft.UDP(), nft.Dport(dnsPort), nft.Accept()),
+			nft.Rule(fmt.Sprintf("dns tcp to resolver %s is accepted", r), nft.Daddr(r), nft.TCP(), nft.Dport(dnsPort), nft.Accept()))
 	}
 	return rules
 }
 
 // echoRules are AllowICMP: echo requests to the allowDirect prefixes,
-// with at most maxEchoData bytes of data. Their replies come back as
-// conntrack replies (the input chain accepts everything); a second
-// request with the same identifier is judged here again, not as part of
-// an established flow (see conntrackRules).
-func echoRules(s Spec) []ruleSpec {
+// with at most nft.MaxEchoData bytes of data, in this ruleset's encoding
+// (see package nft). Their replies come back as conntrack replies (the
+// input chain accepts everything); a second request with the same
+// identifier is judged here again, not as part of an established flow
+// (see conntrackRules).
+func echoRules(s Spec) []nft.RuleSpec {
 	if !s.AllowICMP {
 		return nil
 	}
-	var rules []ruleSpec
+	var rules []nft.RuleSpec
 	for _, p := range directPrefixes(s) {
-		if p.Addr().Is4() {
-			rules = append(rules, rule(fmt.Sprintf("icmp echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
-				matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMP), matchICMPType(icmpEchoRequest),
-				matchIPv4NoOptions(), matchIPLength(false, ipv4HeaderLen+icmpHeaderLen, maxEchoIPv4Total), accept()))
-			continue
-		}
-		rules = append(rules, rule(fmt.Sprintf("icmpv6 echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
-			matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPType(icmpv6EchoRequest),
-			matchIPLength(true, icmpHeaderLen, maxEchoIPv6Plen), accept()))
+		rules = append(rules, nft.EchoRule(p, nft.DaddrMasked, nft.IPLengthBetween))
 	}
 	return rules
 }
@@ -350,9 +304,9 @@ func directPrefixes(s Spec) []netip.Prefix {
 }
 
 // rejectRest makes every client fail at once instead of timing out.
-func rejectRest() []ruleSpec {
-	return []ruleSpec{
-		rule("other tcp is reset", tcp(), []expr.Any{rejectTCPReset()}),
-		rule("everything else is rejected", []expr.Any{rejectAdminProhibited()}),
+func rejectRest() []nft.RuleSpec {
+	return []nft.RuleSpec{
+		nft.Rule("other tcp is reset", nft.TCP(), []expr.Any{rejectTCPReset()}),
+		nft.Rule("everything else is rejected", []expr.Any{rejectAdminProhibited()}),
 	}
 }

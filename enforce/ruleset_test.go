@@ -18,7 +18,7 @@ func chainNames(cs []chainSpec) []string {
 func comments(c chainSpec) string {
 	var out []string
 	for _, r := range c.rules {
-		out = append(out, r.comment)
+		out = append(out, r.Comment)
 	}
 	return strings.Join(out, "\n")
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // Spec says what to enforce in one sandbox netns.
@@ -56,7 +58,7 @@ func (s Spec) normalized() (Spec, error) {
 	out := s
 	out.Resolvers = make([]netip.Addr, 0, len(s.Resolvers))
 	for i, a := range s.Resolvers {
-		if err := checkResolver(a); err != nil {
+		if err := nft.CheckResolver(a); err != nil {
 			return Spec{}, fmt.Errorf("resolver #%d %q: %w", i+1, a, err)
 		}
 		out.Resolvers = append(out.Resolvers, a.Unmap())
@@ -77,20 +79,6 @@ func (s Spec) normalized() (Spec, error) {
 		out.DNSPort4, out.DNSPort6, out.Direct = 0, 0, nil
 	}
 	return out, nil
-}
-
-func checkResolver(a netip.Addr) error {
-	switch {
-	case !a.IsValid():
-		return fmt.Errorf("not an IP address")
-	case a.Zone() != "":
-		return fmt.Errorf("scoped address: nftables cannot match an IPv6 zone, give the address without %%%s", a.Zone())
-	case a.IsUnspecified():
-		return fmt.Errorf("unspecified address cannot be a DNS server")
-	case a.IsMulticast():
-		return fmt.Errorf("multicast address cannot be a DNS server")
-	}
-	return nil
 }
 
 // unmapBits is how many prefix bits an IPv4-mapped IPv6 prefix loses when
