@@ -11,8 +11,9 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // Apply installs or replaces the rules of sandbox spec.Key in the runtime's
@@ -76,7 +77,7 @@ func apply(nsPath string, spec Spec) ([]Pin, error) {
 	if err := n.stageApply(bridge, s, ifaces, bridgeSets); err != nil {
 		return nil, fmt.Errorf("%s: %w", bridge, err)
 	}
-	if err := n.nft.Flush(); err != nil {
+	if err := n.Conn.Flush(); err != nil {
 		return nil, err
 	}
 	pins := make([]Pin, 0, len(ifaces))
@@ -110,7 +111,7 @@ func (n *runtimeNS) checkMACConflicts(s Spec, ifaces []hostIface, inet, bridge m
 					continue
 				}
 				port, err := n.link.LinkByIndex(index)
-				if isNotExist(err) {
+				if linkNotFound(err) {
 					continue
 				}
 				if err != nil {
@@ -139,7 +140,7 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 	if err != nil {
 		return err
 	}
-	c := n.nft
+	c := n.Conn
 	sets := map[string]*nftables.Set{}
 	if intact {
 		for _, ss := range l.sets {
@@ -162,14 +163,14 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 			ch := c.AddChain(l.baseChain(b))
 			c.FlushChain(ch)
 			for _, r := range b.rules {
-				addRule(c, ch, r)
+				nft.AddRule(c, ch, r)
 			}
 		}
 	}
 	ch := c.AddChain(l.sandboxChain(s.Key))
 	c.FlushChain(ch)
 	for _, r := range l.rules(s, ifaces) {
-		addRule(c, ch, r)
+		nft.AddRule(c, ch, r)
 	}
 	return n.stageElements(l, sets, current, ch.Name, l.elements(ch.Name, ifaces))
 }
@@ -180,8 +181,8 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 // priority and policy, holding exactly their rules. It compares as Check
 // does.
 func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
-	t, err := n.nft.ListTableOfFamily(TableName, l.table.Family)
-	if isNotExist(err) {
+	t, err := n.Conn.ListTableOfFamily(TableName, l.table.Family)
+	if nft.IsNotExist(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -190,7 +191,7 @@ func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
 	if t.Flags != 0 {
 		return false, nil // dormant, or owned by a process: re-adding it says no flags
 	}
-	sets, err := n.nft.GetSets(l.table)
+	sets, err := n.Conn.GetSets(l.table)
 	if err != nil {
 		return false, fmt.Errorf("list sets: %w", err)
 	}
@@ -207,17 +208,17 @@ func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
 		// the error it returns) counts as a missing chain: the skeleton
 		// is added again, and a real failure shows when the batch is
 		// sent.
-		ch, err := n.nft.ListChain(l.table, b.name)
+		ch, err := n.Conn.ListChain(l.table, b.name)
 		if err != nil {
 			return false, nil
 		}
 		ch.Table = l.table
-		if compareBaseChain(l.baseChain(b), ch) != nil {
+		if nft.CompareBaseChain(l.baseChain(b), ch) != nil {
 			return false, nil
 		}
-		// compareRules fails on a difference and on a failed read alike:
+		// CompareRules fails on a difference and on a failed read alike:
 		// either way the chain is rebuilt, as Apply always did.
-		if n.compareRules(l, ch, b.rules) != nil {
+		if nft.CompareRules(n.Conn, ch, b.rules, "layer") != nil {
 			return false, nil
 		}
 	}
@@ -245,7 +246,7 @@ func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, curre
 			}
 		}
 		if len(del) > 0 {
-			if err := n.nft.SetDeleteElements(sets[ss.name], del); err != nil {
+			if err := n.Conn.SetDeleteElements(sets[ss.name], del); err != nil {
 				return fmt.Errorf("set %s: %w", ss.name, err)
 			}
 		}
@@ -258,7 +259,7 @@ func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, curre
 			add = append(add, el)
 		}
 		if len(add) > 0 {
-			if err := n.nft.SetAddElements(sets[ss.name], add); err != nil {
+			if err := n.Conn.SetAddElements(sets[ss.name], add); err != nil {
 				return fmt.Errorf("set %s: %w", ss.name, err)
 			}
 		}
@@ -296,15 +297,6 @@ func keyIndex(key []byte) uint32 {
 	return binaryutil.NativeEndian.Uint32(key)
 }
 
-func addRule(c *nftables.Conn, ch *nftables.Chain, r ruleSpec) {
-	c.AddRule(&nftables.Rule{
-		Table:    ch.Table,
-		Chain:    ch,
-		Exprs:    r.exprs,
-		UserData: userdata.AppendString(nil, userdata.TypeComment, r.comment),
-	})
-}
-
 // Remove deletes the rules of sandbox key from the runtime's namespace at
 // nsPath: its map elements and its chain in both tables, and the tables
 // themselves when no other sandbox is left in them, in one batch. It is no
@@ -323,7 +315,7 @@ func Remove(nsPath string, key string) error {
 
 func remove(nsPath string, key string) error {
 	n, err := openRuntimeNS(nsPath, true)
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errNotNetNS) {
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, nft.ErrNotNetNS) {
 		return nil // the namespace is gone, and its rules with it
 	}
 	if err != nil {
@@ -341,7 +333,7 @@ func remove(nsPath string, key string) error {
 	if !changed {
 		return nil
 	}
-	return n.nft.Flush()
+	return n.Conn.Flush()
 }
 
 // stageRemove queues the removal of sandbox key from one table and reports
@@ -359,12 +351,12 @@ func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
 		if ok, err := n.hasTable(l); !ok || err != nil {
 			return false, err
 		}
-		n.nft.DelTable(l.table)
+		n.Conn.DelTable(l.table)
 		return true, nil
 	case !slices.Contains(chains, name):
 		return false, nil
 	case len(chains) == 1:
-		n.nft.DelTable(l.table) // the last sandbox: the table goes with it
+		n.Conn.DelTable(l.table) // the last sandbox: the table goes with it
 		return true, nil
 	}
 	current, err := n.readSets(l)
@@ -380,20 +372,20 @@ func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
 	if err := n.stageElements(l, sets, current, name, nil); err != nil {
 		return false, err
 	}
-	n.nft.DelChain(l.sandboxChain(key))
+	n.Conn.DelChain(l.sandboxChain(key))
 	return true, nil
 }
 
 // sandboxChains returns the names of the sandbox chains in l's table, none
 // if the table is not there.
 func (n *runtimeNS) sandboxChains(l layout) ([]string, error) {
-	all, err := n.nft.ListChainsOfTableFamily(l.table.Family)
+	chains, err := nft.Chains(n.Conn, l.table)
 	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
+		return nil, err
 	}
 	var names []string
-	for _, c := range all {
-		if c.Table != nil && c.Table.Name == TableName && strings.HasPrefix(c.Name, chainPrefix) {
+	for _, c := range chains {
+		if strings.HasPrefix(c.Name, chainPrefix) {
 			names = append(names, c.Name)
 		}
 	}
@@ -402,14 +394,11 @@ func (n *runtimeNS) sandboxChains(l layout) ([]string, error) {
 
 // hasTable reports whether l's table exists.
 func (n *runtimeNS) hasTable(l layout) (bool, error) {
-	_, err := n.nft.ListTableOfFamily(TableName, l.table.Family)
-	if isNotExist(err) {
-		return false, nil
-	}
+	ok, err := nft.HasTable(n.Conn, l.table)
 	if err != nil {
 		return false, fmt.Errorf("look up the table: %w", err)
 	}
-	return true, nil
+	return ok, nil
 }
 
 // readSets reads the elements of l's sets, by set name; a missing table or
@@ -421,7 +410,7 @@ func (n *runtimeNS) readSets(l layout) (map[string][]element, error) {
 	if ok, err := n.hasTable(l); !ok || err != nil {
 		return out, err
 	}
-	sets, err := n.nft.GetSets(l.table)
+	sets, err := n.Conn.GetSets(l.table)
 	if err != nil {
 		return nil, fmt.Errorf("list sets: %w", err)
 	}
@@ -430,7 +419,7 @@ func (n *runtimeNS) readSets(l layout) (map[string][]element, error) {
 		if i < 0 {
 			continue
 		}
-		els, err := n.nft.GetSetElements(l.set(l.sets[i]))
+		els, err := n.Conn.GetSetElements(l.set(l.sets[i]))
 		if err != nil {
 			return nil, fmt.Errorf("read set %s: %w", set.Name, err)
 		}

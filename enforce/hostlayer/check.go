@@ -8,9 +8,8 @@ import (
 	"slices"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"github.com/google/nftables/userdata"
-	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // Check returns nil if the runtime's namespace at nsPath holds what
@@ -25,11 +24,11 @@ import (
 // returned; an interface without one is compared with what the sandbox's
 // end holds now. Other sandboxes' rules are not looked at.
 //
-// Rules are compared expression by expression as netlink attributes: each
-// expression read back from the kernel is marshalled again by
-// google/nftables and compared with the one Apply would send. Attributes
-// the library does not model are thereby ignored on both sides; rule
-// handles and comments are not compared.
+// Rules are compared as package nft compares them: expression by
+// expression as netlink attributes, each expression read back from the
+// kernel marshalled again by google/nftables and compared with the one
+// Apply would send. Attributes the library does not model are thereby
+// ignored on both sides; rule handles and comments are not compared.
 func Check(nsPath string, spec Spec) error {
 	if err := check(nsPath, spec); err != nil {
 		return fmt.Errorf("hostlayer: check sandbox %s in %s: %w", spec.Key, nsPath, err)
@@ -65,15 +64,8 @@ func check(nsPath string, spec Spec) error {
 }
 
 func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
-	t, err := n.nft.ListTableOfFamily(TableName, l.table.Family)
-	if isNotExist(err) {
-		return fmt.Errorf("table is missing")
-	}
-	if err != nil {
-		return fmt.Errorf("list table: %w", err)
-	}
-	if t.Flags&unix.NFT_TABLE_F_DORMANT != 0 {
-		return fmt.Errorf("table is dormant (its chains are unhooked)")
+	if err := nft.CheckTable(n.Conn, l.table); err != nil {
+		return err
 	}
 
 	for _, b := range l.bases {
@@ -81,15 +73,15 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 		if err != nil {
 			return err
 		}
-		if err := compareBaseChain(l.baseChain(b), ch); err != nil {
+		if err := nft.CompareBaseChain(l.baseChain(b), ch); err != nil {
 			return err
 		}
-		if err := n.compareRules(l, ch, b.rules); err != nil {
+		if err := nft.CompareRules(n.Conn, ch, b.rules, "layer"); err != nil {
 			return err
 		}
 	}
 
-	sets, err := n.nft.GetSets(l.table)
+	sets, err := n.Conn.GetSets(l.table)
 	if err != nil {
 		return fmt.Errorf("list sets: %w", err)
 	}
@@ -114,7 +106,7 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 	if ch.Hooknum != nil {
 		return fmt.Errorf("chain %q is a base chain, want a regular one", name)
 	}
-	if err := n.compareRules(l, ch, l.rules(s, ifaces)); err != nil {
+	if err := nft.CompareRules(n.Conn, ch, l.rules(s, ifaces), "layer"); err != nil {
 		return err
 	}
 
@@ -174,12 +166,12 @@ func keyString(k []byte) string {
 // (google/nftables does not wrap the error of ListChain, so ENOENT cannot
 // be told from other errors there: look at the list instead.)
 func (n *runtimeNS) chain(l layout, name string) (*nftables.Chain, error) {
-	all, err := n.nft.ListChainsOfTableFamily(l.table.Family)
+	chains, err := nft.Chains(n.Conn, l.table)
 	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
+		return nil, err
 	}
-	for _, c := range all {
-		if c.Table != nil && c.Table.Name == TableName && c.Name == name {
+	for _, c := range chains {
+		if c.Name == name {
 			return c, nil
 		}
 	}
@@ -191,70 +183,4 @@ func chainOrVerdict(chain string) string {
 		return "a verdict other than a jump"
 	}
 	return fmt.Sprintf("chain %q", chain)
-}
-
-func compareBaseChain(want, got *nftables.Chain) error {
-	if got.Hooknum == nil || got.Priority == nil {
-		return fmt.Errorf("chain %q is not a base chain", want.Name)
-	}
-	if got.Type != want.Type || *got.Hooknum != *want.Hooknum || *got.Priority != *want.Priority {
-		return fmt.Errorf("chain %q is type %s hook %d priority %d, want type %s hook %d priority %d",
-			want.Name, got.Type, *got.Hooknum, *got.Priority, want.Type, *want.Hooknum, *want.Priority)
-	}
-	if got.Policy == nil || *got.Policy != *want.Policy {
-		return fmt.Errorf("chain %q does not have policy accept", want.Name)
-	}
-	return nil
-}
-
-func (n *runtimeNS) compareRules(l layout, ch *nftables.Chain, want []ruleSpec) error {
-	got, err := n.nft.GetRules(l.table, ch)
-	if err != nil {
-		return fmt.Errorf("list rules of chain %q: %w", ch.Name, err)
-	}
-	fam := byte(l.table.Family)
-	for i, w := range want {
-		if i >= len(got) {
-			return fmt.Errorf("chain %q: rule %d (%s) is missing", ch.Name, i+1, w.comment)
-		}
-		same, err := sameExprs(fam, w.exprs, got[i].Exprs)
-		if err != nil {
-			return fmt.Errorf("chain %q rule %d: %w", ch.Name, i+1, err)
-		}
-		if !same {
-			return fmt.Errorf("chain %q: rule %d is %s, want %s", ch.Name, i+1, ruleName(got[i]), w.comment)
-		}
-	}
-	if len(got) > len(want) {
-		return fmt.Errorf("chain %q: rule %d (%s) is not part of the layer", ch.Name, len(want)+1, ruleName(got[len(want)]))
-	}
-	return nil
-}
-
-func sameExprs(fam byte, want, got []expr.Any) (bool, error) {
-	if len(want) != len(got) {
-		return false, nil
-	}
-	for i := range want {
-		w, err := expr.Marshal(fam, want[i])
-		if err != nil {
-			return false, fmt.Errorf("marshal expression %d: %w", i+1, err)
-		}
-		g, err := expr.Marshal(fam, got[i])
-		if err != nil {
-			return false, fmt.Errorf("marshal installed expression %d: %w", i+1, err)
-		}
-		if !bytes.Equal(w, g) {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// ruleName names an installed rule by its comment, which Apply sets.
-func ruleName(r *nftables.Rule) string {
-	if c, ok := userdata.GetString(r.UserData, userdata.TypeComment); ok && c != "" {
-		return fmt.Sprintf("%q (handle %d)", c, r.Handle)
-	}
-	return fmt.Sprintf("a rule without comment (handle %d)", r.Handle)
 }

@@ -57,13 +57,13 @@ func TestLayerGolden(t *testing.T) {
 				ch := l.baseChain(base)
 				fmt.Fprintf(&b, "chain %s type %s hook %d priority %d policy %d\n", ch.Name, ch.Type, *ch.Hooknum, *ch.Priority, *ch.Policy)
 				for _, r := range base.rules {
-					writeGoldenRule(t, &b, fam, r.comment, r.exprs)
+					writeGoldenRule(t, &b, fam, r.Comment, r.Exprs)
 				}
 			}
 			chain := chainName(s.Key)
 			fmt.Fprintf(&b, "chain %s\n", chain)
 			for _, r := range l.rules(s, sp.ifaces) {
-				writeGoldenRule(t, &b, fam, r.comment, r.exprs)
+				writeGoldenRule(t, &b, fam, r.Comment, r.Exprs)
 			}
 			els := l.elements(chain, sp.ifaces)
 			names := make([]string, 0, len(els))

@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // lab is a topology with servers everywhere: in inet what a sandbox might
@@ -364,13 +365,13 @@ func addOtherTable(t *testing.T, nsPath string) *otherTable {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	tb := n.nft.AddTable(&nftables.Table{Name: "dm-other", Family: nftables.TableFamilyINet})
-	ch := n.nft.AddChain(&nftables.Chain{Name: "forward", Table: tb, Type: nftables.ChainTypeFilter,
+	tb := n.Conn.AddTable(&nftables.Table{Name: "dm-other", Family: nftables.TableFamilyINet})
+	ch := n.Conn.AddChain(&nftables.Chain{Name: "forward", Table: tb, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	for _, r := range []ruleSpec{rule("x", matchCtReply(), accept()), rule("y", accept())} {
-		addRule(n.nft, ch, r)
+	for _, r := range []nft.RuleSpec{nft.Rule("x", nft.CtReply(), nft.Accept()), nft.Rule("y", nft.Accept())} {
+		nft.AddRule(n.Conn, ch, r)
 	}
-	if err := n.nft.Flush(); err != nil {
+	if err := n.Conn.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	return &otherTable{nsPath: nsPath, table: tb, rules: 2}
@@ -383,7 +384,7 @@ func (o *otherTable) check(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	rules, err := n.nft.GetRules(o.table, &nftables.Chain{Name: "forward", Table: o.table})
+	rules, err := n.Conn.GetRules(o.table, &nftables.Chain{Name: "forward", Table: o.table})
 	if err != nil || len(rules) != o.rules {
 		t.Errorf("other table: %d rules (%v), want %d", len(rules), err, o.rules)
 	}
@@ -397,7 +398,7 @@ func tableNames(t *testing.T, nsPath string) map[string]bool {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	tables, err := n.nft.ListTables()
+	tables, err := n.Conn.ListTables()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // hostIface is a sandbox's interface as found in the runtime's namespace.
@@ -79,7 +81,7 @@ func (n *runtimeNS) resolveIfaces(s Spec) ([]hostIface, error) {
 
 func (n *runtimeNS) resolveIface(s Spec, name string) (hostIface, error) {
 	l, err := n.link.LinkByName(name)
-	if isNotExist(err) {
+	if linkNotFound(err) {
 		return hostIface{}, fmt.Errorf("does not exist in %s", n.path)
 	}
 	if err != nil {
@@ -159,7 +161,7 @@ func (n *runtimeNS) readPeer(sandboxNetNS string, l netlink.Link, withAddrs bool
 	if l.Type() != "veth" {
 		return peer{}, fmt.Errorf("is a %s, not a veth: the sandbox's end cannot be found to pin its identity", l.Type())
 	}
-	sf, err := openNetNSFile(sandboxNetNS)
+	sf, err := nft.OpenNetNSFile(sandboxNetNS)
 	if err != nil {
 		return peer{}, err
 	}

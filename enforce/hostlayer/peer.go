@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // ErrNoHostPeer says that a sandbox has no veth whose peer is in the
@@ -30,12 +32,12 @@ func FindHostPeers(sandboxNetNS, runtimeNetNS string) ([]string, error) {
 }
 
 func findHostPeers(sandboxNetNS, runtimeNetNS string) ([]string, error) {
-	sf, err := openNetNSFile(sandboxNetNS)
+	sf, err := nft.OpenNetNSFile(sandboxNetNS)
 	if err != nil {
 		return nil, err
 	}
 	defer sf.Close()
-	rf, err := openNetNSFile(runtimeNetNS)
+	rf, err := nft.OpenNetNSFile(runtimeNetNS)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func findHostPeers(sandboxNetNS, runtimeNetNS string) ([]string, error) {
 			continue
 		}
 		peer, err := rh.LinkByIndex(a.ParentIndex)
-		if isNotExist(err) {
+		if linkNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -111,7 +113,7 @@ func WaitHostPeers(ctx context.Context, sandboxNetNS, runtimeNetNS string) ([]st
 }
 
 func waitHostPeers(ctx context.Context, sandboxNetNS, runtimeNetNS string) ([]string, error) {
-	sf, err := openNetNSFile(sandboxNetNS)
+	sf, err := nft.OpenNetNSFile(sandboxNetNS)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // TableName is the name of the layer's two tables (families inet and
@@ -73,7 +74,7 @@ type baseSpec struct {
 	name     string
 	hook     *nftables.ChainHook
 	priority *nftables.ChainPriority
-	rules    []ruleSpec
+	rules    []nft.RuleSpec
 }
 
 // element is one element of a set or map: its key and, in a verdict map,
@@ -90,7 +91,7 @@ type layout struct {
 	sets  []setSpec
 	bases []baseSpec
 	// rules builds the sandbox chain of a normalized spec.
-	rules func(s Spec, ifaces []hostIface) []ruleSpec
+	rules func(s Spec, ifaces []hostIface) []nft.RuleSpec
 	// elements builds the sandbox's elements, by set name.
 	elements func(chain string, ifaces []hostIface) map[string][]element
 }
@@ -123,17 +124,6 @@ func (l layout) sandboxChain(key string) *nftables.Chain {
 
 func ptr[T any](v T) *T { return &v }
 
-// ruleSpec is one rule: its expressions and a comment that names it in
-// `nft list ruleset` and in the errors of Check.
-type ruleSpec struct {
-	comment string
-	exprs   []expr.Any
-}
-
-func rule(comment string, parts ...[]expr.Any) ruleSpec {
-	return ruleSpec{comment: comment, exprs: slices.Concat(parts...)}
-}
-
 // inetLayout is table inet doorman-host, which judges every IP packet from
 // a sandbox, statefully. A routed interface is recognized by its index;
 // a bridge port's packets reach the IP layer with the bridge as input
@@ -149,9 +139,9 @@ func inetLayout() layout {
 			{name: setAddrs4, keyType: typeIfaceAddr4},
 			{name: setAddrs6, keyType: typeIfaceAddr6},
 		},
-		bases: []baseSpec{{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: inetPriority, rules: []ruleSpec{
-			rule("routed sandbox interfaces go to their chains", dispatchIface(setIfaces)),
-			rule("bridged sandboxes go to their chains by bridge and source mac", dispatchIfaceMAC(setMACs)),
+		bases: []baseSpec{{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: inetPriority, rules: []nft.RuleSpec{
+			nft.Rule("routed sandbox interfaces go to their chains", dispatchIface(setIfaces)),
+			nft.Rule("bridged sandboxes go to their chains by bridge and source mac", dispatchIfaceMAC(setMACs)),
 		}}},
 		rules: inetRules,
 		elements: func(chain string, ifaces []hostIface) map[string][]element {
@@ -186,21 +176,21 @@ func bridgeLayout() layout {
 			{name: setPortMACs, keyType: typeIfaceMAC},
 		},
 		bases: []baseSpec{
-			{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: bridgePriority, rules: []ruleSpec{
-				rule("sandbox ports go to their chains", dispatchIface(setIfaces)),
+			{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: bridgePriority, rules: []nft.RuleSpec{
+				nft.Rule("sandbox ports go to their chains", dispatchIface(setIfaces)),
 			}},
-			{name: "forward", hook: nftables.ChainHookForward, priority: bridgePriority, rules: []ruleSpec{
-				rule("bridged ipv4 that br_netfilter does not pass to the inet hooks is dropped",
-					matchEtherType(unix.ETH_P_IP), matchIfaceIn(setUnfiltered4), drop()),
-				rule("bridged ipv6 that br_netfilter does not pass to the inet hooks is dropped",
-					matchEtherType(unix.ETH_P_IPV6), matchIfaceIn(setUnfiltered6), drop()),
+			{name: "forward", hook: nftables.ChainHookForward, priority: bridgePriority, rules: []nft.RuleSpec{
+				nft.Rule("bridged ipv4 that br_netfilter does not pass to the inet hooks is dropped",
+					matchEtherType(unix.ETH_P_IP), matchIfaceIn(setUnfiltered4), nft.Drop()),
+				nft.Rule("bridged ipv6 that br_netfilter does not pass to the inet hooks is dropped",
+					matchEtherType(unix.ETH_P_IPV6), matchIfaceIn(setUnfiltered6), nft.Drop()),
 				floodedToSandbox(),
 			}},
-			{name: "output", hook: nftables.ChainHookOutput, priority: bridgePriority, rules: []ruleSpec{
+			{name: "output", hook: nftables.ChainHookOutput, priority: bridgePriority, rules: []nft.RuleSpec{
 				floodedToSandbox(),
 			}},
 		},
-		rules: func(_ Spec, ifaces []hostIface) []ruleSpec { return bridgeRules(ifaces) },
+		rules: func(_ Spec, ifaces []hostIface) []nft.RuleSpec { return bridgeRules(ifaces) },
 		elements: func(chain string, ifaces []hostIface) map[string][]element {
 			els := map[string][]element{}
 			for _, i := range ifaces {
@@ -230,9 +220,9 @@ func bridgeLayout() layout {
 // unicast frame leaving by a sandbox's port must be for the sandbox's
 // MAC. Bridged frames pass the forward hook, the host's own the output
 // hook.
-func floodedToSandbox() ruleSpec {
-	return rule("unicast frames to a sandbox's port for another mac are dropped",
-		matchEtherDaddrUnicast(), matchOifIn(setPorts), matchOifMACNotIn(setPortMACs), drop())
+func floodedToSandbox() nft.RuleSpec {
+	return nft.Rule("unicast frames to a sandbox's port for another mac are dropped",
+		matchEtherDaddrUnicast(), matchOifIn(setPorts), matchOifMACNotIn(setPortMACs), nft.Drop())
 }
 
 func ifIndexKey(index int) []byte { return binaryutil.NativeEndian.PutUint32(uint32(index)) }
@@ -265,24 +255,28 @@ func ifaceMACKey(index int, mac net.HardwareAddr) []byte {
 }
 
 // inetRules is the sandbox chain of table inet doorman-host. See doc.go.
-func inetRules(s Spec, ifaces []hostIface) []ruleSpec {
-	var rules []ruleSpec
+func inetRules(s Spec, ifaces []hostIface) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, i := range ifaces {
 		if i.bridge == "" {
 			rules = append(rules, routedPins(i)...)
 		}
 	}
 	rules = append(rules,
-		rule("replies to connections the sandbox accepted are accepted",
-			matchCtState(expr.CtStateBitESTABLISHED), matchCtReply(), accept()))
-	rules = append(rules, icmpErrorRules()...)
+		nft.Rule("replies to connections the sandbox accepted are accepted",
+			nft.CtState(expr.CtStateBitESTABLISHED), nft.CtReply(), nft.Accept()))
+	// The ICMP errors conntrack relates to a flow that keep it working,
+	// in either direction (conntrack relates an error only if its outer
+	// destination is the flow's peer); nothing conntrack merely calls
+	// established: only replies pass that way.
+	rules = append(rules, nft.ICMPErrorRules()...)
 	rules = append(rules, neighbourDiscovery()...)
 	for _, r := range s.Resolvers {
 		rules = append(rules,
-			rule(fmt.Sprintf("dns udp to resolver %s is accepted", r),
-				matchDaddr(r), matchL4Proto(unix.IPPROTO_UDP), matchDport(dnsPort, dnsPort), accept()),
-			rule(fmt.Sprintf("dns tcp to resolver %s is accepted", r),
-				matchDaddr(r), matchL4Proto(unix.IPPROTO_TCP), matchDport(dnsPort, dnsPort), accept()))
+			nft.Rule(fmt.Sprintf("dns udp to resolver %s is accepted", r),
+				nft.Daddr(r), nft.UDP(), nft.Dport(dnsPort), nft.Accept()),
+			nft.Rule(fmt.Sprintf("dns tcp to resolver %s is accepted", r),
+				nft.Daddr(r), nft.TCP(), nft.Dport(dnsPort), nft.Accept()))
 	}
 	if s.AllowICMP {
 		rules = append(rules, echoRules(s)...)
@@ -290,7 +284,7 @@ func inetRules(s Spec, ifaces []hostIface) []ruleSpec {
 	for _, e := range s.AllowDirect {
 		rules = append(rules, directRules(e)...)
 	}
-	return append(rules, rule("everything else from the sandbox is dropped", drop()))
+	return append(rules, nft.Rule("everything else from the sandbox is dropped", nft.Drop()))
 }
 
 // routedPins pins the sandbox's addresses on a routed interface: the
@@ -301,52 +295,35 @@ func inetRules(s Spec, ifaces []hostIface) []ruleSpec {
 // address is never taken for a reply. They only drop: whatever they let
 // pass is judged by the rules after them, and an unspecified source never
 // matches those but neighbour discovery's.
-func routedPins(i hostIface) []ruleSpec {
+func routedPins(i hostIface) []nft.RuleSpec {
 	iif := matchIif(i.index)
 	from := fmt.Sprintf("%s (index %d)", i.name, i.index)
-	v4, v6 := matchNFProto(false), matchNFProto(true)
-	icmpv6 := matchL4Proto(unix.IPPROTO_ICMPV6)
-	unspec, notUnspec := matchField(fieldIPv6Saddr, true, make([]byte, 16)), matchField(fieldIPv6Saddr, false, make([]byte, 16))
-	return []ruleSpec{
-		rule(fmt.Sprintf("ipv4 from %s not from the sandbox's addresses %v is dropped", from, i.addrs4()),
-			iif, v4, matchIifField(setAddrs4, fieldIPv4Saddr, false), drop()),
-		rule(fmt.Sprintf("ipv6 from %s from :: but icmpv6 is dropped", from),
-			iif, v6, unspec, matchNotL4Proto(unix.IPPROTO_ICMPV6), drop()),
-		rule(fmt.Sprintf("icmpv6 from %s from :: but solicitations and mld reports is dropped", from),
-			iif, v6, unspec, icmpv6, matchICMPTypeNot(icmpv6NeighSolicit, icmpv6RouterSolicit, icmpv6MLDReport, icmpv6MLDv2Report), drop()),
-		rule(fmt.Sprintf("duplicate address detection from %s for others' addresses is dropped", from),
-			iif, v6, unspec, icmpv6, matchICMPv6Type(icmpv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
-		rule(fmt.Sprintf("ipv6 from %s not from the sandbox's addresses %v is dropped", from, i.addrs6()),
-			iif, v6, notUnspec, matchIifField(setAddrs6, fieldIPv6Saddr, false), drop()),
-		rule(fmt.Sprintf("neighbour advertisements from %s for others' addresses are dropped", from),
-			iif, v6, icmpv6, matchICMPv6Type(icmpv6NeighAdvert), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
+	v4, v6 := nft.NFProtoIPv4(), nft.NFProtoIPv6()
+	icmpv6 := nft.L4Proto(unix.IPPROTO_ICMPV6)
+	unspec, notUnspec := nft.IPv6Saddr().Eq(make([]byte, 16)), nft.IPv6Saddr().Neq(make([]byte, 16))
+	return []nft.RuleSpec{
+		nft.Rule(fmt.Sprintf("ipv4 from %s not from the sandbox's addresses %v is dropped", from, i.addrs4()),
+			iif, v4, matchIifField(setAddrs4, nft.IPv4Saddr(), false), nft.Drop()),
+		nft.Rule(fmt.Sprintf("ipv6 from %s from :: but icmpv6 is dropped", from),
+			iif, v6, unspec, nft.L4ProtoNot(unix.IPPROTO_ICMPV6), nft.Drop()),
+		nft.Rule(fmt.Sprintf("icmpv6 from %s from :: but solicitations and mld reports is dropped", from),
+			iif, v6, unspec, icmpv6, nft.ICMPTypeNot(nft.ICMPv6NeighSolicit, nft.ICMPv6RouterSolicit, nft.ICMPv6MLDReport, nft.ICMPv6MLDv2Report), nft.Drop()),
+		nft.Rule(fmt.Sprintf("duplicate address detection from %s for others' addresses is dropped", from),
+			iif, v6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, false), nft.Drop()),
+		nft.Rule(fmt.Sprintf("ipv6 from %s not from the sandbox's addresses %v is dropped", from, i.addrs6()),
+			iif, v6, notUnspec, matchIifField(setAddrs6, nft.IPv6Saddr(), false), nft.Drop()),
+		nft.Rule(fmt.Sprintf("neighbour advertisements from %s for others' addresses are dropped", from),
+			iif, v6, icmpv6, nft.ICMPType(nft.ICMPv6NeighAdvert), matchIifField(setAddrs6, fieldNDTarget, false), nft.Drop()),
 	}
-}
-
-// icmpErrorRules accept the ICMP errors conntrack relates to a flow that
-// keep it working, in either direction (conntrack relates an error only if
-// its outer destination is the flow's peer). Source quench and redirects,
-// which it relates too, are not among them, nor anything conntrack merely
-// calls established: only replies pass that way (see inetRules).
-func icmpErrorRules() []ruleSpec {
-	var rules []ruleSpec
-	for _, e := range icmpErrors {
-		rules = append(rules, rule("icmp "+e.name+" related to a flow is accepted", matchNFProto(false),
-			matchL4Proto(unix.IPPROTO_ICMP), matchICMPv6Type(e.typ), matchCtState(expr.CtStateBitRELATED), accept()))
-	}
-	for _, e := range icmpv6Errors {
-		rules = append(rules, rule("icmpv6 "+e.name+" related to a flow is accepted", matchNFProto(true),
-			matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(e.typ), matchCtState(expr.CtStateBitRELATED), accept()))
-	}
-	return rules
 }
 
 // echoRules are AllowICMP: echo requests to the allowDirect prefixes, with
-// at most maxEchoData bytes of data. The replies come back unjudged (the
-// layer judges only what comes from the sandbox). Conntrack reassembles
-// fragments before this hook, so the lengths are those of whole packets.
-func echoRules(s Spec) []ruleSpec {
-	var rules []ruleSpec
+// at most nft.MaxEchoData bytes of data, in the layer's encoding (see
+// package nft). The replies come back unjudged (the layer judges only
+// what comes from the sandbox). Conntrack reassembles fragments before
+// this hook, so the lengths are those of whole packets.
+func echoRules(s Spec) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	var done []netip.Prefix
 	for _, e := range s.AllowDirect {
 		p := e.Prefix
@@ -354,15 +331,7 @@ func echoRules(s Spec) []ruleSpec {
 			continue
 		}
 		done = append(done, p)
-		if p.Addr().Is4() {
-			rules = append(rules, rule(fmt.Sprintf("icmp echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
-				matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMP), matchICMPv6Type(icmpEchoRequest),
-				matchIPv4NoOptions(), matchIPLength(false, ipv4HeaderLen+icmpHeaderLen, maxEchoIPv4Total), accept()))
-			continue
-		}
-		rules = append(rules, rule(fmt.Sprintf("icmpv6 echo request to allowDirect %v of at most %d data bytes is accepted", p, maxEchoData),
-			matchDprefix(p), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(icmpv6EchoRequest),
-			matchIPLength(true, icmpHeaderLen, maxEchoIPv6Plen), accept()))
+		rules = append(rules, nft.EchoRule(p, nft.DaddrPrefix, nft.IPLengthRange))
 	}
 	return rules
 }
@@ -376,35 +345,13 @@ func echoRules(s Spec) []ruleSpec {
 // interface they came in on (the sandbox's neighbours on the bridge, or
 // the host's end of a routed veth). MLD reports carry hop limit 1 (RFC
 // 3810 5), which no router forwards.
-func neighbourDiscovery() []ruleSpec {
-	var rules []ruleSpec
-	for _, m := range []struct {
-		name string
-		typ  byte
-	}{
-		{"router solicitation", icmpv6RouterSolicit},
-		{"neighbour solicitation", icmpv6NeighSolicit},
-		{"neighbour advertisement", icmpv6NeighAdvert},
-	} {
-		nd := slices.Concat(matchNFProto(true), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(m.typ), matchHopLimit(255))
-		rules = append(rules,
-			rule("ipv6 "+m.name+" to link-local multicast is accepted", nd, matchDprefix(linkLocalMulticast), accept()),
-			rule("ipv6 "+m.name+" to link-local unicast is accepted", nd, matchDprefix(linkLocalUnicast), accept()),
-			rule("ipv6 "+m.name+" to the host is accepted", nd, matchFibDaddrLocal(), accept()),
-			rule("ipv6 "+m.name+" to the same link is accepted", nd, matchFibDaddrOnInputLink(), accept()))
-	}
-	for _, m := range []struct {
-		name string
-		typ  byte
-	}{
-		{"mld report", icmpv6MLDReport},
-		{"mld done", icmpv6MLDDone},
-		{"mldv2 report", icmpv6MLDv2Report},
-	} {
-		rules = append(rules, rule("ipv6 "+m.name+" is accepted",
-			matchNFProto(true), matchL4Proto(unix.IPPROTO_ICMPV6), matchICMPv6Type(m.typ), matchHopLimit(1), accept()))
-	}
-	return rules
+func neighbourDiscovery() []nft.RuleSpec {
+	return append(nft.NDRules(
+		nft.NDDest{Name: "to link-local multicast", Match: nft.DaddrPrefix(linkLocalMulticast)},
+		nft.NDDest{Name: "to link-local unicast", Match: nft.DaddrPrefix(linkLocalUnicast)},
+		nft.NDDest{Name: "to the host", Match: nft.FibDaddrLocal()},
+		nft.NDDest{Name: "to the same link", Match: matchFibDaddrOnInputLink()},
+	), nft.MLDRules()...)
 }
 
 // Link-local scopes, which no router forwards.
@@ -415,18 +362,18 @@ var (
 
 // directRules admits one allowDirect entry: TCP and UDP to its ports, or
 // to every port if it has none (as the sandbox's own ruleset does).
-func directRules(e conf.Entry) []ruleSpec {
+func directRules(e conf.Entry) []nft.RuleSpec {
 	if e.Ports.Any() {
-		return []ruleSpec{
-			rule(fmt.Sprintf("direct %s tcp is accepted", e), matchDprefix(e.Prefix), matchL4Proto(unix.IPPROTO_TCP), accept()),
-			rule(fmt.Sprintf("direct %s udp is accepted", e), matchDprefix(e.Prefix), matchL4Proto(unix.IPPROTO_UDP), accept()),
+		return []nft.RuleSpec{
+			nft.Rule(fmt.Sprintf("direct %s tcp is accepted", e), nft.DaddrPrefix(e.Prefix), nft.TCP(), nft.Accept()),
+			nft.Rule(fmt.Sprintf("direct %s udp is accepted", e), nft.DaddrPrefix(e.Prefix), nft.UDP(), nft.Accept()),
 		}
 	}
-	return []ruleSpec{
-		rule(fmt.Sprintf("direct %s tcp is accepted", e),
-			matchDprefix(e.Prefix), matchL4Proto(unix.IPPROTO_TCP), matchDport(e.Ports.Lo, e.Ports.Hi), accept()),
-		rule(fmt.Sprintf("direct %s udp is accepted", e),
-			matchDprefix(e.Prefix), matchL4Proto(unix.IPPROTO_UDP), matchDport(e.Ports.Lo, e.Ports.Hi), accept()),
+	return []nft.RuleSpec{
+		nft.Rule(fmt.Sprintf("direct %s tcp is accepted", e),
+			nft.DaddrPrefix(e.Prefix), nft.TCP(), nft.DportRange(e.Ports.Lo, e.Ports.Hi), nft.Accept()),
+		nft.Rule(fmt.Sprintf("direct %s udp is accepted", e),
+			nft.DaddrPrefix(e.Prefix), nft.UDP(), nft.DportRange(e.Ports.Lo, e.Ports.Hi), nft.Accept()),
 	}
 }
 
@@ -436,42 +383,42 @@ func directRules(e conf.Entry) []ruleSpec {
 // then an ethertype gate in front of the inet table. See doc.go. These
 // rules hold without br_netfilter: the bridge's prerouting hook sees every
 // frame that comes in on the port, bridged or for the host.
-func bridgeRules(ifaces []hostIface) []ruleSpec {
-	var rules []ruleSpec
+func bridgeRules(ifaces []hostIface) []nft.RuleSpec {
+	var rules []nft.RuleSpec
 	for _, i := range ifaces {
 		if i.bridge == "" {
 			continue
 		}
 		rules = append(rules,
-			rule(fmt.Sprintf("frames from %s not from the sandbox's mac %s are dropped", i.name, i.mac),
-				matchIif(i.index), matchEtherSaddrNot(i.mac), drop()),
-			rule(fmt.Sprintf("arp from %s not from the sandbox's mac %s is dropped", i.name, i.mac),
-				matchIif(i.index), matchEtherType(unix.ETH_P_ARP), matchField(fieldARPSha, false, i.mac), drop()))
+			nft.Rule(fmt.Sprintf("frames from %s not from the sandbox's mac %s are dropped", i.name, i.mac),
+				matchIif(i.index), fieldEtherSaddr.Neq(i.mac), nft.Drop()),
+			nft.Rule(fmt.Sprintf("arp from %s not from the sandbox's mac %s is dropped", i.name, i.mac),
+				matchIif(i.index), matchEtherType(unix.ETH_P_ARP), fieldARPSha.Neq(i.mac), nft.Drop()))
 	}
 	arp, ip4, ip6 := matchEtherType(unix.ETH_P_ARP), matchEtherType(unix.ETH_P_IP), matchEtherType(unix.ETH_P_IPV6)
-	icmpv6 := matchL4Proto(unix.IPPROTO_ICMPV6)
-	unspec := matchField(fieldIPv6Saddr, true, make([]byte, 16))
+	icmpv6 := nft.L4Proto(unix.IPPROTO_ICMPV6)
+	unspec := nft.IPv6Saddr().Eq(make([]byte, 16))
 	return append(rules,
-		rule("arp for other hardware than ethernet is dropped", arp, matchField(fieldARPHType, false, []byte{0, 1}), drop()),
-		rule("arp for other protocols than ipv4 is dropped", arp, matchField(fieldARPPType, false, []byte{8, 0}), drop()),
-		rule("arp with other hardware address lengths than 6 is dropped", arp, matchField(fieldARPHLen, false, []byte{6}), drop()),
-		rule("arp with other protocol address lengths than 4 is dropped", arp, matchField(fieldARPPLen, false, []byte{4}), drop()),
-		rule("arp not from the sandbox's ipv4 addresses (nor a probe from 0.0.0.0) is dropped",
-			arp, matchField(fieldARPSpa, false, make([]byte, 4)), matchIifField(setAddrs4, fieldARPSpa, false), drop()),
-		rule("arp is accepted", arp, accept()),
-		rule("ipv4 not from the sandbox's addresses is dropped", ip4, matchIifField(setAddrs4, fieldIPv4Saddr, false), drop()),
-		rule("ipv4 is judged by table inet "+TableName, ip4, accept()),
-		rule("duplicate address detection of the sandbox's addresses is accepted",
-			ip6, unspec, icmpv6, matchICMPv6Type(icmpv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, true), accept()),
-		rule("router solicitation from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6RouterSolicit), accept()),
-		rule("mld report from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6MLDReport), accept()),
-		rule("mldv2 report from :: is accepted", ip6, unspec, icmpv6, matchICMPv6Type(icmpv6MLDv2Report), accept()),
-		rule("other ipv6 from :: is dropped", ip6, unspec, drop()),
-		rule("ipv6 not from the sandbox's addresses is dropped", ip6, matchIifField(setAddrs6, fieldIPv6Saddr, false), drop()),
-		rule("neighbour advertisements for others' addresses are dropped",
-			ip6, icmpv6, matchICMPv6Type(icmpv6NeighAdvert), matchIifField(setAddrs6, fieldNDTarget, false), drop()),
-		rule("router advertisements are dropped", ip6, icmpv6, matchICMPv6Type(icmpv6RouterAdvert), drop()),
-		rule("redirects are dropped", ip6, icmpv6, matchICMPv6Type(icmpv6Redirect), drop()),
-		rule("ipv6 is judged by table inet "+TableName, ip6, accept()),
-		rule("other frames (vlan-tagged, pppoe, other types) are dropped", drop()))
+		nft.Rule("arp for other hardware than ethernet is dropped", arp, fieldARPHType.Neq([]byte{0, 1}), nft.Drop()),
+		nft.Rule("arp for other protocols than ipv4 is dropped", arp, fieldARPPType.Neq([]byte{8, 0}), nft.Drop()),
+		nft.Rule("arp with other hardware address lengths than 6 is dropped", arp, fieldARPHLen.Neq([]byte{6}), nft.Drop()),
+		nft.Rule("arp with other protocol address lengths than 4 is dropped", arp, fieldARPPLen.Neq([]byte{4}), nft.Drop()),
+		nft.Rule("arp not from the sandbox's ipv4 addresses (nor a probe from 0.0.0.0) is dropped",
+			arp, fieldARPSpa.Neq(make([]byte, 4)), matchIifField(setAddrs4, fieldARPSpa, false), nft.Drop()),
+		nft.Rule("arp is accepted", arp, nft.Accept()),
+		nft.Rule("ipv4 not from the sandbox's addresses is dropped", ip4, matchIifField(setAddrs4, nft.IPv4Saddr(), false), nft.Drop()),
+		nft.Rule("ipv4 is judged by table inet "+TableName, ip4, nft.Accept()),
+		nft.Rule("duplicate address detection of the sandbox's addresses is accepted",
+			ip6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, true), nft.Accept()),
+		nft.Rule("router solicitation from :: is accepted", ip6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6RouterSolicit), nft.Accept()),
+		nft.Rule("mld report from :: is accepted", ip6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6MLDReport), nft.Accept()),
+		nft.Rule("mldv2 report from :: is accepted", ip6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6MLDv2Report), nft.Accept()),
+		nft.Rule("other ipv6 from :: is dropped", ip6, unspec, nft.Drop()),
+		nft.Rule("ipv6 not from the sandbox's addresses is dropped", ip6, matchIifField(setAddrs6, nft.IPv6Saddr(), false), nft.Drop()),
+		nft.Rule("neighbour advertisements for others' addresses are dropped",
+			ip6, icmpv6, nft.ICMPType(nft.ICMPv6NeighAdvert), matchIifField(setAddrs6, fieldNDTarget, false), nft.Drop()),
+		nft.Rule("router advertisements are dropped", ip6, icmpv6, nft.ICMPType(icmpv6RouterAdvert), nft.Drop()),
+		nft.Rule("redirects are dropped", ip6, icmpv6, nft.ICMPType(icmpv6Redirect), nft.Drop()),
+		nft.Rule("ipv6 is judged by table inet "+TableName, ip6, nft.Accept()),
+		nft.Rule("other frames (vlan-tagged, pppoe, other types) are dropped", nft.Drop()))
 }

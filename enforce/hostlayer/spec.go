@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // Spec says what the host-side layer lets through from one sandbox.
@@ -114,9 +115,6 @@ func validKey(key string) bool {
 	return true
 }
 
-// ifNameSize is IFNAMSIZ: an interface name has at most 15 bytes.
-const ifNameSize = 16
-
 // normalized returns a copy of s with the interfaces and resolvers sorted
 // and deduplicated, loopback resolvers dropped, IPv4-mapped addresses
 // unmapped and duplicate entries dropped, or an error naming the first
@@ -139,7 +137,7 @@ func (s Spec) normalized() (Spec, error) {
 	out.HostIfaces = slices.Compact(out.HostIfaces)
 
 	for i, a := range s.Resolvers {
-		if err := checkResolver(a); err != nil {
+		if err := nft.CheckResolver(a); err != nil {
 			return Spec{}, fmt.Errorf("sandbox %s: resolver #%d %q: %w", s.Key, i+1, a, err)
 		}
 		if a.Unmap().IsLoopback() {
@@ -220,24 +218,10 @@ func checkIfName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("empty name")
-	case len(name) >= ifNameSize:
-		return fmt.Errorf("longer than %d bytes, no interface has such a name", ifNameSize-1)
+	case len(name) >= nft.IfNameSize:
+		return fmt.Errorf("longer than %d bytes, no interface has such a name", nft.IfNameSize-1)
 	case name == "." || name == ".." || strings.ContainsAny(name, "/:% \t\n"):
 		return fmt.Errorf("not a valid interface name")
-	}
-	return nil
-}
-
-func checkResolver(a netip.Addr) error {
-	switch {
-	case !a.IsValid():
-		return fmt.Errorf("not an IP address")
-	case a.Zone() != "":
-		return fmt.Errorf("scoped address: nftables cannot match an IPv6 zone, give the address without %%%s", a.Zone())
-	case a.IsUnspecified():
-		return fmt.Errorf("unspecified address cannot be a DNS server")
-	case a.IsMulticast():
-		return fmt.Errorf("multicast address cannot be a DNS server")
 	}
 	return nil
 }

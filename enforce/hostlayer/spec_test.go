@@ -75,24 +75,6 @@ func TestSpecErrors(t *testing.T) {
 	}
 }
 
-func TestPrefixMask(t *testing.T) {
-	for _, tc := range []struct {
-		bits, size int
-		want       []byte
-	}{
-		{0, 4, []byte{0, 0, 0, 0}},
-		{8, 4, []byte{255, 0, 0, 0}},
-		{20, 4, []byte{255, 255, 240, 0}},
-		{31, 4, []byte{255, 255, 255, 254}},
-		{32, 4, []byte{255, 255, 255, 255}},
-		{33, 16, []byte{255, 255, 255, 255, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-	} {
-		if got := prefixMask(tc.bits, tc.size); !bytes.Equal(got, tc.want) {
-			t.Errorf("prefixMask(%d, %d) = %v, want %v", tc.bits, tc.size, got, tc.want)
-		}
-	}
-}
-
 func TestIfaceMACKey(t *testing.T) {
 	mac, _ := net.ParseMAC("02:42:ac:11:00:02")
 	k := ifaceMACKey(7, mac)

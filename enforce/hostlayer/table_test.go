@@ -15,6 +15,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // newDummyRuntime is a runtime namespace with routed interfaces d0, d1,
@@ -76,7 +77,7 @@ func ruleset(t *testing.T, nsPath string) string {
 	defer n.Close()
 	var b strings.Builder
 	for _, l := range layouts() {
-		chains, err := n.nft.ListChainsOfTableFamily(l.table.Family)
+		chains, err := n.Conn.ListChainsOfTableFamily(l.table.Family)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func ruleset(t *testing.T, nsPath string) string {
 			if c.Table.Name != TableName {
 				continue
 			}
-			rules, err := n.nft.GetRules(l.table, c)
+			rules, err := n.Conn.GetRules(l.table, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,27 +146,27 @@ func TestCheckDetectsTampering(t *testing.T) {
 			deleteRule(t, n, inet, chainName("x"), 3)
 		}, "rule"},
 		{"an added rule", func(t *testing.T, n *runtimeNS) {
-			addRule(n.nft, inet.sandboxChain("x"), rule("extra", accept()))
+			nft.AddRule(n.Conn, inet.sandboxChain("x"), nft.Rule("extra", nft.Accept()))
 		}, "not part of the layer"},
 		{"a deleted dispatch rule", func(t *testing.T, n *runtimeNS) {
 			deleteRule(t, n, inet, "prerouting", 0)
 		}, "prerouting"},
 		{"a deleted map element", func(t *testing.T, n *runtimeNS) {
-			if err := n.nft.SetDeleteElements(inet.set(inet.sets[0]), []nftables.SetElement{{Key: ifIndexKey(ifIndex(t, n, "d0"))}}); err != nil {
+			if err := n.Conn.SetDeleteElements(inet.set(inet.sets[0]), []nftables.SetElement{{Key: ifIndexKey(ifIndex(t, n, "d0"))}}); err != nil {
 				t.Fatal(err)
 			}
 		}, "lacks the element"},
 		{"a deleted address pin", func(t *testing.T, n *runtimeNS) {
 			set := inet.set(inet.sets[slices.IndexFunc(inet.sets, func(ss setSpec) bool { return ss.name == setAddrs4 })])
 			key := ifaceAddrKey(ifIndex(t, n, "d0"), dummyPin("d0", 0).Addrs[0])
-			if err := n.nft.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+			if err := n.Conn.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
 				t.Fatal(err)
 			}
 		}, "set \"sandbox-ip\" lacks the element interface index"},
 		{"an added address pin", func(t *testing.T, n *runtimeNS) {
 			set := inet.set(inet.sets[slices.IndexFunc(inet.sets, func(ss setSpec) bool { return ss.name == setAddrs6 })])
 			key := ifaceAddrKey(ifIndex(t, n, "d0"), netip.MustParseAddr("2001:db8:3::99"))
-			if err := n.nft.SetAddElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+			if err := n.Conn.SetAddElements(set, []nftables.SetElement{{Key: key}}); err != nil {
 				t.Fatal(err)
 			}
 		}, "2001:db8:3::99 for the sandbox, which it should not have"},
@@ -173,18 +174,18 @@ func TestCheckDetectsTampering(t *testing.T) {
 			deleteRule(t, n, inet, chainName("x"), 0)
 		}, "is dropped"},
 		{"a deleted table", func(t *testing.T, n *runtimeNS) {
-			n.nft.DelTable(bridge.table)
+			n.Conn.DelTable(bridge.table)
 		}, "table is missing"},
 		{"a deleted base chain", func(t *testing.T, n *runtimeNS) {
 			i := slices.IndexFunc(bridge.bases, func(b baseSpec) bool { return b.name == "forward" })
 			c := bridge.baseChain(bridge.bases[i])
-			n.nft.FlushChain(c)
-			n.nft.DelChain(c)
+			n.Conn.FlushChain(c)
+			n.Conn.DelChain(c)
 		}, "forward"},
 		{"a base chain with policy drop", func(t *testing.T, n *runtimeNS) {
 			c := inet.baseChain(inet.bases[0])
 			c.Policy = ptr(nftables.ChainPolicyDrop)
-			n.nft.AddChain(c)
+			n.Conn.AddChain(c)
 		}, "policy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,7 +200,7 @@ func TestCheckDetectsTampering(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.tamper(t, n)
-			err = n.nft.Flush()
+			err = n.Conn.Flush()
 			n.Close()
 			if err != nil {
 				t.Fatalf("tamper: %v", err)
@@ -219,11 +220,11 @@ func TestCheckDetectsTampering(t *testing.T) {
 
 func deleteRule(t *testing.T, n *runtimeNS, l layout, chain string, i int) {
 	t.Helper()
-	rules, err := n.nft.GetRules(l.table, &nftables.Chain{Name: chain, Table: l.table})
+	rules, err := n.Conn.GetRules(l.table, &nftables.Chain{Name: chain, Table: l.table})
 	if err != nil || len(rules) <= i {
 		t.Fatalf("rules of %s: %d, %v", chain, len(rules), err)
 	}
-	if err := n.nft.DelRule(rules[i]); err != nil {
+	if err := n.Conn.DelRule(rules[i]); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -463,7 +464,7 @@ func baseRuleHandles(t *testing.T, nsPath string) []uint64 {
 	var out []uint64
 	for _, l := range layouts() {
 		for _, b := range l.bases {
-			rules, err := n.nft.GetRules(l.table, l.baseChain(b))
+			rules, err := n.Conn.GetRules(l.table, l.baseChain(b))
 			if err != nil {
 				t.Fatal(err)
 			}
