@@ -1,14 +1,14 @@
 package chain
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/enforce/nft"
 )
 
 // The run network's masquerading is a table of its own in the host
@@ -25,9 +25,6 @@ import (
 //	    }
 //	}
 
-// ifNameSize is IFNAMSIZ: nftables compares interface names as 16 bytes.
-const ifNameSize = 16
-
 // masqTable is the name of the table that masquerades bridge's subnets.
 func masqTable(bridge string) *nftables.Table {
 	return &nftables.Table{Name: "doorman-run-" + bridge, Family: nftables.TableFamilyINet}
@@ -41,10 +38,7 @@ func applyMasq(bridge string, subnets []netip.Prefix) error {
 		return fmt.Errorf("nftables: %w", err)
 	}
 	t := masqTable(bridge)
-	// Add, delete, add: replaces the table whether or not it was there.
-	c.AddTable(t)
-	c.DelTable(t)
-	c.AddTable(t)
+	nft.ReplaceTable(c, t)
 	ch := c.AddChain(&nftables.Chain{
 		Name:     "postrouting",
 		Table:    t,
@@ -69,7 +63,7 @@ func removeMasq(bridge string) error {
 	}
 	t := masqTable(bridge)
 	c.DelTable(t)
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, os.ErrNotExist) {
+	if err := c.Flush(); err != nil && !nft.IsNotExist(err) {
 		return fmt.Errorf("delete table inet %s: %w", t.Name, err)
 	}
 	return nil
@@ -81,40 +75,15 @@ func masqPresent(bridge string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("nftables: %w", err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	ok, err := nft.HasTable(c, masqTable(bridge))
 	if err != nil {
-		return false, fmt.Errorf("list nftables tables: %w", err)
+		return false, fmt.Errorf("look up table inet %s: %w", masqTable(bridge).Name, err)
 	}
-	for _, t := range tables {
-		if t.Name == masqTable(bridge).Name {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ok, nil
 }
 
 // masqExprs is `ip saddr P oifname != "bridge" masquerade` (ip6 for an
 // IPv6 prefix).
 func masqExprs(bridge string, p netip.Prefix) []expr.Any {
-	proto, offset := byte(unix.NFPROTO_IPV4), uint32(12) // struct iphdr saddr
-	if p.Addr().Is6() {
-		proto, offset = unix.NFPROTO_IPV6, 8 // struct ipv6hdr saddr
-	}
-	size := uint32(p.Addr().BitLen() / 8)
-	mask := make([]byte, size)
-	for i := 0; i < p.Bits(); i++ {
-		mask[i/8] |= 0x80 >> (i % 8)
-	}
-	name := make([]byte, ifNameSize)
-	copy(name, bridge)
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: size},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: size, Mask: mask, Xor: make([]byte, size)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Masked().Addr().AsSlice()},
-		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: name},
-		&expr.Masq{},
-	}
+	return slices.Concat(nft.SaddrMasked(p), nft.OifNameNot(bridge), []expr.Any{&expr.Masq{}})
 }
