@@ -16,6 +16,16 @@
 // Other tools' tables in the namespace (Docker's nat rules for its
 // embedded DNS at 127.0.0.11, for example) are never touched.
 //
+// The matches, verdicts and commented rules the ruleset is built from, the
+// comparison Check makes and the namespace handle are package enforce/nft's,
+// shared with the host-side layer, so that the two layers' rules read the
+// same and are checked the same way. This package keeps what no other
+// layer needs: the ruleset's layout (ruleset.go), and the redirect, the
+// rejects and the allowDirect match (match.go). Ranges and prefixes keep
+// the encoding this ruleset has always had (two comparisons, an address
+// masked whatever the prefix length; see package nft), so that Check of a
+// sandbox an earlier release enforced still passes.
+//
 // # Chain layout
 //
 //	table inet doorman

@@ -115,6 +115,14 @@
 // name each type on its own. In the bridge table's accepts, accept ends
 // the table's say only: the inet table still judges what they let pass.)
 //
+// The matches, verdicts and commented rules both tables are built from,
+// the comparison Check makes and the namespace handle are package
+// enforce/nft's, shared with the sandbox's own ruleset, so that the two
+// layers' rules read the same and are checked the same way. This package
+// keeps what only the layer needs: its set lookups and its Ethernet, ARP
+// and neighbour discovery fields (match.go). Ranges and prefixes are
+// encoded as the nft command encodes them (see package nft).
+//
 // Map elements are keyed by interface index, not name: an index is not
 // reused when the interface goes away (a new veth gets a new one), so a
 // rule left behind by a sandbox that was never removed cannot hit an
