@@ -152,6 +152,11 @@ func TestCompareInstalled(t *testing.T) {
 	if err := CompareRules(c, pre, altered, "test"); err == nil || !strings.Contains(err.Error(), `rule 2 is "daddr prefix" (handle`) {
 		t.Errorf("CompareRules with the other encoding of a range = %v", err)
 	}
+	altered[1] = prerouting[1]
+	altered[0] = Rule("daddr", Daddr(netip.MustParseAddr("203.0.113.53")), UDP(), Dport(54), Accept())
+	if err := CompareRules(c, pre, altered, "test"); err == nil || !strings.Contains(err.Error(), `rule 1 is "daddr" (handle`) {
+		t.Errorf("CompareRules with another port = %v", err)
+	}
 
 }
 
