@@ -25,6 +25,12 @@
 // Ethernet and ARP fields, the sandbox's redirect and rejects) stays in
 // that layer, built from the primitives here (Load, Eq, Neq, Field).
 //
+// Some rules both layers install alike, comments included: the ICMP
+// errors of admitted flows (ICMPErrorRules), neighbour discovery
+// (NDRules, to which the host-side layer adds destinations) and MLD
+// (MLDRules), and allowICMP's small echo requests (EchoRule, in each
+// layer's encoding).
+//
 // # Two encodings of one match
 //
 // The nft command encodes a port or length range as one range expression,
