@@ -1,16 +1,15 @@
 package enforce
 
 import (
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
+
+	"github.com/doorman-net/doorman/enforce/nft/nfttest"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/ruleset.golden from the ruleset the code builds now")
@@ -50,53 +49,10 @@ func TestRulesetGolden(t *testing.T) {
 		for _, cs := range buildRuleset(s) {
 			fmt.Fprintf(&b, "chain %s type %s hook %d priority %d policy %d\n", cs.name, cs.typ, cs.hook, cs.priority, cs.policy)
 			for _, r := range cs.rules {
-				writeGoldenRule(t, &b, r.Comment, r.Exprs)
+				fmt.Fprintf(&b, "  rule %q\n", r.Comment)
+				nfttest.WriteExprs(t, &b, nftables.TableFamilyINet, r.Exprs)
 			}
 		}
 	}
-	compareGolden(t, "testdata/ruleset.golden", b.String())
-}
-
-// writeGoldenRule writes a rule as its comment and its expressions, one a
-// line: the type and the netlink attributes google/nftables sends.
-func writeGoldenRule(t *testing.T, b *strings.Builder, comment string, exprs []expr.Any) {
-	t.Helper()
-	fmt.Fprintf(b, "  rule %q\n", comment)
-	for _, e := range exprs {
-		data, err := expr.Marshal(byte(nftables.TableFamilyINet), e)
-		if err != nil {
-			t.Fatalf("rule %q: marshal %T: %v", comment, e, err)
-		}
-		fmt.Fprintf(b, "    %-10s %s\n", strings.TrimPrefix(fmt.Sprintf("%T", e), "*expr."), hex.EncodeToString(data))
-	}
-}
-
-func compareGolden(t *testing.T, path, got string) {
-	t.Helper()
-	if *updateGolden {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got == string(want) {
-		return
-	}
-	gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-	for i := range max(len(gl), len(wl)) {
-		var g, w string
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if g != w {
-			t.Fatalf("%s: line %d is\n\t%s\nwant\n\t%s", path, i+1, g, w)
-		}
-	}
+	nfttest.Compare(t, "testdata/ruleset.golden", b.String(), *updateGolden)
 }

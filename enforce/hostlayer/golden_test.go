@@ -5,12 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/google/nftables/expr"
+	"github.com/doorman-net/doorman/enforce/nft/nfttest"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/layer.golden from the layer the code builds now")
@@ -48,7 +47,6 @@ func TestLayerGolden(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "spec %s\n", sp.name)
 		for _, l := range layouts() {
-			fam := byte(l.table.Family)
 			fmt.Fprintf(&b, "%s\n", l)
 			for _, ss := range l.sets {
 				fmt.Fprintf(&b, "set %s key %s map %v\n", ss.name, ss.keyType.Name, ss.verdicts)
@@ -57,13 +55,15 @@ func TestLayerGolden(t *testing.T) {
 				ch := l.baseChain(base)
 				fmt.Fprintf(&b, "chain %s type %s hook %d priority %d policy %d\n", ch.Name, ch.Type, *ch.Hooknum, *ch.Priority, *ch.Policy)
 				for _, r := range base.rules {
-					writeGoldenRule(t, &b, fam, r.Comment, r.Exprs)
+					fmt.Fprintf(&b, "  rule %q\n", r.Comment)
+					nfttest.WriteExprs(t, &b, l.table.Family, r.Exprs)
 				}
 			}
 			chain := chainName(s.Key)
 			fmt.Fprintf(&b, "chain %s\n", chain)
 			for _, r := range l.rules(s, sp.ifaces) {
-				writeGoldenRule(t, &b, fam, r.Comment, r.Exprs)
+				fmt.Fprintf(&b, "  rule %q\n", r.Comment)
+				nfttest.WriteExprs(t, &b, l.table.Family, r.Exprs)
 			}
 			els := l.elements(chain, sp.ifaces)
 			names := make([]string, 0, len(els))
@@ -78,49 +78,5 @@ func TestLayerGolden(t *testing.T) {
 			}
 		}
 	}
-	compareGolden(t, "testdata/layer.golden", b.String())
-}
-
-// writeGoldenRule writes a rule as its comment and its expressions, one a
-// line: the type and the netlink attributes google/nftables sends.
-func writeGoldenRule(t *testing.T, b *strings.Builder, fam byte, comment string, exprs []expr.Any) {
-	t.Helper()
-	fmt.Fprintf(b, "  rule %q\n", comment)
-	for _, e := range exprs {
-		data, err := expr.Marshal(fam, e)
-		if err != nil {
-			t.Fatalf("rule %q: marshal %T: %v", comment, e, err)
-		}
-		fmt.Fprintf(b, "    %-10s %s\n", strings.TrimPrefix(fmt.Sprintf("%T", e), "*expr."), hex.EncodeToString(data))
-	}
-}
-
-func compareGolden(t *testing.T, path, got string) {
-	t.Helper()
-	if *updateGolden {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got == string(want) {
-		return
-	}
-	gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-	for i := range max(len(gl), len(wl)) {
-		var g, w string
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if g != w {
-			t.Fatalf("%s: line %d is\n\t%s\nwant\n\t%s", path, i+1, g, w)
-		}
-	}
+	nfttest.Compare(t, "testdata/layer.golden", b.String(), *updateGolden)
 }

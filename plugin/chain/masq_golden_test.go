@@ -1,16 +1,15 @@
 package chain
 
 import (
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
+
+	"github.com/doorman-net/doorman/enforce/nft/nfttest"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/masq.golden from the rules the code builds now")
@@ -31,26 +30,7 @@ func TestMasqGolden(t *testing.T) {
 		{"br", "2001:db8::/29"},
 	} {
 		fmt.Fprintf(&b, "masquerade %s from %s\n", tc.bridge, tc.prefix)
-		for _, e := range masqExprs(tc.bridge, netip.MustParsePrefix(tc.prefix)) {
-			data, err := expr.Marshal(byte(nftables.TableFamilyINet), e)
-			if err != nil {
-				t.Fatalf("marshal %T: %v", e, err)
-			}
-			fmt.Fprintf(&b, "    %-10s %s\n", strings.TrimPrefix(fmt.Sprintf("%T", e), "*expr."), hex.EncodeToString(data))
-		}
+		nfttest.WriteExprs(t, &b, nftables.TableFamilyINet, masqExprs(tc.bridge, netip.MustParsePrefix(tc.prefix)))
 	}
-	const path = "testdata/masq.golden"
-	if *updateGolden {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := b.String(); got != string(want) {
-		t.Errorf("masquerade rules differ from %s:\n%s\nwant\n%s", path, got, want)
-	}
+	nfttest.Compare(t, "testdata/masq.golden", b.String(), *updateGolden)
 }
