@@ -786,7 +786,7 @@ func waitPidExit(pid int, timeout time.Duration) bool {
 
 // removeCgroupParent removes a cgroup parent of the test (and the empty
 // cgroups below it) from every hierarchy of this machine.
-func removeCgroupParent(t *testing.T, parent string) {
+func removeCgroupParent(t testing.TB, parent string) {
 	mounts, err := cgroupMounts()
 	if err != nil {
 		t.Errorf("cleanup: %v", err)

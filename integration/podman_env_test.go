@@ -251,7 +251,7 @@ func (p *podmanEnv) startSession() {
 // it mounts the cgroup hierarchies the OCI runtime needs (ip netns exec
 // mounts a fresh /sys, which hides them), reports its pid, and waits for
 // its stdin to close.
-func startHostSession(t *testing.T, e *cniEnv) int {
+func startHostSession(t testing.TB, e *cniEnv) int {
 	t.Helper()
 	mounts, err := cgroupMountScript()
 	if err != nil {
@@ -312,7 +312,7 @@ func (p *podmanEnv) podman(args ...string) podmanResult {
 // runInSession runs tool with its global flags and args inside the host
 // session of the shell sessionPID (its mount and network namespaces),
 // within 60 s. A tool that could not be run at all fails the test.
-func runInSession(t *testing.T, sessionPID int, env []string, tool string, globals, args []string) sessionResult {
+func runInSession(t testing.TB, sessionPID int, env []string, tool string, globals, args []string) sessionResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
