@@ -188,7 +188,8 @@ func TestCRIPodDNS(t *testing.T) {
 // the pod's netns, at rmp with neither (CNI_NETNS empty); dm-cnilog entries
 // record both, at the chain's end and right before doorman's entry (which
 // DEL reaches only if doorman's DEL succeeded: libcni stops at the first
-// plugin that fails). After stopp the proxy, doorman's state, the
+// plugin that fails). Both carry the ADD's CNI_ARGS (the pod's namespace,
+// name and uid). After stopp the proxy, doorman's state, the
 // host-side layer's chain and the pod's netns are gone; after rmp still
 // nothing is left, and no pod is listed.
 func TestCRIStopRemove(t *testing.T) {
@@ -221,6 +222,9 @@ func TestCRIStopRemove(t *testing.T) {
 			t.Fatalf("calls %s after stopp: %s; want ADD and DEL", where, criCallSummary(calls))
 		}
 		del := calls[1]
+		if !maps.Equal(criCNIArgs(del.Args), criCNIArgs(calls[0].Args)) {
+			t.Errorf("DEL at stopp (%s): CNI_ARGS %q, want the ADD's %q", where, del.Args, calls[0].Args)
+		}
 		if del.ContainerID != p.id || del.Netns != netns || del.IfName != "eth0" || !criHasPrevResult(t, del) {
 			t.Errorf("DEL at stopp (%s): container %q netns %q ifname %q prevResult %v; want %s, %s, eth0, a prevResult",
 				where, del.ContainerID, del.Netns, del.IfName, criHasPrevResult(t, del), p.id, netns)
@@ -249,6 +253,12 @@ func TestCRIStopRemove(t *testing.T) {
 			t.Fatalf("calls %s after rmp: %s; want ADD, DEL, DEL", where, criCallSummary(calls))
 		}
 		del := calls[2]
+		if where == criLogEnd {
+			t.Logf("the DEL of crictl rmp, at the chain's end:\n%s", criCallSample(t, del))
+		}
+		if !maps.Equal(criCNIArgs(del.Args), criCNIArgs(calls[0].Args)) {
+			t.Errorf("DEL at rmp (%s): CNI_ARGS %q, want the ADD's %q", where, del.Args, calls[0].Args)
+		}
 		if del.ContainerID != p.id || del.Netns != "" || del.IfName != "eth0" || criHasPrevResult(t, del) {
 			t.Errorf("DEL at rmp (%s): container %q netns %q ifname %q prevResult %v; want %s, no netns, eth0, no prevResult",
 				where, del.ContainerID, del.Netns, del.IfName, criHasPrevResult(t, del), p.id)
@@ -376,11 +386,7 @@ func TestCRIRuntimeConfig(t *testing.T) {
 		if want := filepath.Base(c.cniBinDir); filepath.Base(call.Path) != want {
 			t.Errorf("%s: CNI_PATH %q, want the node's plugin directory %s", where, call.Path, c.cniBinDir)
 		}
-		args := map[string]string{}
-		for _, kv := range strings.Split(call.Args, ";") {
-			k, v, _ := strings.Cut(kv, "=")
-			args[k] = v
-		}
+		args := criCNIArgs(call.Args)
 		wantArgs := map[string]string{
 			"IgnoreUnknown":              "1",
 			"K8S_POD_NAMESPACE":          p.namespace,
@@ -492,6 +498,16 @@ func criHasPrevResult(t *testing.T, call criCNICall) bool {
 		t.Fatalf("stdin of %s: %v", call.Command, err)
 	}
 	return len(stdin.PrevResult) > 0 && string(stdin.PrevResult) != "null"
+}
+
+// criCNIArgs parses CNI_ARGS ("K=V;K=V", in any order).
+func criCNIArgs(s string) map[string]string {
+	args := map[string]string{}
+	for _, kv := range strings.Split(s, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		args[k] = v
+	}
+	return args
 }
 
 // criCallSummary is calls as "ADD(netns, prevResult) DEL(...)", for a
