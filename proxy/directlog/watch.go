@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy"
 )
 
 // DefaultReadBuffer is the receive buffer asked for the conntrack event
@@ -157,6 +158,11 @@ func (w *Watcher) handle(ctx context.Context, m netlink.Message) {
 		return
 	}
 	w.logged.Add(1)
+	w.log(ctx, rec)
+}
+
+// log writes rec's decision line.
+func (w *Watcher) log(ctx context.Context, rec proxy.Record) {
 	v := rec.LogValue()
 	w.logger.LogAttrs(ctx, slog.LevelInfo, "connection", v.Group()...)
 }
