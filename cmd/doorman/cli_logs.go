@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/decisionlog/learn"
 )
 
 func runLogs(args []string, stdout, stderr io.Writer) int {
@@ -126,7 +127,7 @@ policy file:
 	if err != nil {
 		return c.fail(err)
 	}
-	l := decisionlog.Learn(ds, decisionlog.LearnOptions{Wildcards: *wildcards, AnyPort: *anyPort, Denied: *denied})
+	l := learn.From(ds, learn.Options{Wildcards: *wildcards, AnyPort: *anyPort, Denied: *denied})
 	if l.Used == 0 && l.UsedDNS == 0 {
 		c.errorf("nothing to learn from: no connection or DNS lookup an entry could admit in %s since %s (%d decisions)",
 			s.LogFile, from.Local().Format(time.DateTime), len(ds))

@@ -1,4 +1,4 @@
-package decisionlog
+package decisionlog_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	. "github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/decisionlog/learn"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/guard"
 )
@@ -190,7 +192,7 @@ func TestParseDNSFilterRecords(t *testing.T) {
 	if got[7].PrivateRemoved != 1 || got[8].PrivateRemoved != 1 || got[0].PrivateRemoved != 0 {
 		t.Errorf("private_removed: %d, %d, %d; want 1, 1, 0", got[7].PrivateRemoved, got[8].PrivateRemoved, got[0].PrivateRemoved)
 	}
-	if w := "allow dns/udp mixed.lan.example.test A answered NOERROR, rule *.lan.example.test (resolver " + got[8].Upstream + ", "; !strings.HasPrefix(Format(got[8]), got[8].Time.Format(timeLayout)+" "+w) ||
+	if w := "allow dns/udp mixed.lan.example.test A answered NOERROR, rule *.lan.example.test (resolver " + got[8].Upstream + ", "; !strings.HasPrefix(Format(got[8]), got[8].Time.Format(TimeLayout)+" "+w) ||
 		!strings.HasSuffix(Format(got[8]), ", 1 private address removed)") {
 		t.Errorf("Format of an answer that lost a private address: %q", Format(got[8]))
 	}
@@ -206,7 +208,7 @@ func TestParseDNSFilterRecords(t *testing.T) {
 	}
 	for i, w := range formats {
 		s := Format(got[i])
-		at := got[i].Time.Format(timeLayout) + " "
+		at := got[i].Time.Format(TimeLayout) + " "
 		if !strings.HasPrefix(s, at+w) {
 			t.Errorf("Format\n got %q\nwant %q...", s, at+w)
 		}
@@ -235,8 +237,8 @@ func TestParseDNSFilterRecords(t *testing.T) {
 	// Learn: only the lookup refused for want of an entry, of a type a
 	// client asks before it connects; not the TXT, the expansion, the
 	// reverse names, the private answer (counted apart); no port.
-	l := Learn(got, LearnOptions{})
-	if h := hosts(l); h != "evil.example.test.api.example.test blocked.example.test" {
+	l := learn.From(got, learn.Options{})
+	if h := strings.Join(l.Policy().Hosts(), " "); h != "evil.example.test.api.example.test blocked.example.test" {
 		t.Errorf("learned %q", h)
 	}
 	if l.Used != 0 || l.UsedDNS != 2 || l.QueriedOnly != 2 || l.Skipped != 0 || l.Private != 1 {
@@ -282,87 +284,11 @@ func TestFormatDNS(t *testing.T) {
 	}
 	// A connection line is not read as a query, nor a query with another
 	// msg as anything.
-	if d, ok := Parse([]byte(lineAllow)); !ok || d.IsDNS() || d.Kind != KindConnection {
+	if d, ok := Parse([]byte(LineAllow)); !ok || d.IsDNS() || d.Kind != KindConnection {
 		t.Errorf("connection line: %+v, %v", d, ok)
 	}
 	bad := strings.Replace(line("WARN", "deny", "x.example", "A", "", "mode none", "REFUSED", "", false), `"msg":"dns"`, `"msg":"dnsx","m":"\"msg\":\"dns\""`, 1)
 	if d, ok := Parse([]byte(bad)); ok {
 		t.Errorf("line with msg dnsx read as %+v", d)
-	}
-}
-
-// query builds a DNS decision as the filter logs it.
-func query(verdict, reason, name, qtype string) Decision {
-	return Decision{Kind: KindDNS, Verdict: verdict, Reason: reason, Name: name, QType: qtype}
-}
-
-func TestLearnDNS(t *testing.T) {
-	ds := []Decision{
-		// Seen connecting: the connection's entry admits it; the refused
-		// lookup adds nothing.
-		seen(Allow, "name allowed", "api.example.test", "203.0.113.10:443"),
-		query(Deny, "name not allowed", "evil.example.test", "A"),
-		seen(Deny, "name not allowed", "evil.example.test", "203.0.113.20:443"),
-		// Only looked up: no port.
-		query(Deny, "name not allowed", "Blocked.Example.Test.", "AAAA"),
-		query(Deny, "name not allowed", "blocked.example.test", "A"), // twice: once
-		query(Deny, "name not allowed", "svc.example.net", "HTTPS"),
-		query(Deny, "name not allowed", "svc2.example.net", "SVCB"),
-		// Not learned.
-		// Search-list expansions of names not admitted, of a name also
-		// looked up and of one seen connecting.
-		query(Deny, "name not allowed", "github.com.default.svc.cluster.local", "A"),
-		query(Deny, "name not allowed", "github.com.svc.cluster.local", "AAAA"),
-		query(Deny, "name not allowed", "github.com", "A"),
-		query(Deny, "name not allowed", "evil.example.test.corp.test", "A"),
-		query(Allow, "name allowed", "api.example.test", "A"),
-		query(Allow, "mode open", "open.example.test", "A"),
-		query(Deny, "name not allowed: api.example.test with a search-list suffix (answered NXDOMAIN)", "api.example.test.svc.cluster.local", "A"),
-		query(Deny, "name not allowed", "7.113.0.203.in-addr.arpa", "PTR"),
-		query(Deny, "name not allowed", "113.0.203.in-addr.arpa", "A"),
-		query(Deny, "name not allowed", "1.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa", "AAAA"),
-		query(Deny, "name not allowed", "aGVsbG8.t.attacker.example", "TXT"),
-		query(Deny, "name not allowed", "mx.example.test", "MX"),
-		query(Deny, "mode none", "none.example.test", "A"),
-		query(Deny, "class CH is not served (only IN)", "version.bind", "A"),
-		query(Deny, "name not allowed", "bad name!", "A"),
-		query(Deny, "name not allowed", "203.0.113.5", "A"),
-		query(Error, "no upstream answered", "gone.example.test", "A"),
-	}
-	l := Learn(ds, LearnOptions{})
-	if got, want := hosts(l), "github.com svc.example.net svc2.example.net api.example.test:443 blocked.example.test evil.example.test:443"; got != want {
-		t.Errorf("learned\n got %s\nwant %s", got, want)
-	}
-	if l.Used != 2 || l.Skipped != 0 || l.UsedDNS != 6 || l.QueriedOnly != 4 {
-		t.Errorf("used %d, skipped %d, used DNS %d, queried only %d; want 2, 0, 6, 4", l.Used, l.Skipped, l.UsedDNS, l.QueriedOnly)
-	}
-	// The names only looked up are admitted on every port; the learned
-	// policy admits no name the lookups did not ask for.
-	p := roundTrip(t, l)
-	for _, n := range []string{"blocked.example.test", "svc.example.net", "svc2.example.net"} {
-		if _, ok := p.MatchName(n, 8443); !ok {
-			t.Errorf("learned policy refuses %s", n)
-		}
-	}
-	if e, ok := p.MatchName("evil.example.test", 80); ok {
-		t.Errorf("learned policy admits evil.example.test:80 (by %s)", e)
-	}
-	for _, n := range []string{"github.com.svc.cluster.local", "evil.example.test.corp.test", "open.example.test", "aGVsbG8.t.attacker.example", "mx.example.test", "none.example.test", "gone.example.test", "api.example.test.svc.cluster.local"} {
-		if e, ok := p.MatchName(strings.ToLower(n), 443); ok {
-			t.Errorf("learned policy admits %s (by %s)", n, e)
-		}
-	}
-
-	// Denials only, any port: the refused connection's name once.
-	if got := hosts(Learn(ds, LearnOptions{Denied: true, AnyPort: true})); got != "github.com svc.example.net svc2.example.net blocked.example.test evil.example.test" {
-		t.Errorf("denied, any port: %s", got)
-	}
-	// Wildcards collapse the names only looked up among themselves.
-	if got := hosts(Learn(ds, LearnOptions{Wildcards: true})); got != "github.com *.example.net *.example.test:443 blocked.example.test" {
-		t.Errorf("wildcards: %s", got)
-	}
-	// Nothing but refused lookups is something to learn from.
-	if l := Learn(ds[3:4], LearnOptions{}); hosts(l) != "blocked.example.test" || l.Used != 0 || l.UsedDNS != 1 {
-		t.Errorf("lookups only: %+v", l)
 	}
 }

@@ -3,8 +3,8 @@
 // proxy.Record, and one per query its DNS filter answered, msg "dns", see
 // package dnsfilter) and its policy events ("policy loaded", "policy
 // rejected"). It parses, filters, counts, follows and formats them for the
-// operator CLI, and turns them into an allowlist (Learn) that would admit
-// what a sandbox was seen doing.
+// operator CLI; package learn turns them into an allowlist that would
+// admit what a sandbox was seen doing.
 //
 // DNS lines are decisions too: with the DNS filter on, a name the policy
 // does not admit is refused at the lookup and the workload never connects,

@@ -2,14 +2,11 @@ package decisionlog
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/doorman-net/doorman/proxy"
 )
 
 func appendFile(t *testing.T, path, s string) {
@@ -99,47 +96,5 @@ func TestFollowFromOffset(t *testing.T) {
 	})
 	if err != nil || strings.Join(got, " ") != "error" {
 		t.Fatalf("from offset: %v, %v", got, err)
-	}
-}
-
-// WaitPolicy sees the proxy's own policy watcher lines.
-func TestWaitPolicy(t *testing.T) {
-	dir := t.TempDir()
-	logPath := filepath.Join(dir, "s.log")
-	policy := filepath.Join(dir, "policy")
-	os.WriteFile(policy, []byte("mode: allowlist\napi.example.test\n"), 0o644)
-	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	logger := slog.New(slog.NewJSONHandler(logFile, nil))
-	p := proxy.New(proxy.Config{Sandbox: "s", Logger: logger})
-	if _, err := proxy.NewPolicyWatcher(p, policy, logger); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	ev, err := WaitPolicy(ctx, logPath, 0)
-	if err != nil || !ev.Loaded || ev.Mode != "allowlist" || ev.Entries != 1 {
-		t.Fatalf("loaded: %+v, %v", ev, err)
-	}
-
-	// From the end of the log on, nothing yet: times out.
-	fi, _ := os.Stat(logPath)
-	short, cancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel2()
-	if ev, err := WaitPolicy(short, logPath, fi.Size()); err == nil {
-		t.Fatalf("no new load: got %+v", ev)
-	}
-
-	// A rejected file is reported as such.
-	os.WriteFile(policy, []byte("mode: allowlist\nbad entry\n"), 0o644)
-	if _, err := proxy.NewPolicyWatcher(p, policy, logger); err == nil {
-		t.Fatal("bad policy loaded")
-	}
-	ev, err = WaitPolicy(ctx, logPath, fi.Size())
-	if err != nil || ev.Loaded || !strings.Contains(ev.Err, "bad entry") {
-		t.Fatalf("rejected: %+v, %v", ev, err)
 	}
 }

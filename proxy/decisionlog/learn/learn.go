@@ -1,4 +1,4 @@
-package decisionlog
+package learn
 
 import (
 	"cmp"
@@ -10,10 +10,11 @@ import (
 	"golang.org/x/net/publicsuffix"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
-// LearnOptions say how Learn turns decisions into entries.
-type LearnOptions struct {
+// Options say how From turns decisions into entries.
+type Options struct {
 	// Wildcards collapses two or more names below a common parent into
 	// "*.parent", taking the narrowest parent that covers at least two
 	// and never one above the registrable domain (no "*.com", no
@@ -27,8 +28,9 @@ type LearnOptions struct {
 	Denied bool
 }
 
-// Learned is an allowlist that admits what a sandbox was seen doing.
-type Learned struct {
+// Result is an allowlist that admits what a sandbox was seen doing, and
+// what it was learned from.
+type Result struct {
 	Entries []conf.Entry
 	Used    int // connections the entries come from
 	Skipped int // connections that say nothing an entry could admit
@@ -49,11 +51,11 @@ type Learned struct {
 }
 
 // Policy is the learned allowlist as a policy in mode allowlist.
-func (l Learned) Policy() *conf.Policy {
+func (l Result) Policy() *conf.Policy {
 	return &conf.Policy{Mode: conf.ModeAllowlist, Entries: slices.Clone(l.Entries)}
 }
 
-// Learn returns the smallest allowlist that admits the connections ds
+// From returns the smallest allowlist that admits the connections ds
 // record: each named connection by its name (SNI or Host) and port, each
 // connection without a name by its destination address and port, since
 // only address entries can admit those.
@@ -63,7 +65,7 @@ func (l Learned) Policy() *conf.Policy {
 // no entry could change are skipped: refusals of malformed requests,
 // connections made while the policy was in mode none, and lines without a
 // readable destination. Refusals of private upstreams and private DNS
-// answers are not learned either, only counted (see Learned.Private): a
+// answers are not learned either, only counted (see Result.Private): a
 // name entry would not admit them, and an address entry for the host's
 // LAN is not something to propose unasked.
 //
@@ -74,8 +76,8 @@ func (l Learned) Policy() *conf.Policy {
 // it was also seen in a connection, whose entry then admits it. A name
 // that is another name seen with labels added at the end is taken for a
 // search-list expansion and left out.
-func Learn(ds []Decision, opts LearnOptions) Learned {
-	var l Learned
+func From(ds []decisionlog.Decision, opts Options) Result {
+	var l Result
 	type key struct {
 		host string
 		port uint16
@@ -84,7 +86,7 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 	addrs := map[key]bool{}
 	queried := map[string]int{} // names of refused queries -> how many
 	for _, d := range ds {
-		if opts.Denied && d.Verdict != Deny {
+		if opts.Denied && d.Verdict != decisionlog.Deny {
 			continue
 		}
 		if private(d) {
@@ -202,8 +204,8 @@ func Learn(ds []Decision, opts LearnOptions) Learned {
 // address of its DNS answer, was private (see package guard): "private
 // upstream ..." (as it was once written, "no permissible upstream: ..."),
 // possibly after a policy change, and "private answer ...".
-func private(d Decision) bool {
-	if d.Verdict != Deny {
+func private(d decisionlog.Decision) bool {
+	if d.Verdict != decisionlog.Deny {
 		return false
 	}
 	r := strings.TrimPrefix(d.Reason, "policy changed: ")
@@ -214,16 +216,16 @@ func private(d Decision) bool {
 }
 
 // learnable reports whether d is a connection an entry could admit.
-func learnable(d Decision) bool {
+func learnable(d decisionlog.Decision) bool {
 	if d.Reason == "allowDirect" {
 		// Flows that bypassed the proxy (logged from conntrack): an
 		// allowDirect entry admitted them, not the allowlist.
 		return false
 	}
 	switch d.Verdict {
-	case Allow, Error:
+	case decisionlog.Allow, decisionlog.Error:
 		return true
-	case Deny:
+	case decisionlog.Deny:
 		r := d.Reason
 		return strings.Contains(r, "name not allowed") ||
 			strings.Contains(r, "no name and no address rule matches") ||
@@ -243,8 +245,8 @@ func learnable(d Decision) bool {
 // ip6.arpa: an address entry, not a name one, admits those), other types
 // (TXT, MX, ...: not a lookup before a connection, and the usual carrier
 // of data written into names), and refusals in mode none.
-func learnableQuery(d Decision) (string, bool) {
-	if d.Verdict != Deny || d.Reason != "name not allowed" {
+func learnableQuery(d decisionlog.Decision) (string, bool) {
+	if d.Verdict != decisionlog.Deny || d.Reason != "name not allowed" {
 		return "", false
 	}
 	switch strings.ToUpper(d.QType) {
@@ -262,7 +264,7 @@ func learnableQuery(d Decision) (string, bool) {
 	return n, true
 }
 
-// collapse picks wildcards for names (see LearnOptions.Wildcards): deepest
+// collapse picks wildcards for names (see Options.Wildcards): deepest
 // parents first, a parent taking the names below it that no deeper
 // wildcard took, if there are at least two. It returns the names left
 // exact and the wildcard suffixes.
