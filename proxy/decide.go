@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Verdict is the outcome of a policy decision.
@@ -11,8 +12,8 @@ type Verdict string
 
 // The two verdicts a connection can get.
 const (
-	Allow Verdict = "allow"
-	Deny  Verdict = "deny"
+	Allow Verdict = decisionlog.Allow
+	Deny  Verdict = decisionlog.Deny
 )
 
 // decision is what the policy says about one connection (or one request of a

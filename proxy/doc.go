@@ -29,6 +29,10 @@
 //   - A policy that cannot be loaded means deny-all, and a tightened policy
 //     closes established connections that lost their permission.
 //
+// Every connection ends as one line of the decision log (Record, written
+// as decisionlog.Connection; package decisionlog defines the log's
+// schema and every writer uses it), and so does every policy load.
+//
 // Because the bytes were only peeked, an admitted TLS (or unknown) stream is
 // relayed from its first byte by splice(2) between two bare *net.TCPConn.
 // Plaintext HTTP is the exception: its requests pass through a parser so

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/sniff"
 )
 
 // VerdictError marks a connection the policy allowed but that failed
 // upstream (the name did not resolve, the host refused): the client gets a
 // reset, as if the host itself had refused.
-const VerdictError Verdict = "error"
+const VerdictError Verdict = decisionlog.Error
 
 var peekBufs = sync.Pool{New: func() any { b := make([]byte, maxPeek); return &b }}
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Record is the decision log entry for one connection, written as one JSON
@@ -25,32 +27,34 @@ type Record struct {
 	Duration time.Duration
 }
 
-// LogValue renders the record with stable field names for the JSON line.
+// LogValue renders the record with the decision log's field names (see
+// decisionlog.Connection).
 func (r Record) LogValue() slog.Value {
-	attrs := []slog.Attr{
-		slog.String("sandbox", r.Sandbox),
-		slog.String("client", r.Client.String()),
-		slog.String("dst", r.Dst.String()),
-		slog.String("proto", r.Proto),
-		slog.String("name", r.Name),
-		slog.String("rule", r.Rule),
-		slog.String("verdict", string(r.Verdict)),
-		slog.String("reason", r.Reason),
-	}
-	if r.Upstream.IsValid() {
-		attrs = append(attrs, slog.String("upstream", r.Upstream.String()))
-	}
-	attrs = append(attrs,
-		slog.Int64("bytes_up", r.BytesUp),
-		slog.Int64("bytes_down", r.BytesDn),
-		slog.Float64("duration_ms", float64(r.Duration.Microseconds())/1000),
-	)
-	return slog.GroupValue(attrs...)
+	return slog.GroupValue(r.Line().Attrs()...)
 }
 
-// log writes r as one line: fields at the top level of the JSON object,
-// message "connection", level INFO for allowed, WARN for denied and ERROR
-// for allowed connections whose upstream failed.
+// Line returns r as the decision log's connection line.
+func (r Record) Line() decisionlog.Connection {
+	return decisionlog.Connection{
+		Sandbox:   r.Sandbox,
+		Client:    r.Client,
+		Dst:       r.Dst,
+		Proto:     r.Proto,
+		Name:      r.Name,
+		Rule:      r.Rule,
+		Verdict:   string(r.Verdict),
+		Reason:    r.Reason,
+		Upstream:  r.Upstream,
+		BytesUp:   r.BytesUp,
+		BytesDown: r.BytesDn,
+		Duration:  r.Duration,
+	}
+}
+
+// log writes r as one line (see decisionlog.Connection.Log): fields at the
+// top level of the JSON object, message "connection", level INFO for
+// allowed, WARN for denied and ERROR for allowed connections whose
+// upstream failed.
 func (p *Proxy) log(r Record) {
 	if r.Verdict == Allow {
 		p.allowed.Add(1)
@@ -60,13 +64,5 @@ func (p *Proxy) log(r Record) {
 	if r.Duration == 0 && !r.Start.IsZero() {
 		r.Duration = time.Since(r.Start)
 	}
-	level := slog.LevelInfo
-	switch r.Verdict {
-	case Deny:
-		level = slog.LevelWarn
-	case VerdictError:
-		level = slog.LevelError // allowed, but the upstream failed
-	}
-	v := r.LogValue()
-	p.logger.LogAttrs(context.Background(), level, "connection", v.Group()...)
+	r.Line().Log(context.Background(), p.logger)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
 )
 
@@ -209,7 +210,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			}
 			// Out of file descriptors and the like: back off, keep serving.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			p.logger.Error("accept", "sandbox", p.sandbox, "err", err)
+			p.logger.Error(decisionlog.MsgAccept, decisionlog.SandboxKey, p.sandbox, decisionlog.ErrKey, err)
 			time.Sleep(backoff)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // How often the policy file is read without an inotify event. Without a
@@ -89,7 +90,7 @@ func (w *PolicyWatcher) reload() error {
 	if err != nil {
 		err = fmt.Errorf("policy file %s: %w", w.path, err)
 		if !w.failed {
-			w.logger.Error("policy rejected, denying everything", "sandbox", w.proxy.sandbox, "path", w.path, "err", err.Error())
+			decisionlog.PolicyRejected{Sandbox: w.proxy.sandbox, Path: w.path, Err: err}.Log(context.Background(), w.logger)
 		}
 		w.failed, w.last = true, nil
 		w.set(conf.DenyAll())
@@ -97,7 +98,7 @@ func (w *PolicyWatcher) reload() error {
 	}
 	w.failed, w.last = false, data
 	w.set(pol)
-	w.logger.Info("policy loaded", "sandbox", w.proxy.sandbox, "path", w.path, "mode", string(pol.Mode), "entries", len(pol.Entries))
+	decisionlog.PolicyLoaded{Sandbox: w.proxy.sandbox, Path: w.path, Mode: string(pol.Mode), Entries: len(pol.Entries)}.Log(context.Background(), w.logger)
 	return nil
 }
 
@@ -112,7 +113,7 @@ func (w *PolicyWatcher) Run(ctx context.Context) error {
 	dir := filepath.Dir(w.path)
 	interval := checkInterval
 	if err := fw.Add(dir); err != nil {
-		w.logger.Warn("cannot watch policy directory, polling only", "path", w.path, "err", err.Error())
+		w.logger.Warn(decisionlog.MsgPolicyUnwatched, decisionlog.PathKey, w.path, decisionlog.ErrKey, err.Error())
 		interval = pollInterval
 	}
 	// An edit between the load in NewPolicyWatcher and the watch above
@@ -149,7 +150,7 @@ func (w *PolicyWatcher) Run(ctx context.Context) error {
 			}
 			// A lost event (queue overflow) or a broken watch: the file
 			// is read now and, from here on, polled.
-			w.logger.Warn("policy watch", "path", w.path, "err", err.Error())
+			w.logger.Warn(decisionlog.MsgPolicyWatch, decisionlog.PathKey, w.path, decisionlog.ErrKey, err.Error())
 			tick.Reset(pollInterval)
 			w.reload()
 		case <-tick.C:

@@ -7,24 +7,6 @@ import (
 	"time"
 )
 
-// The verdicts a decision line carries (proxy.Allow, proxy.Deny and
-// proxy.VerdictError).
-const (
-	Allow = "allow"
-	Deny  = "deny"
-	Error = "error" // the policy allowed it, the upstream failed
-)
-
-// The kinds of decision lines, which are also their messages (msg).
-const (
-	// KindConnection is the TCP proxy's decision on one connection (see
-	// proxy.Record).
-	KindConnection = "connection"
-	// KindDNS is the DNS filter's decision on one query (see package
-	// dnsfilter, "Log records").
-	KindDNS = "dns"
-)
-
 // Decision is one decision line: what the proxy did with one connection,
 // or what its DNS filter did with one query (Kind says which). Addresses
 // are kept as written, since a connection whose original destination
@@ -65,7 +47,7 @@ func (d Decision) IsDNS() bool { return d.Kind == KindDNS }
 
 // kindTags: every decision line has one of them; lines without any are
 // skipped before any JSON is decoded.
-var kindTags = [][]byte{[]byte(`"msg":"connection"`), []byte(`"msg":"dns"`)}
+var kindTags = [][]byte{[]byte(`"msg":"` + KindConnection + `"`), []byte(`"msg":"` + KindDNS + `"`)}
 
 // Parse reads one log line. ok is false for lines that are not decision
 // lines (policy events, proxy errors, anything malformed).

@@ -8,12 +8,6 @@ import (
 	"time"
 )
 
-// The messages of the policy watcher's lines (see proxy.PolicyWatcher).
-const (
-	msgPolicyLoaded   = "policy loaded"
-	msgPolicyRejected = "policy rejected, denying everything"
-)
-
 // PolicyEvent is a proxy's report that it read its policy file.
 type PolicyEvent struct {
 	Time    time.Time `json:"time"`
@@ -33,9 +27,9 @@ func parsePolicyEvent(b []byte) (PolicyEvent, bool) {
 		return PolicyEvent{}, false
 	}
 	switch l.Msg {
-	case msgPolicyLoaded:
+	case MsgPolicyLoaded:
 		l.Loaded = true
-	case msgPolicyRejected:
+	case MsgPolicyRejected:
 	default:
 		return PolicyEvent{}, false
 	}

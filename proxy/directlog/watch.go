@@ -19,6 +19,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // DefaultReadBuffer is the receive buffer asked for the conntrack event
@@ -161,10 +162,9 @@ func (w *Watcher) handle(ctx context.Context, m netlink.Message) {
 	w.log(ctx, rec)
 }
 
-// log writes rec's decision line.
+// log writes rec's decision line, at INFO: the flow was allowed.
 func (w *Watcher) log(ctx context.Context, rec proxy.Record) {
-	v := rec.LogValue()
-	w.logger.LogAttrs(ctx, slog.LevelInfo, "connection", v.Group()...)
+	rec.Line().Log(ctx, w.logger)
 }
 
 // isLocal reports whether a is an address of the sandbox's namespace. If
@@ -195,8 +195,8 @@ func (w *Watcher) reportOverruns(final bool) {
 	if n == 0 || final && n == 1 {
 		return
 	}
-	w.logger.Warn("allowDirect events lost", "sandbox", w.sandbox, "overruns", n,
-		"err", "conntrack event queue overrun (ENOBUFS): allowDirect flows started meanwhile have no line")
+	w.logger.Warn(decisionlog.MsgDirectLost, decisionlog.SandboxKey, w.sandbox, decisionlog.OverrunsKey, n,
+		decisionlog.ErrKey, "conntrack event queue overrun (ENOBUFS): allowDirect flows started meanwhile have no line")
 }
 
 // Stats returns what the watcher did so far.

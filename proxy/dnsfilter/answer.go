@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // headerLen is the length of a DNS message header.
@@ -98,7 +100,7 @@ func (f *Filter) respond(ctx context.Context, query []byte, r *record) (reply, r
 		}
 		return m, req
 	}
-	r.verdict, r.reason = verdictAllow, d.reason
+	r.verdict, r.reason = decisionlog.Allow, d.reason
 	return f.forward(ctx, req, r, p), req
 }
 

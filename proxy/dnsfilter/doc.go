@@ -115,14 +115,16 @@
 //
 // # Log records
 //
-// Each query is one slog record with message "dns" and the fields sandbox,
-// proto (udp, tcp), client, name (normalized when it could be), qtype,
-// verdict (allow, deny, error), rule (the entry that admitted the name),
-// reason, rcode ("NOERROR", "REFUSED", ...; "none" when no reply was
-// sent), upstream (the resolver that answered or was tried last, "" if
-// none), ech_removed, private_removed (how many private addresses were
-// removed from the answer: records and hint values) and duration_ms.
-// Allowed queries log at INFO, denied ones at WARN, errors at ERROR.
+// Each query is one line of the decision log, written as
+// decisionlog.DNSQuery (package decisionlog defines the schema): message
+// "dns" and the fields sandbox, proto (udp, tcp), client, name
+// (normalized when it could be), qtype, verdict (allow, deny, error), rule
+// (the entry that admitted the name), reason, rcode ("NOERROR",
+// "REFUSED", ...; "none" when no reply was sent), upstream (the resolver
+// that answered or was tried last, "" if none), ech_removed,
+// private_removed (how many private addresses were removed from the
+// answer: records and hint values) and duration_ms. Allowed queries log at
+// INFO, denied ones at WARN, errors at ERROR.
 //
 // # Wiring
 //

@@ -50,7 +50,7 @@ func TestDNSLinesGolden(t *testing.T) {
 	f := New(Config{Sandbox: "sb-golden", Logger: slog.New(slog.NewJSONHandler(&buf, nil))}, nil)
 	allowed := &record{
 		proto: "udp", client: netip.MustParseAddrPort("10.88.0.5:5353"),
-		name: "api.example.com", qtype: "AAAA", verdict: verdictAllow,
+		name: "api.example.com", qtype: "AAAA", verdict: "allow",
 		rule: "*.example.com:443", reason: "name allowed", rcode: "NOERROR",
 		upstream:   netip.MustParseAddrPort("198.51.100.53:53"),
 		echRemoved: true, privateRemoved: 2, start: time.Now(),

@@ -12,6 +12,8 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Limits of the TCP side. A sandbox that opens more connections waits for
@@ -62,7 +64,7 @@ func (f *Filter) ServeUDP(pc net.PacketConn) error {
 				return ErrClosed
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			f.logger.Error("dns read", "sandbox", f.sandbox, "proto", "udp", "err", err)
+			f.logger.Error(decisionlog.MsgDNSRead, decisionlog.SandboxKey, f.sandbox, decisionlog.ProtoKey, "udp", decisionlog.ErrKey, err)
 			time.Sleep(backoff)
 			continue
 		}
@@ -112,7 +114,7 @@ func (f *Filter) ServeTCP(ln net.Listener) error {
 				return ErrClosed
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			f.logger.Error("dns accept", "sandbox", f.sandbox, "proto", "tcp", "err", err)
+			f.logger.Error(decisionlog.MsgDNSAccept, decisionlog.SandboxKey, f.sandbox, decisionlog.ProtoKey, "tcp", decisionlog.ErrKey, err)
 			time.Sleep(backoff)
 			continue
 		}

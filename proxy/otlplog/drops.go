@@ -9,6 +9,8 @@ import (
 	"time"
 
 	sdklog "go.opentelemetry.io/otel/sdk/log"
+
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // counts tracks what happened to the records handed to the exporter. The
@@ -48,16 +50,16 @@ func (c *counts) latestErr() (string, bool) {
 // shutdown could not send) are added to dropped.
 func (c *counts) report(logger *slog.Logger, level slog.Level, msg string, unsent int64) {
 	attrs := []slog.Attr{
-		slog.Int64("exported", c.exported.Load()),
-		slog.Int64("dropped", c.dropped()+unsent),
-		slog.Int64("queue_full", c.queueFull.Load()),
-		slog.Int64("export_failed", c.failed.Load()),
+		slog.Int64(decisionlog.ExportedKey, c.exported.Load()),
+		slog.Int64(decisionlog.DroppedKey, c.dropped()+unsent),
+		slog.Int64(decisionlog.QueueFullKey, c.queueFull.Load()),
+		slog.Int64(decisionlog.ExportFailedKey, c.failed.Load()),
 	}
 	if unsent > 0 {
-		attrs = append(attrs, slog.Int64("unsent", unsent))
+		attrs = append(attrs, slog.Int64(decisionlog.UnsentKey, unsent))
 	}
 	if e, ok := c.latestErr(); ok {
-		attrs = append(attrs, slog.String("last_error", e))
+		attrs = append(attrs, slog.String(decisionlog.LastErrorKey, e))
 	}
 	logger.LogAttrs(context.Background(), level, msg, attrs...)
 }
@@ -128,7 +130,7 @@ func reportDrops(c *counts, logger *slog.Logger, interval time.Duration, stop <-
 		case <-t.C:
 			if d := c.dropped(); d != last {
 				last = d
-				c.report(logger, slog.LevelWarn, "otlp", 0)
+				c.report(logger, slog.LevelWarn, decisionlog.MsgOTLP, 0)
 			}
 		}
 	}

@@ -31,6 +31,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
+
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Resource attribute keys of the exported records.
@@ -53,7 +55,9 @@ const (
 
 // Exported reports whether records with message msg are sent to the
 // collector: the proxy's "connection" and the DNS filter's "dns".
-func Exported(msg string) bool { return msg == "connection" || msg == "dns" }
+func Exported(msg string) bool {
+	return msg == decisionlog.KindConnection || msg == decisionlog.KindDNS
+}
 
 // NewHandler returns a handler that writes every record to local, and
 // also exports those whose message is Exported to cfg.Endpoint as OTLP
@@ -111,7 +115,7 @@ func NewHandler(local slog.Handler, cfg Config) (h slog.Handler, shutdown func(c
 		counts:  c,
 	}
 
-	reportTo := slog.New(local).With(slog.String("sandbox", cfg.Sandbox), slog.String("endpoint", u.String()))
+	reportTo := slog.New(local).With(slog.String(decisionlog.SandboxKey, cfg.Sandbox), slog.String(decisionlog.EndpointKey, u.String()))
 	stop, done := make(chan struct{}), make(chan struct{})
 	go reportDrops(c, reportTo, cfg.ReportInterval, stop, done)
 
@@ -131,7 +135,7 @@ func NewHandler(local slog.Handler, cfg Config) (h slog.Handler, shutdown func(c
 			if c.dropped()+unsent > 0 {
 				level = slog.LevelWarn
 			}
-			c.report(reportTo, level, "otlp", unsent)
+			c.report(reportTo, level, decisionlog.MsgOTLP, unsent)
 		})
 		return err
 	}

@@ -1,0 +1,114 @@
+package decisionlog
+
+// The schema of the log a sandbox's proxy writes: the message of each kind
+// of line, the keys of its fields and their types, and the values the
+// reader relies on. Every writer in the proxy uses these, most through the
+// typed lines of write.go, so that a field is added in one place and a
+// misspelt key cannot split the log; Decision and PolicyEvent, which read
+// the lines, carry the same keys in their JSON tags (see schema_test.go).
+
+// The verdicts of a decision line (proxy.Verdict's are these).
+const (
+	Allow = "allow"
+	Deny  = "deny"
+	Error = "error" // allowed, but the upstream failed (DNS: no resolver answered)
+)
+
+// The kinds of decision lines, which are also their messages (msg).
+const (
+	// KindConnection is the TCP proxy's decision on one connection (see
+	// proxy.Record).
+	KindConnection = "connection"
+	// KindDNS is the DNS filter's decision on one query (see package
+	// dnsfilter, "Log records").
+	KindDNS = "dns"
+)
+
+// The messages (msg) of the lines that are not decisions; the decisions'
+// are KindConnection and KindDNS.
+const (
+	// MsgPolicyLoaded: the proxy put its policy file in force
+	// (PolicyLoaded).
+	MsgPolicyLoaded = "policy loaded"
+	// MsgPolicyRejected: the policy file did not load and the proxy
+	// denies everything (PolicyRejected).
+	MsgPolicyRejected = "policy rejected, denying everything"
+	// MsgPolicyUnwatched: the policy file's directory cannot be watched,
+	// so the file is polled (path, err).
+	MsgPolicyUnwatched = "cannot watch policy directory, polling only"
+	// MsgPolicyWatch: the watch lost an event or broke, and the file is
+	// polled from then on (path, err).
+	MsgPolicyWatch = "policy watch"
+	// MsgResolver: at start, the DNS servers the proxy resolves allowed
+	// names with (Resolver).
+	MsgResolver = "resolver"
+	// MsgOTLP: what the OTLP export sent and dropped so far (sandbox,
+	// endpoint, exported, dropped, queue_full, export_failed, unsent,
+	// last_error).
+	MsgOTLP = "otlp"
+	// MsgDirectLost: conntrack events were lost, so allowDirect flows
+	// went unlogged (sandbox, overruns, err).
+	MsgDirectLost = "allowDirect events lost"
+	// MsgDirectNotLogged and MsgDirectNoLongerLogged: the allowDirect
+	// flows' watcher could not start, or stopped (sandbox, err).
+	MsgDirectNotLogged      = "allowDirect flows are not logged"
+	MsgDirectNoLongerLogged = "allowDirect flows are no longer logged"
+	// MsgAccept, MsgDNSRead and MsgDNSAccept: the proxy's or the DNS
+	// filter's listener failed and is retried (sandbox, proto for DNS,
+	// err).
+	MsgAccept    = "accept"
+	MsgDNSRead   = "dns read"
+	MsgDNSAccept = "dns accept"
+)
+
+// The keys of the fields, after slog's own time, level and msg. Every
+// line that concerns a sandbox has SandboxKey.
+const (
+	SandboxKey = "sandbox" // string: the sandbox's id
+	ErrKey     = "err"     // string: what failed
+
+	// Decisions: connection and dns lines.
+	ClientKey  = "client"  // addr:port string: the workload's end
+	DstKey     = "dst"     // addr:port string: the original destination (connections)
+	ProtoKey   = "proto"   // string: tls, http, h2c, unknown, or tcp and udp for allowDirect flows; udp or tcp for DNS
+	NameKey    = "name"    // string: SNI or Host, or the name queried; "" if none
+	RuleKey    = "rule"    // string: the entry that admitted it, "" if none
+	VerdictKey = "verdict" // string: Allow, Deny or Error
+	ReasonKey  = "reason"  // string: why
+	// UpstreamKey (addr:port string): the address dialed (connections;
+	// absent if none), or the resolver that answered or was tried last
+	// (DNS; "" if none).
+	UpstreamKey       = "upstream"
+	BytesUpKey        = "bytes_up"        // integer: bytes client to upstream (connections)
+	BytesDownKey      = "bytes_down"      // integer: bytes upstream to client (connections)
+	DurationKey       = "duration_ms"     // number: milliseconds, to the microsecond
+	QTypeKey          = "qtype"           // string: A, AAAA, HTTPS, ... (DNS)
+	RcodeKey          = "rcode"           // string: NOERROR, REFUSED, ..., or RcodeNone (DNS)
+	ECHRemovedKey     = "ech_removed"     // bool: ECH configurations were stripped from the answer (DNS)
+	PrivateRemovedKey = "private_removed" // integer: private addresses removed from the answer (DNS)
+
+	// Policy lines.
+	PathKey    = "path"    // string: the policy file
+	ModeKey    = "mode"    // string: none, allowlist or open
+	EntriesKey = "entries" // integer: how many entries the policy has
+
+	// The resolver line.
+	ServersKey    = "servers"    // array of addr:port strings
+	ResolvConfKey = "resolvConf" // string: the resolv.conf names are resolved with instead
+	WhyKey        = "why"        // string
+
+	// The otlp line.
+	EndpointKey     = "endpoint"      // string: the collector's URL
+	ExportedKey     = "exported"      // integer: records the collector took
+	DroppedKey      = "dropped"       // integer: records that will never reach it
+	QueueFullKey    = "queue_full"    // integer: of those, refused for a full queue
+	ExportFailedKey = "export_failed" // integer: of those, in an export that failed
+	UnsentKey       = "unsent"        // integer: still queued at shutdown (only then)
+	LastErrorKey    = "last_error"    // string: the latest export error (once there was one)
+
+	// The allowDirect lines.
+	OverrunsKey = "overruns" // integer: conntrack event queue overruns so far
+)
+
+// RcodeNone is the rcode of a DNS query that got no reply.
+const RcodeNone = "none"

@@ -1,0 +1,190 @@
+package decisionlog
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Connection is a connection line: what the proxy did with one TCP
+// connection, or an allowDirect flow that bypassed it.
+type Connection struct {
+	Sandbox   string
+	Client    netip.AddrPort
+	Dst       netip.AddrPort // the original destination
+	Proto     string
+	Name      string
+	Rule      string
+	Verdict   string
+	Reason    string
+	Upstream  netip.AddrPort // left out of the line if not valid
+	BytesUp   int64
+	BytesDown int64
+	Duration  time.Duration
+}
+
+// Attrs returns the line's fields, in the order they are written.
+func (c Connection) Attrs() []slog.Attr {
+	attrs := make([]slog.Attr, 0, 12)
+	attrs = append(attrs,
+		slog.String(SandboxKey, c.Sandbox),
+		slog.String(ClientKey, c.Client.String()),
+		slog.String(DstKey, c.Dst.String()),
+		slog.String(ProtoKey, c.Proto),
+		slog.String(NameKey, c.Name),
+		slog.String(RuleKey, c.Rule),
+		slog.String(VerdictKey, c.Verdict),
+		slog.String(ReasonKey, c.Reason),
+	)
+	if c.Upstream.IsValid() {
+		attrs = append(attrs, slog.String(UpstreamKey, c.Upstream.String()))
+	}
+	return append(attrs,
+		slog.Int64(BytesUpKey, c.BytesUp),
+		slog.Int64(BytesDownKey, c.BytesDown),
+		durationAttr(c.Duration),
+	)
+}
+
+// Log writes the line to l: INFO when allowed, WARN when denied, ERROR
+// when allowed but the upstream failed (and INFO without a verdict, a
+// line the reader skips).
+func (c Connection) Log(ctx context.Context, l *slog.Logger) {
+	l.LogAttrs(ctx, verdictLevel(c.Verdict, slog.LevelInfo), KindConnection, c.Attrs()...)
+}
+
+// DNSQuery is a dns line: what the DNS filter did with one query.
+type DNSQuery struct {
+	Sandbox  string
+	Proto    string // udp or tcp
+	Client   netip.AddrPort
+	Name     string
+	QType    string
+	Verdict  string
+	Rule     string
+	Reason   string
+	Rcode    string         // "" if no reply was sent: written RcodeNone
+	Upstream netip.AddrPort // written "" if not valid
+	// ECHRemoved says ECH configurations were stripped from the answer.
+	ECHRemoved bool
+	// PrivateRemoved counts the private addresses removed from the
+	// answer (records and hint values).
+	PrivateRemoved int
+	Duration       time.Duration
+}
+
+// Attrs returns the line's fields, in the order they are written.
+func (q DNSQuery) Attrs() []slog.Attr {
+	rcode := q.Rcode
+	if rcode == "" {
+		rcode = RcodeNone
+	}
+	upstream := ""
+	if q.Upstream.IsValid() {
+		upstream = q.Upstream.String()
+	}
+	return []slog.Attr{
+		slog.String(SandboxKey, q.Sandbox),
+		slog.String(ProtoKey, q.Proto),
+		slog.String(ClientKey, q.Client.String()),
+		slog.String(NameKey, q.Name),
+		slog.String(QTypeKey, q.QType),
+		slog.String(VerdictKey, q.Verdict),
+		slog.String(RuleKey, q.Rule),
+		slog.String(ReasonKey, q.Reason),
+		slog.String(RcodeKey, rcode),
+		slog.String(UpstreamKey, upstream),
+		slog.Bool(ECHRemovedKey, q.ECHRemoved),
+		slog.Int(PrivateRemovedKey, q.PrivateRemoved),
+		durationAttr(q.Duration),
+	}
+}
+
+// Log writes the line to l: INFO when allowed, WARN when denied, ERROR
+// on an error (and without a verdict).
+func (q DNSQuery) Log(ctx context.Context, l *slog.Logger) {
+	l.LogAttrs(ctx, verdictLevel(q.Verdict, slog.LevelError), KindDNS, q.Attrs()...)
+}
+
+// verdictLevel is the level of a decision with verdict v, or otherwise
+// if v is none of the three.
+func verdictLevel(v string, otherwise slog.Level) slog.Level {
+	switch v {
+	case Allow:
+		return slog.LevelInfo
+	case Deny:
+		return slog.LevelWarn
+	case Error:
+		return slog.LevelError
+	}
+	return otherwise
+}
+
+// durationAttr writes d in milliseconds, to the microsecond.
+func durationAttr(d time.Duration) slog.Attr {
+	return slog.Float64(DurationKey, float64(d.Microseconds())/1000)
+}
+
+// PolicyLoaded is the line a proxy writes when it put its policy file in
+// force (see WaitPolicy).
+type PolicyLoaded struct {
+	Sandbox string
+	Path    string
+	Mode    string
+	Entries int
+}
+
+// Log writes the line to l, at INFO.
+func (p PolicyLoaded) Log(ctx context.Context, l *slog.Logger) {
+	l.LogAttrs(ctx, slog.LevelInfo, MsgPolicyLoaded,
+		slog.String(SandboxKey, p.Sandbox),
+		slog.String(PathKey, p.Path),
+		slog.String(ModeKey, p.Mode),
+		slog.Int(EntriesKey, p.Entries),
+	)
+}
+
+// PolicyRejected is the line a proxy writes when its policy file did not
+// load, and it denies everything (see WaitPolicy).
+type PolicyRejected struct {
+	Sandbox string
+	Path    string
+	Err     error
+}
+
+// Log writes the line to l, at ERROR.
+func (p PolicyRejected) Log(ctx context.Context, l *slog.Logger) {
+	l.LogAttrs(ctx, slog.LevelError, MsgPolicyRejected,
+		slog.String(SandboxKey, p.Sandbox),
+		slog.String(PathKey, p.Path),
+		slog.String(ErrKey, p.Err.Error()),
+	)
+}
+
+// Resolver is the line a proxy writes at its start: the DNS servers it
+// resolves the names admitted by name rules with. Without servers it is
+// a warning that names the resolv.conf used instead, and why.
+type Resolver struct {
+	Sandbox    string
+	Servers    []netip.AddrPort
+	ResolvConf string // without servers
+	Why        string // without servers
+}
+
+// Log writes the line to l: INFO with servers, WARN without.
+func (r Resolver) Log(ctx context.Context, l *slog.Logger) {
+	if len(r.Servers) > 0 {
+		l.LogAttrs(ctx, slog.LevelInfo, MsgResolver,
+			slog.String(SandboxKey, r.Sandbox),
+			slog.Any(ServersKey, r.Servers),
+		)
+		return
+	}
+	l.LogAttrs(ctx, slog.LevelWarn, MsgResolver,
+		slog.String(SandboxKey, r.Sandbox),
+		slog.Any(ServersKey, []netip.AddrPort{}), // [], not null
+		slog.String(ResolvConfKey, r.ResolvConf),
+		slog.String(WhyKey, r.Why),
+	)
+}
