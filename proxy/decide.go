@@ -38,7 +38,7 @@ type decision struct {
 func decide(p *conf.Policy, name string, dst netip.AddrPort) decision {
 	switch p.Mode {
 	case conf.ModeNone:
-		return decision{verdict: Deny, reason: "mode none"}
+		return decision{verdict: Deny, reason: decisionlog.ReasonModeNone}
 	case conf.ModeOpen:
 		return decision{verdict: Allow, reason: "mode open"}
 	}
@@ -51,7 +51,7 @@ func decide(p *conf.Policy, name string, dst netip.AddrPort) decision {
 		return decision{verdict: Allow, rule: e.String(), reason: "address allowed"}
 	}
 	if name == "" {
-		return decision{verdict: Deny, reason: "no name and no address rule matches"}
+		return decision{verdict: Deny, reason: decisionlog.ReasonNoRule}
 	}
-	return decision{verdict: Deny, reason: "name not allowed"}
+	return decision{verdict: Deny, reason: decisionlog.ReasonNameNotAllowed}
 }

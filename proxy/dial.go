@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
 )
 
@@ -49,7 +50,7 @@ func (e *refusedError) upstream() netip.AddrPort {
 // privateUpstream is the reason of one guard refusal. Every refusal of the
 // guard starts so, loopback and the host's own addresses included, so that
 // the log has one reason to look for.
-func privateUpstream(r *guard.Refusal) string { return "private upstream " + r.String() }
+func privateUpstream(r *guard.Refusal) string { return decisionlog.ReasonPrivateUpstream + r.String() }
 
 // refusal asks the guard whether a:port may be dialed under pol.
 func (p *Proxy) refusal(pol *conf.Policy, a netip.Addr, port uint16) *guard.Refusal {

@@ -155,7 +155,7 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	// this connection: decide again against the policy now in force.
 	if now := p.Policy(); now != pol {
 		if why := p.lostPermission(now, t); why != "" {
-			t.kill("policy changed: " + why)
+			t.kill(decisionlog.ReasonPolicyChanged + why)
 		}
 	}
 

@@ -165,7 +165,7 @@ func (p *Proxy) SetPolicy(pol *conf.Policy) {
 	p.mu.Unlock()
 	for _, t := range established {
 		if why := p.lostPermission(pol, t); why != "" {
-			t.kill("policy changed: " + why)
+			t.kill(decisionlog.ReasonPolicyChanged + why)
 		}
 	}
 }
@@ -254,7 +254,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	for _, t := range all {
-		t.kill("proxy shutting down")
+		t.kill(decisionlog.ReasonShutdown)
 	}
 	<-done
 	return ctx.Err()

@@ -112,3 +112,31 @@ const (
 
 // RcodeNone is the rcode of a DNS query that got no reply.
 const RcodeNone = "none"
+
+// The reasons, and starts of reasons, that readers tell apart (package
+// learn learns from some denials and not from others).
+const (
+	// ReasonNameNotAllowed: no entry admits the name. It ends the reasons
+	// that say which name ("request for evil.example: name not
+	// allowed"), and starts the DNS filter's for a search-list expansion.
+	ReasonNameNotAllowed = "name not allowed"
+	// ReasonNoRule: a connection without a name, whose destination no
+	// address entry admits.
+	ReasonNoRule = "no name and no address rule matches"
+	// ReasonModeNone: the policy is in mode none.
+	ReasonModeNone = "mode none"
+	// ReasonPolicyChanged starts the reason of a connection that a new
+	// policy closed; the new decision's reason follows.
+	ReasonPolicyChanged = "policy changed: "
+	// ReasonShutdown: the connection was open when the proxy stopped.
+	ReasonShutdown = "proxy shutting down"
+	// ReasonPrivateUpstream starts each clause of the reason of a
+	// connection refused because its upstream is private (see package
+	// guard): "private upstream 10.0.0.5: RFC 1918 (10.0.0.0/8)".
+	ReasonPrivateUpstream = "private upstream "
+	// ReasonPrivateAnswer is the same for a DNS answer whose every
+	// address was private.
+	ReasonPrivateAnswer = "private answer "
+	// ReasonAllowDirect is the reason of an allowDirect flow's line.
+	ReasonAllowDirect = "allowDirect"
+)

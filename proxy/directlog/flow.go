@@ -9,10 +9,11 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Reason is the reason field of every line this package writes.
-const Reason = "allowDirect"
+const Reason = decisionlog.ReasonAllowDirect
 
 // protoNames are the protocols the sandbox's ruleset lets out directly to
 // allowDirect destinations, by IP protocol number.

@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // decision is what the policy says about one question.
@@ -32,7 +33,7 @@ func decide(p *conf.Policy, q dns.Question) decision {
 	d := decision{name: name}
 	switch p.Mode {
 	case conf.ModeNone:
-		d.reason = "mode none"
+		d.reason = decisionlog.ReasonModeNone
 		return d
 	case conf.ModeOpen:
 		d.allow, d.reason = true, "mode open"
@@ -60,10 +61,10 @@ func decide(p *conf.Policy, q dns.Question) decision {
 	}
 	if e, ok := searchExpansion(p, name); ok {
 		d.expansion = true
-		d.reason = fmt.Sprintf("name not allowed: %s with a search-list suffix (answered NXDOMAIN)", e)
+		d.reason = fmt.Sprintf("%s: %s with a search-list suffix (answered NXDOMAIN)", decisionlog.ReasonNameNotAllowed, e)
 		return d
 	}
-	d.reason = "name not allowed"
+	d.reason = decisionlog.ReasonNameNotAllowed
 	return d
 }
 

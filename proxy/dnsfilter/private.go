@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
 )
 
@@ -34,7 +35,7 @@ func (pa privateAnswers) reason() string {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		b.WriteString("private answer " + r.String())
+		b.WriteString(decisionlog.ReasonPrivateAnswer + r.String())
 	}
 	return b.String()
 }

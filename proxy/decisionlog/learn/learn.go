@@ -208,16 +208,16 @@ func private(d decisionlog.Decision) bool {
 	if d.Verdict != decisionlog.Deny {
 		return false
 	}
-	r := strings.TrimPrefix(d.Reason, "policy changed: ")
+	r := strings.TrimPrefix(d.Reason, decisionlog.ReasonPolicyChanged)
 	if d.IsDNS() {
-		return strings.HasPrefix(r, "private answer ")
+		return strings.HasPrefix(r, decisionlog.ReasonPrivateAnswer)
 	}
-	return strings.HasPrefix(r, "private upstream ") || strings.HasPrefix(r, "no permissible upstream")
+	return strings.HasPrefix(r, decisionlog.ReasonPrivateUpstream) || strings.HasPrefix(r, "no permissible upstream")
 }
 
 // learnable reports whether d is a connection an entry could admit.
 func learnable(d decisionlog.Decision) bool {
-	if d.Reason == "allowDirect" {
+	if d.Reason == decisionlog.ReasonAllowDirect {
 		// Flows that bypassed the proxy (logged from conntrack): an
 		// allowDirect entry admitted them, not the allowlist.
 		return false
@@ -227,11 +227,11 @@ func learnable(d decisionlog.Decision) bool {
 		return true
 	case decisionlog.Deny:
 		r := d.Reason
-		return strings.Contains(r, "name not allowed") ||
-			strings.Contains(r, "no name and no address rule matches") ||
+		return strings.Contains(r, decisionlog.ReasonNameNotAllowed) ||
+			strings.Contains(r, decisionlog.ReasonNoRule) ||
 			// Admitted once, closed later: it was seen.
-			(strings.HasPrefix(r, "policy changed:") && !strings.Contains(r, "mode none")) ||
-			r == "proxy shutting down"
+			(strings.HasPrefix(r, decisionlog.ReasonPolicyChanged) && !strings.Contains(r, decisionlog.ReasonModeNone)) ||
+			r == decisionlog.ReasonShutdown
 	}
 	return false
 }
@@ -246,7 +246,7 @@ func learnable(d decisionlog.Decision) bool {
 // (TXT, MX, ...: not a lookup before a connection, and the usual carrier
 // of data written into names), and refusals in mode none.
 func learnableQuery(d decisionlog.Decision) (string, bool) {
-	if d.Verdict != decisionlog.Deny || d.Reason != "name not allowed" {
+	if d.Verdict != decisionlog.Deny || d.Reason != decisionlog.ReasonNameNotAllowed {
 		return "", false
 	}
 	switch strings.ToUpper(d.QType) {
