@@ -90,7 +90,7 @@ func (w *PolicyWatcher) reload() error {
 	if err != nil {
 		err = fmt.Errorf("policy file %s: %w", w.path, err)
 		if !w.failed {
-			decisionlog.PolicyRejected{Sandbox: w.proxy.sandbox, Path: w.path, Err: err}.Log(context.Background(), w.logger)
+			decisionlog.PolicyLoad{Sandbox: w.proxy.sandbox, Path: w.path, Err: err}.Log(context.Background(), w.logger)
 		}
 		w.failed, w.last = true, nil
 		w.set(conf.DenyAll())
@@ -98,7 +98,7 @@ func (w *PolicyWatcher) reload() error {
 	}
 	w.failed, w.last = false, data
 	w.set(pol)
-	decisionlog.PolicyLoaded{Sandbox: w.proxy.sandbox, Path: w.path, Mode: string(pol.Mode), Entries: len(pol.Entries)}.Log(context.Background(), w.logger)
+	decisionlog.PolicyLoad{Sandbox: w.proxy.sandbox, Path: w.path, Mode: string(pol.Mode), Entries: len(pol.Entries)}.Log(context.Background(), w.logger)
 	return nil
 }
 

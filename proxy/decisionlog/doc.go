@@ -10,11 +10,11 @@
 // export's counts and the errors a proxy survives.
 //
 // The schema is defined here once: every message, every field's key and
-// type, the verdicts (schema.go), and typed lines that write them
-// (Connection, DNSQuery, PolicyLoaded, PolicyRejected, Resolver). Every
-// writer in the proxy uses them, and the reader's JSON tags are tested
-// against them, so that adding a field is one change in one package and a
-// key spelt two ways cannot split the log.
+// type, the verdicts and the reasons readers tell apart (schema.go), and
+// typed lines that write them (Connection, DNSQuery, PolicyLoad,
+// Resolver). Every writer in the proxy uses them, and the reader's JSON
+// tags are tested against them, so that adding a field is one change in
+// one package and a key spelt two ways cannot split the log.
 //
 // The rest is for the operator CLI: it parses, filters, counts, follows
 // and formats the lines, and waits for policy events; package learn turns

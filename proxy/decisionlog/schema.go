@@ -28,10 +28,10 @@ const (
 // are KindConnection and KindDNS.
 const (
 	// MsgPolicyLoaded: the proxy put its policy file in force
-	// (PolicyLoaded).
+	// (PolicyLoad).
 	MsgPolicyLoaded = "policy loaded"
 	// MsgPolicyRejected: the policy file did not load and the proxy
-	// denies everything (PolicyRejected).
+	// denies everything (PolicyLoad).
 	MsgPolicyRejected = "policy rejected, denying everything"
 	// MsgPolicyUnwatched: the policy file's directory cannot be watched,
 	// so the file is polled (path, err).

@@ -82,8 +82,8 @@ func TestDecisionReadsWhatIsWritten(t *testing.T) {
 // PolicyEvent reads what the policy lines are written with.
 func TestPolicyEventReadsWhatIsWritten(t *testing.T) {
 	ctx := context.Background()
-	loaded := lineKeys(t, func(l *slog.Logger) { PolicyLoaded{}.Log(ctx, l) })
-	rejected := lineKeys(t, func(l *slog.Logger) { PolicyRejected{Err: errors.New("x")}.Log(ctx, l) })
+	loaded := lineKeys(t, func(l *slog.Logger) { PolicyLoad{}.Log(ctx, l) })
+	rejected := lineKeys(t, func(l *slog.Logger) { PolicyLoad{Err: errors.New("x")}.Log(ctx, l) })
 	for _, k := range jsonKeys(reflect.TypeFor[PolicyEvent]()) {
 		if k != slog.TimeKey && !slices.Contains(loaded, k) && !slices.Contains(rejected, k) {
 			t.Errorf("PolicyEvent reads %q, which no policy line is written with", k)
@@ -106,8 +106,8 @@ func TestTypedLinesRoundTrip(t *testing.T) {
 		Verdict: Allow, Rule: "api.example.com", Reason: "name allowed", Rcode: "NOERROR",
 		Upstream: netip.MustParseAddrPort("198.51.100.53:53"), ECHRemoved: true, PrivateRemoved: 3, Duration: time.Millisecond,
 	}.Log(ctx, l)
-	PolicyLoaded{Sandbox: "sb", Path: "/p", Mode: "allowlist", Entries: 4}.Log(ctx, l)
-	PolicyRejected{Sandbox: "sb", Path: "/p", Err: errors.New("bad entry")}.Log(ctx, l)
+	PolicyLoad{Sandbox: "sb", Path: "/p", Mode: "allowlist", Entries: 4}.Log(ctx, l)
+	PolicyLoad{Sandbox: "sb", Path: "/p", Err: errors.New("bad entry")}.Log(ctx, l)
 
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	if len(lines) != 4 {

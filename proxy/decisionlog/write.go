@@ -126,39 +126,33 @@ func durationAttr(d time.Duration) slog.Attr {
 	return slog.Float64(DurationKey, float64(d.Microseconds())/1000)
 }
 
-// PolicyLoaded is the line a proxy writes when it put its policy file in
-// force (see WaitPolicy).
-type PolicyLoaded struct {
+// PolicyLoad is the line a proxy writes when it read its policy file:
+// loaded and in force, or rejected, and the proxy denies everything (see
+// WaitPolicy, which reads it back as a PolicyEvent).
+type PolicyLoad struct {
 	Sandbox string
 	Path    string
-	Mode    string
-	Entries int
+	Mode    string // loaded
+	Entries int    // loaded
+	Err     error  // not nil: rejected
 }
 
-// Log writes the line to l, at INFO.
-func (p PolicyLoaded) Log(ctx context.Context, l *slog.Logger) {
+// Log writes the line to l: MsgPolicyLoaded at INFO, or MsgPolicyRejected
+// at ERROR.
+func (p PolicyLoad) Log(ctx context.Context, l *slog.Logger) {
+	if p.Err != nil {
+		l.LogAttrs(ctx, slog.LevelError, MsgPolicyRejected,
+			slog.String(SandboxKey, p.Sandbox),
+			slog.String(PathKey, p.Path),
+			slog.String(ErrKey, p.Err.Error()),
+		)
+		return
+	}
 	l.LogAttrs(ctx, slog.LevelInfo, MsgPolicyLoaded,
 		slog.String(SandboxKey, p.Sandbox),
 		slog.String(PathKey, p.Path),
 		slog.String(ModeKey, p.Mode),
 		slog.Int(EntriesKey, p.Entries),
-	)
-}
-
-// PolicyRejected is the line a proxy writes when its policy file did not
-// load, and it denies everything (see WaitPolicy).
-type PolicyRejected struct {
-	Sandbox string
-	Path    string
-	Err     error
-}
-
-// Log writes the line to l, at ERROR.
-func (p PolicyRejected) Log(ctx context.Context, l *slog.Logger) {
-	l.LogAttrs(ctx, slog.LevelError, MsgPolicyRejected,
-		slog.String(SandboxKey, p.Sandbox),
-		slog.String(PathKey, p.Path),
-		slog.String(ErrKey, p.Err.Error()),
 	)
 }
 
