@@ -14,11 +14,12 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/guard"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // Defaults for the zero values of Config's fields.
 const (
-	defaultTimeout     = 2 * time.Second
+	defaultTimeout     = resolver.DefaultTimeout
 	defaultMaxInFlight = 256
 )
 

@@ -2,14 +2,14 @@ package dnsfilter
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"strings"
 
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
 // forward sends the question of req to the upstreams in turn and returns
@@ -28,10 +28,7 @@ func (f *Filter) forward(ctx context.Context, req *dns.Msg, r *record, p *conf.P
 	for _, u := range f.upstreams {
 		r.upstream = u
 		up.Id = dns.Id()
-		reply, err := f.exchange(ctx, up, u.String(), r.proto)
-		if err == nil {
-			err = checkReply(up, reply)
-		}
+		reply, err := f.exchange(ctx, up, u, r.proto)
 		if err != nil {
 			failures = append(failures, fmt.Sprintf("%s: %v", u, err))
 			continue
@@ -70,64 +67,15 @@ func upstreamQuery(req *dns.Msg) *dns.Msg {
 	return m
 }
 
-// exchange sends m to the upstream addr over proto ("udp" or "tcp") and
-// reads its answer, within the filter's timeout. Over UDP, answers with
-// another ID are skipped (they may be late answers to earlier queries, or
-// forged); over TCP one is an error.
-func (f *Filter) exchange(ctx context.Context, m *dns.Msg, addr, proto string) (*dns.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	c := dns.Client{
-		Net:     proto,
-		Timeout: f.timeout,
-		// Read whole datagrams when the query has no EDNS (an OPT
-		// record sets the size otherwise); pack truncates for the
-		// client.
-		UDPSize: dns.MaxMsgSize,
+// exchange sends m to the upstream u over proto ("udp" or "tcp") and
+// returns its answer if it answers m, within the filter's timeout (see
+// resolver.Exchange).
+func (f *Filter) exchange(ctx context.Context, m *dns.Msg, u netip.AddrPort, proto string) (*dns.Msg, error) {
+	reply, err := resolver.Exchange(ctx, m, u, proto, f.timeout)
+	if err == context.Canceled { // Shutdown: the query was aborted
+		return nil, fmt.Errorf("aborted: %w", err)
 	}
-	conn, err := c.DialContext(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	// Shutdown's cancel must not wait for the read deadline.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	reply, _, err := c.ExchangeWithConnContext(ctx, m, conn)
-	if err != nil {
-		var ne net.Error
-		switch {
-		case errors.Is(ctx.Err(), context.Canceled):
-			return nil, fmt.Errorf("aborted: %w", context.Canceled)
-		case ctx.Err() != nil, errors.As(err, &ne) && ne.Timeout():
-			return nil, fmt.Errorf("no answer within %v", f.timeout)
-		}
-		return nil, err
-	}
-	return reply, nil
-}
-
-// checkReply makes sure reply answers query: the same ID, a response to
-// a QUERY, and the same one question (the name compared ignoring case).
-// It keeps an answer for another name, forged or confused, from passing
-// as the answer for an admitted one.
-func checkReply(query, reply *dns.Msg) error {
-	switch {
-	case reply.Id != query.Id:
-		return fmt.Errorf("answer has ID %d, the query had %d", reply.Id, query.Id)
-	case !reply.Response:
-		return errors.New("answer is not a response (QR bit clear)")
-	case reply.Opcode != dns.OpcodeQuery:
-		return fmt.Errorf("answer has opcode %s, want QUERY", opcodeString(reply.Opcode))
-	case len(reply.Question) != 1:
-		return fmt.Errorf("answer has %d questions, want 1", len(reply.Question))
-	}
-	q, a := query.Question[0], reply.Question[0]
-	if !strings.EqualFold(q.Name, a.Name) || q.Qtype != a.Qtype || q.Qclass != a.Qclass {
-		return fmt.Errorf("answer is for %s %s %s, not the question asked (%s %s %s)",
-			a.Name, dns.Class(a.Qclass), dns.Type(a.Qtype), q.Name, dns.Class(q.Qclass), dns.Type(q.Qtype))
-	}
-	return nil
+	return reply, err
 }
 
 // relay turns an upstream answer into the client's under policy p: the

@@ -1,6 +1,7 @@
 // Package resolver is the stub resolver with which a sandbox's proxy looks
-// up the names its policy admits, and the one parser of the DNS server
-// addresses doorman is configured with (ParseServer).
+// up the names its policy admits, the one DNS exchange with a server
+// (Exchange, which the DNS filter forwards with too), and the one parser
+// of the DNS server addresses doorman is configured with (ParseServer).
 //
 // The proxy must see the names the container sees: a name that only the
 // container's resolvers know (Docker's --dns, Podman's container-name DNS,
@@ -200,56 +201,9 @@ func (r *Stub) exchange(ctx context.Context, q *dns.Msg, srv netip.AddrPort) (*d
 // exchangeOver sends q (with a new ID) to srv over proto, within the
 // timeout, and returns the reply if it answers q.
 func (r *Stub) exchangeOver(ctx context.Context, q *dns.Msg, srv netip.AddrPort, proto string) (*dns.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
 	m := q.Copy()
 	m.Id = dns.Id()
-	c := dns.Client{Net: proto, Timeout: r.timeout}
-	conn, err := c.DialContext(ctx, srv.String())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	// A cancelled lookup must not wait for the read deadline.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	reply, _, err := c.ExchangeWithConnContext(ctx, m, conn)
-	if err != nil {
-		var ne net.Error
-		switch {
-		case errors.Is(ctx.Err(), context.Canceled):
-			return nil, context.Canceled
-		case ctx.Err() != nil, errors.As(err, &ne) && ne.Timeout():
-			return nil, fmt.Errorf("no answer within %v", r.timeout)
-		}
-		return nil, err
-	}
-	if err := answers(m, reply); err != nil {
-		return nil, err
-	}
-	return reply, nil
-}
-
-// answers checks that reply is the response to query: same ID, a
-// response to a QUERY, and the same one question (the name compared
-// without regard to case). An answer for another question, forged or
-// confused, must not pass as the addresses of an admitted name.
-func answers(query, reply *dns.Msg) error {
-	switch {
-	case reply.Id != query.Id:
-		return fmt.Errorf("answer has ID %d, the query had %d", reply.Id, query.Id)
-	case !reply.Response:
-		return errors.New("answer is not a response (QR bit clear)")
-	case reply.Opcode != dns.OpcodeQuery:
-		return fmt.Errorf("answer has opcode %d, want QUERY", reply.Opcode)
-	case len(reply.Question) != 1:
-		return fmt.Errorf("answer has %d questions, want 1", len(reply.Question))
-	}
-	q, a := query.Question[0], reply.Question[0]
-	if !strings.EqualFold(q.Name, a.Name) || q.Qtype != a.Qtype || q.Qclass != a.Qclass {
-		return fmt.Errorf("answer is for %s %s, not the question asked (%s %s)", a.Name, dns.Type(a.Qtype), q.Name, dns.Type(q.Qtype))
-	}
-	return nil
+	return Exchange(ctx, m, srv, proto, r.timeout)
 }
 
 // addrsOf returns the qtype addresses the answer section gives for name,
