@@ -3,7 +3,6 @@ package sniff
 import (
 	"bytes"
 	"fmt"
-	"strconv"
 )
 
 // MaxHeadSize is the largest HTTP/1.x head accepted, request or response,
@@ -112,17 +111,15 @@ type headParser struct {
 	https                  bool      // absolute-form with scheme https
 	target                 authority // for absolute-form and authority-form
 
-	host      authority
-	hostLine  []byte // the Host header's value, for error messages
-	hasHost   bool
-	cl        int64 // -1 if no Content-Length
-	hasTE     bool
-	te        []byte // the last Transfer-Encoding value, for error messages
-	chunked   bool   // chunked is among the transfer codings seen so far
-	close     bool
-	keepAlive bool
-	connUpg   bool
-	upgrade   []byte // the Upgrade fields' values, joined by ", "
+	host     authority
+	hostLine []byte // the Host header's value, for error messages
+	hasHost  bool
+	cl       int64 // -1 if no Content-Length
+	hasTE    bool
+	te       []byte // the last Transfer-Encoding value, for error messages
+	chunked  bool   // chunked is among the transfer codings seen so far
+	conn     connOptions
+	upgrade  []byte // the Upgrade fields' values, joined by ", "
 }
 
 type targetForm int
@@ -149,14 +146,10 @@ func (p *headParser) parse(data []byte) (RequestHead, error) {
 			return RequestHead{}, ErrIncomplete
 		}
 		nl += pos
-		if nl == pos || limit[nl-1] != '\r' {
-			return RequestHead{}, requestErr("line %q ends in a bare LF, not CRLF", clip(limit[pos:nl+1]))
+		line, err := headLine(limit, pos, nl, ErrMalformedRequest)
+		if err != nil {
+			return RequestHead{}, err
 		}
-		line := limit[pos : nl-1]
-		if i := bytes.IndexByte(line, '\r'); i >= 0 {
-			return RequestHead{}, requestErr("line %q has a bare CR at offset %d", clip(line), i)
-		}
-		var err error
 		switch {
 		case pos == 0:
 			err = p.requestLine(line)
@@ -290,10 +283,7 @@ func (p *headParser) requestTarget(method, target []byte) error {
 // headerLine parses one field line (RFC 9112 5) and records what framing,
 // routing and connection handling need.
 func (p *headParser) headerLine(line []byte, base int) error {
-	if line[0] == ' ' || line[0] == '\t' {
-		return requestErr("header line %q is an obs-fold continuation", clip(line))
-	}
-	name, value, err := splitFieldLine(line, ErrMalformedRequest)
+	name, value, err := headerField(line, ErrMalformedRequest)
 	if err != nil {
 		return err
 	}
@@ -318,16 +308,7 @@ func (p *headParser) headerLine(line []byte, base int) error {
 			return err
 		}
 	case fieldIs(name, "connection"):
-		forEachElement(value, func(e []byte) {
-			switch {
-			case bytes.EqualFold(e, []byte("close")):
-				p.close = true
-			case bytes.EqualFold(e, []byte("keep-alive")):
-				p.keepAlive = true
-			case bytes.EqualFold(e, []byte("upgrade")):
-				p.connUpg = true
-			}
-		})
+		p.conn.add(value)
 	case fieldIs(name, "upgrade"):
 		if len(value) > 0 {
 			p.upgrade = appendList(p.upgrade, value)
@@ -344,26 +325,22 @@ func (p *headParser) headerLine(line []byte, base int) error {
 	return nil
 }
 
-// contentLength parses a Content-Length value and checks it against earlier
-// ones: repeated equal values are fine, as RFC 9110 8.6 allows; a list in
-// one field ("5, 5") is refused, as Go's net/http does.
+// contentLength records a Content-Length value (see parseContentLength). A
+// request may not have Transfer-Encoding too.
 func (p *headParser) contentLength(value []byte) error {
 	if p.hasTE {
 		return requestErr("both Transfer-Encoding and Content-Length")
 	}
-	if len(value) == 0 || len(value) > 18 || !allDigits(value) {
-		return requestErr("Content-Length %q is not a number of at most 18 digits", clip(value))
-	}
-	n, _ := strconv.ParseInt(string(value), 10, 64)
-	if p.cl >= 0 && p.cl != n {
-		return requestErr("conflicting Content-Length values %d and %d", p.cl, n)
+	n, err := parseContentLength(value, p.cl, ErrMalformedRequest)
+	if err != nil {
+		return err
 	}
 	p.cl = n
 	return nil
 }
 
-// transferEncoding records the codings of a Transfer-Encoding value: chunked
-// must come last, once.
+// transferEncoding records the codings of a Transfer-Encoding value (see
+// addCodings). A request may not have Content-Length too, nor be HTTP/1.0.
 func (p *headParser) transferEncoding(value []byte) error {
 	if p.cl >= 0 {
 		return requestErr("both Content-Length and Transfer-Encoding")
@@ -372,19 +349,7 @@ func (p *headParser) transferEncoding(value []byte) error {
 		return requestErr("Transfer-Encoding in an HTTP/1.0 request")
 	}
 	p.hasTE, p.te = true, value
-	var err error
-	forEachElement(value, func(e []byte) {
-		switch {
-		case err != nil:
-		case len(e) == 0 || !isToken(e):
-			err = requestErr("Transfer-Encoding %q has an empty or parameterized coding", clip(value))
-		case p.chunked:
-			err = requestErr("Transfer-Encoding %q has a coding after chunked", clip(value))
-		case bytes.EqualFold(e, []byte("chunked")):
-			p.chunked = true
-		}
-	})
-	return err
+	return addCodings(value, p.te, &p.chunked, ErrMalformedRequest)
 }
 
 // finish checks what depends on the whole head and builds the result; head
@@ -429,10 +394,10 @@ func (p *headParser) finish(head []byte) (RequestHead, error) {
 		Len:           len(head),
 		ContentLength: p.cl,
 		Chunked:       p.chunked,
-		Upgrade:       connect || p.connUpg && len(p.upgrade) > 0,
+		Upgrade:       connect || p.conn.upgrade && len(p.upgrade) > 0,
 		UpgradeTo:     string(p.upgrade),
-		WebSocket:     p.minor == 1 && s[:p.methodEnd] == "GET" && p.connUpg && bytes.EqualFold(p.upgrade, []byte("websocket")),
-		Close:         p.close || p.minor == 0 && !p.keepAlive,
+		WebSocket:     p.minor == 1 && s[:p.methodEnd] == "GET" && p.conn.upgrade && bytes.EqualFold(p.upgrade, []byte("websocket")),
+		Close:         p.conn.close || p.minor == 0 && !p.conn.keepAlive,
 	}
 	if p.hasHost {
 		h.Host = p.host.hostString(s)
@@ -488,40 +453,6 @@ func portOr(port, def int) int {
 	return port
 }
 
-// splitFieldLine splits "name: value" (RFC 9112 5.1): name is a token with
-// no whitespace before the colon, value has its surrounding whitespace
-// trimmed and no control characters but HTAB.
-func splitFieldLine(line []byte, kind error) (name, value []byte, err error) {
-	colon := bytes.IndexByte(line, ':')
-	if colon < 0 {
-		return nil, nil, malformed(kind, "header line %q has no colon", clip(line))
-	}
-	name = line[:colon]
-	if len(name) == 0 {
-		return nil, nil, malformed(kind, "header line %q has an empty name", clip(line))
-	}
-	for i, c := range name {
-		if c == ' ' || c == '\t' {
-			return nil, nil, malformed(kind, "header %q has whitespace before its colon", clip(name))
-		}
-		if !isTokenChar(c) {
-			return nil, nil, malformed(kind, "header name %q has byte 0x%02x at offset %d", clip(name), c, i)
-		}
-	}
-	value = trimOWS(line[colon+1:])
-	for i, c := range value {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return nil, nil, malformed(kind, "header %q has control byte 0x%02x at offset %d of its value", clip(name), c, i)
-		}
-	}
-	return name, value, nil
-}
-
-// fieldIs reports whether a field name is want, ignoring case.
-func fieldIs(name []byte, want string) bool {
-	return len(name) == len(want) && bytes.EqualFold(name, []byte(want))
-}
-
 // lookalike reports whether name equals want once '_' is read as '-'.
 func lookalike(name []byte, want string) bool {
 	if len(name) != len(want) {
@@ -536,20 +467,6 @@ func lookalike(name []byte, want string) bool {
 		}
 	}
 	return true
-}
-
-// forEachElement calls f with each comma-separated element of a list
-// value, trimmed of whitespace (RFC 9110 5.6.1).
-func forEachElement(value []byte, f func([]byte)) {
-	for {
-		i := bytes.IndexByte(value, ',')
-		if i < 0 {
-			f(trimOWS(value))
-			return
-		}
-		f(trimOWS(value[:i]))
-		value = value[i+1:]
-	}
 }
 
 func trimOWS(b []byte) []byte {

@@ -129,14 +129,13 @@ func ParseResponseHead(data []byte) (ResponseHead, error) {
 
 // responseParser holds what the lines of a response head said.
 type responseParser struct {
-	minor     int // HTTP/1.minor
-	status    int
-	cl        int64 // -1 if no Content-Length
-	te        []byte
-	chunked   bool // the last coding seen is chunked
-	upgrade   []byte
-	close     bool
-	keepAlive bool
+	minor   int // HTTP/1.minor
+	status  int
+	cl      int64 // -1 if no Content-Length
+	te      []byte
+	chunked bool // the last coding seen is chunked
+	upgrade []byte
+	conn    connOptions
 }
 
 // statusLineLen is the length of "HTTP/1.1 200", the shortest status line.
@@ -175,12 +174,9 @@ func (p *responseParser) parse(data []byte) (ResponseHead, error) {
 				return ResponseHead{}, err
 			}
 		}
-		if nl == pos || limit[nl-1] != '\r' {
-			return ResponseHead{}, responseErr("line %q ends in a bare LF, not CRLF", clip(limit[pos:nl+1]))
-		}
-		line := limit[pos : nl-1]
-		if i := bytes.IndexByte(line, '\r'); i >= 0 {
-			return ResponseHead{}, responseErr("line %q has a bare CR at offset %d", clip(line), i)
+		line, err := headLine(limit, pos, nl, ErrMalformedResponse)
+		if err != nil {
+			return ResponseHead{}, err
 		}
 		switch {
 		case pos == 0:
@@ -242,21 +238,15 @@ func (p *responseParser) statusLine(line []byte, complete bool) error {
 // headerLine parses one field line and records what framing and connection
 // handling need.
 func (p *responseParser) headerLine(line []byte) error {
-	if line[0] == ' ' || line[0] == '\t' {
-		return responseErr("header line %q is an obs-fold continuation", clip(line))
-	}
-	name, value, err := splitFieldLine(line, ErrMalformedResponse)
+	name, value, err := headerField(line, ErrMalformedResponse)
 	if err != nil {
 		return err
 	}
 	switch {
 	case fieldIs(name, "content-length"):
-		if len(value) == 0 || len(value) > 18 || !allDigits(value) {
-			return responseErr("Content-Length %q is not a number of at most 18 digits", clip(value))
-		}
-		n, _ := strconv.ParseInt(string(value), 10, 64)
-		if p.cl >= 0 && p.cl != n {
-			return responseErr("conflicting Content-Length values %d and %d", p.cl, n)
+		n, err := parseContentLength(value, p.cl, ErrMalformedResponse)
+		if err != nil {
+			return err
 		}
 		p.cl = n
 	case fieldIs(name, "transfer-encoding"):
@@ -264,39 +254,13 @@ func (p *responseParser) headerLine(line []byte) error {
 			return responseErr("Transfer-Encoding in an HTTP/1.0 response")
 		}
 		p.te = appendList(p.te, value)
-		forEachElement(value, func(e []byte) {
-			switch {
-			case err != nil:
-			case len(e) == 0 || !isToken(e):
-				err = responseErr("Transfer-Encoding %q has an empty or parameterized coding", clip(value))
-			case p.chunked:
-				err = responseErr("Transfer-Encoding %q has a coding after chunked", clip(p.te))
-			case bytes.EqualFold(e, []byte("chunked")):
-				p.chunked = true
-			}
-		})
-		return err
+		return addCodings(value, p.te, &p.chunked, ErrMalformedResponse)
 	case fieldIs(name, "connection"):
-		forEachElement(value, func(e []byte) {
-			switch {
-			case bytes.EqualFold(e, []byte("close")):
-				p.close = true
-			case bytes.EqualFold(e, []byte("keep-alive")):
-				p.keepAlive = true
-			}
-		})
+		p.conn.add(value)
 	case fieldIs(name, "upgrade"):
 		p.upgrade = appendList(p.upgrade, value)
 	}
 	return nil
-}
-
-// appendList adds value to a comma-separated list.
-func appendList(list, value []byte) []byte {
-	if len(list) > 0 {
-		list = append(list, ", "...)
-	}
-	return append(list, value...)
 }
 
 func (p *responseParser) finish(head []byte) ResponseHead {
@@ -308,6 +272,6 @@ func (p *responseParser) finish(head []byte) ResponseHead {
 		TransferEncoding: string(p.te),
 		Chunked:          p.chunked,
 		Upgrade:          string(p.upgrade),
-		Close:            p.close || p.minor == 0 && !p.keepAlive,
+		Close:            p.conn.close || p.minor == 0 && !p.conn.keepAlive,
 	}
 }
