@@ -6,15 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
 )
-
-// maxRefusalsLogged bounds how many refused addresses a reason lists.
-const maxRefusalsLogged = 3
 
 // refusedError means every address the connection could go to is one the
 // guard refuses (see package guard): a policy denial, unlike a name that
@@ -27,18 +23,7 @@ type refusedError struct {
 // Error is the reason logged: "private upstream 10.0.0.5: RFC 1918
 // (10.0.0.0/8)", one such clause per address refused (the first few).
 func (e *refusedError) Error() string {
-	var b strings.Builder
-	for i, r := range e.refusals {
-		if i == maxRefusalsLogged {
-			fmt.Fprintf(&b, "; and %d more", len(e.refusals)-i)
-			break
-		}
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(privateUpstream(r))
-	}
-	return b.String()
+	return guard.Reason(decisionlog.ReasonPrivateUpstream, e.refusals)
 }
 
 // upstream is the first address refused, at the port it would have been

@@ -1,11 +1,9 @@
 package dnsfilter
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/miekg/dns"
 
@@ -13,9 +11,6 @@ import (
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
 )
-
-// maxRefusalsLogged bounds how many removed addresses a reason lists.
-const maxRefusalsLogged = 3
 
 // privateAnswers is what stripPrivate removed from an answer.
 type privateAnswers struct {
@@ -26,18 +21,7 @@ type privateAnswers struct {
 // reason renders the refusals for the log: "private answer 10.0.0.5: RFC
 // 1918 (10.0.0.0/8)", one such clause per address (the first few).
 func (pa privateAnswers) reason() string {
-	var b strings.Builder
-	for i, r := range pa.refusals {
-		if i == maxRefusalsLogged {
-			fmt.Fprintf(&b, "; and %d more", len(pa.refusals)-i)
-			break
-		}
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(decisionlog.ReasonPrivateAnswer + r.String())
-	}
-	return b.String()
+	return guard.Reason(decisionlog.ReasonPrivateAnswer, pa.refusals)
 }
 
 // stripPrivate removes from m every address the guard refuses under p

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +93,27 @@ func (r *Refusal) String() string {
 		return s + fmt.Sprintf("cannot tell whether it is private (%v)", r.Err)
 	}
 	return s + r.What
+}
+
+// maxListed bounds how many refusals Reason lists.
+const maxListed = 3
+
+// Reason renders refusals as one log reason: each as prefix and its
+// String, joined by "; ", the first few and then how many more. prefix
+// says what was refused ("private upstream ", "private answer ").
+func Reason(prefix string, refusals []*Refusal) string {
+	var b strings.Builder
+	for i, r := range refusals {
+		if i == maxListed {
+			fmt.Fprintf(&b, "; and %d more", len(refusals)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(prefix + r.String())
+	}
+	return b.String()
 }
 
 // Check returns nil if a may be dialed on port under policy p, or else

@@ -305,3 +305,22 @@ func TestForms(t *testing.T) {
 		}
 	}
 }
+
+// Reason lists the first three refusals, each after its prefix, and
+// counts the rest.
+func TestReason(t *testing.T) {
+	var rs []*Refusal
+	for _, a := range []string{"10.0.0.5", "192.168.1.1", "127.0.0.1", "169.254.169.254", "fd00::1"} {
+		rs = append(rs, &Refusal{Addr: netip.MustParseAddr(a), What: "private"})
+	}
+	if got, want := Reason("private upstream ", rs[:1]), "private upstream 10.0.0.5: private"; got != want {
+		t.Errorf("one: %q, want %q", got, want)
+	}
+	want := "private answer 10.0.0.5: private; private answer 192.168.1.1: private; private answer 127.0.0.1: private; and 2 more"
+	if got := Reason("private answer ", rs); got != want {
+		t.Errorf("five: %q, want %q", got, want)
+	}
+	if got := Reason("private answer ", nil); got != "" {
+		t.Errorf("none: %q", got)
+	}
+}
