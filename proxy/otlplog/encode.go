@@ -219,43 +219,18 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, fAnyBytes, protowire.BytesType)
 		return protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		return appendArray(b, func(b []byte) []byte {
-			for _, x := range v.AsBoolSlice() {
-				b = appendMessage(b, fListValues, func(b []byte) []byte { return appendBool(b, fAnyBool, x) })
-			}
-			return b
-		})
+		return appendArray(b, v.AsBoolSlice(), func(b []byte, x bool) []byte { return appendBool(b, fAnyBool, x) })
 	case attribute.INT64SLICE:
-		return appendArray(b, func(b []byte) []byte {
-			for _, x := range v.AsInt64Slice() {
-				b = appendMessage(b, fListValues, func(b []byte) []byte { return appendInt(b, fAnyInt, x) })
-			}
-			return b
-		})
+		return appendArray(b, v.AsInt64Slice(), func(b []byte, x int64) []byte { return appendInt(b, fAnyInt, x) })
 	case attribute.FLOAT64SLICE:
-		return appendArray(b, func(b []byte) []byte {
-			for _, x := range v.AsFloat64Slice() {
-				b = appendMessage(b, fListValues, func(b []byte) []byte { return appendDouble(b, fAnyDouble, x) })
-			}
-			return b
-		})
+		return appendArray(b, v.AsFloat64Slice(), func(b []byte, x float64) []byte { return appendDouble(b, fAnyDouble, x) })
 	case attribute.STRINGSLICE:
-		return appendArray(b, func(b []byte) []byte {
-			for _, x := range v.AsStringSlice() {
-				b = appendMessage(b, fListValues, func(b []byte) []byte {
-					b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-					return protowire.AppendString(b, x)
-				})
-			}
-			return b
+		return appendArray(b, v.AsStringSlice(), func(b []byte, x string) []byte {
+			b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
+			return protowire.AppendString(b, x)
 		})
 	case attribute.SLICE:
-		return appendArray(b, func(b []byte) []byte {
-			for _, x := range v.AsSlice() {
-				b = appendMessage(b, fListValues, func(b []byte) []byte { return appendAnyValue(b, x) })
-			}
-			return b
-		})
+		return appendArray(b, v.AsSlice(), appendAnyValue)
 	case attribute.MAP:
 		return appendMessage(b, fAnyKVList, func(b []byte) []byte {
 			return appendAttrs(b, fListValues, v.AsMap())
@@ -264,9 +239,15 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 	return b // EMPTY: an AnyValue with no member set
 }
 
-// appendArray appends an ArrayValue member whose values fill writes.
-func appendArray(b []byte, fill func([]byte) []byte) []byte {
-	return appendMessage(b, fAnyArray, fill)
+// appendArray appends an ArrayValue member holding xs, each written as an
+// AnyValue by value.
+func appendArray[T any](b []byte, xs []T, value func([]byte, T) []byte) []byte {
+	return appendMessage(b, fAnyArray, func(b []byte) []byte {
+		for _, x := range xs {
+			b = appendMessage(b, fListValues, func(b []byte) []byte { return value(b, x) })
+		}
+		return b
+	})
 }
 
 func appendBool(b []byte, num protowire.Number, x bool) []byte {
