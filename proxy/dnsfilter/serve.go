@@ -60,12 +60,9 @@ func (f *Filter) ServeUDP(pc net.PacketConn) error {
 			n, from, err = pc.ReadFrom(buf)
 		}
 		if err != nil {
-			if f.isClosed() || errors.Is(err, net.ErrClosed) {
+			if f.endsServing(err, &backoff, decisionlog.MsgDNSRead, "udp") {
 				return ErrClosed
 			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			f.logger.Error(decisionlog.MsgDNSRead, decisionlog.SandboxKey, f.sandbox, decisionlog.ProtoKey, "udp", decisionlog.ErrKey, err)
-			time.Sleep(backoff)
 			continue
 		}
 		backoff = 0
@@ -90,6 +87,21 @@ func (f *Filter) ServeUDP(pc net.PacketConn) error {
 	}
 }
 
+// endsServing reports whether err, from a read or an accept, means the
+// listener was closed or Shutdown called. Otherwise (out of file
+// descriptors and the like) it logs err with message msg and waits before
+// the next try: 5 ms, doubling with each failure in a row up to a second
+// (*backoff, which the caller zeroes on a success).
+func (f *Filter) endsServing(err error, backoff *time.Duration, msg, proto string) bool {
+	if f.isClosed() || errors.Is(err, net.ErrClosed) {
+		return true
+	}
+	*backoff = min(max(2**backoff, 5*time.Millisecond), time.Second)
+	f.logger.Error(msg, decisionlog.SandboxKey, f.sandbox, decisionlog.ProtoKey, proto, decisionlog.ErrKey, err)
+	time.Sleep(*backoff)
+	return false
+}
+
 // ServeTCP answers the queries on the connections accepted from ln until ln
 // is closed or Shutdown is called; it then returns ErrClosed. Queries on
 // one connection are answered in order.
@@ -110,12 +122,9 @@ func (f *Filter) ServeTCP(ln net.Listener) error {
 		c, err := ln.Accept()
 		if err != nil {
 			<-f.tcpSlots
-			if f.isClosed() || errors.Is(err, net.ErrClosed) {
+			if f.endsServing(err, &backoff, decisionlog.MsgDNSAccept, "tcp") {
 				return ErrClosed
 			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			f.logger.Error(decisionlog.MsgDNSAccept, decisionlog.SandboxKey, f.sandbox, decisionlog.ProtoKey, "tcp", decisionlog.ErrKey, err)
-			time.Sleep(backoff)
 			continue
 		}
 		backoff = 0
