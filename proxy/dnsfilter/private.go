@@ -80,27 +80,21 @@ func stripHints(s *dns.SVCB, refused func(net.IP) bool) {
 	kept := make([]dns.SVCBKeyValue, 0, len(s.Value))
 	changed := false
 	for _, kv := range s.Value {
+		var hint []net.IP
+		var rebuild func([]net.IP) dns.SVCBKeyValue // the hint with these addresses
 		switch h := kv.(type) {
 		case *dns.SVCBIPv4Hint:
-			ips := keepAddrs(h.Hint, refused)
-			if len(ips) != len(h.Hint) {
-				changed = true
-				if len(ips) == 0 {
-					gone = append(gone, h.Key())
-					continue
-				}
-				kv = &dns.SVCBIPv4Hint{Hint: ips}
-			}
+			hint, rebuild = h.Hint, func(ips []net.IP) dns.SVCBKeyValue { return &dns.SVCBIPv4Hint{Hint: ips} }
 		case *dns.SVCBIPv6Hint:
-			ips := keepAddrs(h.Hint, refused)
-			if len(ips) != len(h.Hint) {
-				changed = true
-				if len(ips) == 0 {
-					gone = append(gone, h.Key())
-					continue
-				}
-				kv = &dns.SVCBIPv6Hint{Hint: ips}
+			hint, rebuild = h.Hint, func(ips []net.IP) dns.SVCBKeyValue { return &dns.SVCBIPv6Hint{Hint: ips} }
+		}
+		if ips := keepAddrs(hint, refused); rebuild != nil && len(ips) != len(hint) {
+			changed = true
+			if len(ips) == 0 {
+				gone = append(gone, kv.Key())
+				continue
 			}
+			kv = rebuild(ips)
 		}
 		kept = append(kept, kv)
 	}

@@ -219,3 +219,22 @@ func TestStripPrivateEverySection(t *testing.T) {
 		t.Errorf("second stripPrivate removed %d", pa.removed)
 	}
 }
+
+// TestStripHintsKeepsEachFamily: a hint that keeps some of its addresses
+// stays the hint it was, IPv4 or IPv6, with the public ones.
+func TestStripHintsKeepsEachFamily(t *testing.T) {
+	t.Parallel()
+	f := New(Config{Guard: testGuard()}, nil)
+	rr, err := dns.NewRR("b.example. 1 IN SVCB 1 . ipv4hint=203.0.113.1,10.0.0.1 ipv6hint=2001:db8::1,fd00::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.Answer = []dns.RR{rr}
+	if pa := f.stripPrivate(m, nil); pa.removed != 2 {
+		t.Errorf("removed %d, want 2", pa.removed)
+	}
+	if got, want := m.Answer[0].String(), "b.example.\t1\tIN\tSVCB\t1 . ipv4hint=\"203.0.113.1\" ipv6hint=\"2001:db8::1\""; got != want {
+		t.Errorf("after stripPrivate\n %s\nwant %s", got, want)
+	}
+}
