@@ -8,38 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/proxy/internal/logtest"
 )
-
-// timeField is the time every line starts with, the one field that differs
-// from run to run.
-var timeField = regexp.MustCompile(`"time":"[^"]*",`)
-
-// logLines returns what was written to buf, one string a line, without
-// its time field.
-func logLines(buf *bytes.Buffer) []string {
-	s := timeField.ReplaceAllString(strings.TrimSuffix(buf.String(), "\n"), "")
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
-
-// checkLines compares lines with want, line for line.
-func checkLines(t *testing.T, got []string, want ...string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("line %d\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
-}
 
 // The connection lines are fixed to the byte: field names, order and
 // types, the level of each verdict, upstream only when one was dialed.
@@ -83,7 +57,7 @@ func TestConnectionLinesGolden(t *testing.T) {
 		Duration: time.Millisecond,
 	})
 	p.log(Record{Sandbox: "sb-golden", Verdict: Deny, Reason: "no original destination", Duration: 1500})
-	checkLines(t, logLines(&buf),
+	logtest.Check(t, logtest.Lines(buf.String()),
 		`{"level":"INFO","msg":"connection","sandbox":"sb-golden","client":"10.88.0.5:40000","dst":"203.0.113.7:443","proto":"tls","name":"api.example.com","rule":"api.example.com:443","verdict":"allow","reason":"name allowed","upstream":"203.0.113.8:443","bytes_up":517,"bytes_down":4100,"duration_ms":1234.567}`,
 		`{"level":"WARN","msg":"connection","sandbox":"sb-golden","client":"[2001:db8::5]:40001","dst":"[2001:db8::7]:80","proto":"http","name":"evil.example","rule":"","verdict":"deny","reason":"name not allowed","bytes_up":0,"bytes_down":0,"duration_ms":0.4}`,
 		`{"level":"ERROR","msg":"connection","sandbox":"sb-golden","client":"10.88.0.5:40002","dst":"203.0.113.9:443","proto":"unknown","name":"","rule":"203.0.113.9","verdict":"error","reason":"dial 203.0.113.9:443: connection refused","upstream":"203.0.113.9:443","bytes_up":12,"bytes_down":0,"duration_ms":1}`,
@@ -121,11 +95,11 @@ func TestPolicyLinesGolden(t *testing.T) {
 	if err := w.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := logLines(&buf)
+	got := logtest.Lines(buf.String())
 	for i := range got {
 		got[i] = strings.ReplaceAll(got[i], dir, "DIR")
 	}
-	checkLines(t, got,
+	logtest.Check(t, got,
 		`{"level":"INFO","msg":"policy loaded","sandbox":"sb-golden","path":"DIR/policy","mode":"allowlist","entries":2}`,
 		`{"level":"ERROR","msg":"policy rejected, denying everything","sandbox":"sb-golden","path":"DIR/policy","err":"policy file DIR/policy: open DIR/policy: no such file or directory"}`,
 		`{"level":"WARN","msg":"cannot watch policy directory, polling only","path":"DIR/gone/policy","err":"no such file or directory"}`,
@@ -153,7 +127,7 @@ func TestAcceptLineGolden(t *testing.T) {
 	if err := p.Serve(&failingListener{err: errors.New("accept4: too many open files")}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Serve: %v", err)
 	}
-	checkLines(t, logLines(&buf),
+	logtest.Check(t, logtest.Lines(buf.String()),
 		`{"level":"ERROR","msg":"accept","sandbox":"sb-golden","err":"accept4: too many open files"}`,
 	)
 }

@@ -9,11 +9,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/proxy/internal/logtest"
 )
 
 // jsonKeys returns the keys of the JSON tags of struct type t's fields,
@@ -150,14 +151,10 @@ func TestResolverLineGolden(t *testing.T) {
 	}}.Log(ctx, l)
 	Resolver{Sandbox: "sb-golden", ResolvConf: "/etc/resolv.conf",
 		Why: "no --resolver given: names admitted by name rules resolve with this host's resolv.conf, not the sandbox's resolvers"}.Log(ctx, l)
-	got := strings.Split(regexp.MustCompile(`"time":"[^"]*",`).ReplaceAllString(strings.TrimSuffix(buf.String(), "\n"), ""), "\n")
-	want := []string{
+	logtest.Check(t, logtest.Lines(buf.String()),
 		`{"level":"INFO","msg":"resolver","sandbox":"sb-golden","servers":["10.89.7.1:53","[2001:db8::53]:53"]}`,
 		`{"level":"WARN","msg":"resolver","sandbox":"sb-golden","servers":[],"resolvConf":"/etc/resolv.conf","why":"no --resolver given: names admitted by name rules resolve with this host's resolv.conf, not the sandbox's resolvers"}`,
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("lines\n got %s\nwant %s", strings.Join(got, "\n     "), strings.Join(want, "\n     "))
-	}
+	)
 }
 
 // Every writer in the proxy imports this package: it must not bring

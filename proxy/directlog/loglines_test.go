@@ -3,17 +3,14 @@ package directlog
 import (
 	"bytes"
 	"log/slog"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// timeField is the time every line starts with, the one field that differs
-// from run to run.
-var timeField = regexp.MustCompile(`"time":"[^"]*",`)
+	"github.com/doorman-net/doorman/proxy/internal/logtest"
+)
 
 // The lines the watcher writes are fixed to the byte: an allowDirect
 // flow's connection line, and the one about lost events.
@@ -35,18 +32,9 @@ func TestLinesGolden(t *testing.T) {
 	}
 	w.overruns.Store(3)
 	w.reportOverruns(false)
-	got := strings.Split(timeField.ReplaceAllString(strings.TrimSuffix(buf.String(), "\n"), ""), "\n")
-	want := []string{
+	logtest.Check(t, logtest.Lines(buf.String()),
 		`{"level":"INFO","msg":"connection","sandbox":"sb-golden","client":"10.88.0.5:40000","dst":"203.0.113.7:5432","proto":"tcp","name":"","rule":"203.0.113.7:5432","verdict":"allow","reason":"allowDirect","bytes_up":0,"bytes_down":0,"duration_ms":0}`,
 		`{"level":"INFO","msg":"connection","sandbox":"sb-golden","client":"[2001:db8:1::5]:40001","dst":"[2001:db8::1]:443","proto":"udp","name":"","rule":"[2001:db8::1]:443","verdict":"allow","reason":"allowDirect","bytes_up":0,"bytes_down":0,"duration_ms":0}`,
 		`{"level":"WARN","msg":"allowDirect events lost","sandbox":"sb-golden","overruns":3,"err":"conntrack event queue overrun (ENOBUFS): allowDirect flows started meanwhile have no line"}`,
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("line %d\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
+	)
 }

@@ -6,42 +6,11 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/proxy/internal/logtest"
 )
-
-// unstable matches the fields that differ from run to run: the time every
-// line starts with, and a query's duration (measured from its start).
-var unstable = regexp.MustCompile(`"time":"[^"]*",|"duration_ms":[0-9.e+-]+`)
-
-// logLines returns what was written to buf, one string a line, with the
-// time left out and the duration written as "duration_ms":D.
-func logLines(buf *bytes.Buffer) []string {
-	s := unstable.ReplaceAllStringFunc(strings.TrimSuffix(buf.String(), "\n"), func(m string) string {
-		if strings.HasPrefix(m, `"time"`) {
-			return ""
-		}
-		return `"duration_ms":D`
-	})
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
-}
-
-func checkLines(t *testing.T, got []string, want ...string) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("line %d\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
-}
 
 // The dns lines are fixed to the byte: field names, order and types, the
 // level of each verdict, "none" for no reply, "" for no upstream.
@@ -69,11 +38,11 @@ func TestDNSLinesGolden(t *testing.T) {
 	for _, r := range []*record{allowed, denied, dropped, failed} {
 		f.log(r)
 	}
-	checkLines(t, logLines(&buf),
-		`{"level":"INFO","msg":"dns","sandbox":"sb-golden","proto":"udp","client":"10.88.0.5:5353","name":"api.example.com","qtype":"AAAA","verdict":"allow","rule":"*.example.com:443","reason":"name allowed","rcode":"NOERROR","upstream":"198.51.100.53:53","ech_removed":true,"private_removed":2,"duration_ms":D}`,
-		`{"level":"WARN","msg":"dns","sandbox":"sb-golden","proto":"tcp","client":"[2001:db8::5]:40000","name":"evil.example","qtype":"TXT","verdict":"deny","rule":"","reason":"name not allowed","rcode":"REFUSED","upstream":"","ech_removed":false,"private_removed":0,"duration_ms":D}`,
-		`{"level":"WARN","msg":"dns","sandbox":"sb-golden","proto":"udp","client":"10.88.0.5:5354","name":"","qtype":"","verdict":"deny","rule":"","reason":"not a query: the QR bit is set","rcode":"none","upstream":"","ech_removed":false,"private_removed":0,"duration_ms":D}`,
-		`{"level":"ERROR","msg":"dns","sandbox":"sb-golden","proto":"udp","client":"10.88.0.5:5355","name":"gone.example.com","qtype":"A","verdict":"error","rule":"gone.example.com","reason":"no upstream answered: 198.51.100.54:53: i/o timeout","rcode":"SERVFAIL","upstream":"198.51.100.54:53","ech_removed":false,"private_removed":0,"duration_ms":D}`,
+	logtest.Check(t, logtest.Lines(buf.String(), "duration_ms"),
+		`{"level":"INFO","msg":"dns","sandbox":"sb-golden","proto":"udp","client":"10.88.0.5:5353","name":"api.example.com","qtype":"AAAA","verdict":"allow","rule":"*.example.com:443","reason":"name allowed","rcode":"NOERROR","upstream":"198.51.100.53:53","ech_removed":true,"private_removed":2,"duration_ms":_}`,
+		`{"level":"WARN","msg":"dns","sandbox":"sb-golden","proto":"tcp","client":"[2001:db8::5]:40000","name":"evil.example","qtype":"TXT","verdict":"deny","rule":"","reason":"name not allowed","rcode":"REFUSED","upstream":"","ech_removed":false,"private_removed":0,"duration_ms":_}`,
+		`{"level":"WARN","msg":"dns","sandbox":"sb-golden","proto":"udp","client":"10.88.0.5:5354","name":"","qtype":"","verdict":"deny","rule":"","reason":"not a query: the QR bit is set","rcode":"none","upstream":"","ech_removed":false,"private_removed":0,"duration_ms":_}`,
+		`{"level":"ERROR","msg":"dns","sandbox":"sb-golden","proto":"udp","client":"10.88.0.5:5355","name":"gone.example.com","qtype":"A","verdict":"error","rule":"gone.example.com","reason":"no upstream answered: 198.51.100.54:53: i/o timeout","rcode":"SERVFAIL","upstream":"198.51.100.54:53","ech_removed":false,"private_removed":0,"duration_ms":_}`,
 	)
 	if f.allowed.Load() != 1 || f.denied.Load() != 2 || f.failed.Load() != 1 {
 		t.Errorf("counted %d allowed, %d denied, %d failed; want 1, 2, 1", f.allowed.Load(), f.denied.Load(), f.failed.Load())
@@ -122,7 +91,7 @@ func TestServeErrorLinesGolden(t *testing.T) {
 	if err := f.ServeTCP(&failingListener{err: errors.New("accept4: too many open files")}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("ServeTCP: %v", err)
 	}
-	checkLines(t, logLines(&buf),
+	logtest.Check(t, logtest.Lines(buf.String()),
 		`{"level":"ERROR","msg":"dns read","sandbox":"sb-golden","proto":"udp","err":"recvmsg: no buffer space available"}`,
 		`{"level":"ERROR","msg":"dns accept","sandbox":"sb-golden","proto":"tcp","err":"accept4: too many open files"}`,
 	)

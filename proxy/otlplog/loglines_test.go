@@ -7,14 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
-	"strings"
 	"testing"
-)
 
-// timeField is the time every line starts with, the one field that differs
-// from run to run.
-var timeField = regexp.MustCompile(`"time":"[^"]*",`)
+	"github.com/doorman-net/doorman/proxy/internal/logtest"
+)
 
 // The "otlp" lines are fixed to the byte: the final one of a shutdown,
 // and one with every count.
@@ -39,17 +35,8 @@ func TestOTLPLinesGolden(t *testing.T) {
 	c.setErr(errors.New("otlp export: 503 Service Unavailable"))
 	c.report(slog.New(slog.NewJSONHandler(&buf, nil)).With(slog.String("sandbox", "sb-golden"), slog.String("endpoint", "http://collector.example:4318/v1/logs")), slog.LevelWarn, "otlp", 4)
 
-	got := strings.Split(timeField.ReplaceAllString(strings.TrimSuffix(buf.String(), "\n"), ""), "\n")
-	want := []string{
-		`{"level":"INFO","msg":"otlp","sandbox":"sb-golden","endpoint":"` + srv.URL + `/v1/logs","exported":0,"dropped":0,"queue_full":0,"export_failed":0}`,
+	logtest.Check(t, logtest.Lines(buf.String()),
+		`{"level":"INFO","msg":"otlp","sandbox":"sb-golden","endpoint":"`+srv.URL+`/v1/logs","exported":0,"dropped":0,"queue_full":0,"export_failed":0}`,
 		`{"level":"WARN","msg":"otlp","sandbox":"sb-golden","endpoint":"http://collector.example:4318/v1/logs","exported":7,"dropped":9,"queue_full":2,"export_failed":3,"unsent":4,"last_error":"otlp export: 503 Service Unavailable"}`,
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d lines, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("line %d\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
+	)
 }
