@@ -43,6 +43,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzFilterQuery$$' -fuzztime=$(FUZZTIME) ./proxy/dnsfilter
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServer$$' -fuzztime=$(FUZZTIME) ./proxy/resolver
 	$(GO) test -run='^$$' -fuzz='^FuzzResponseReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
+	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid

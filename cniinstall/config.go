@@ -225,6 +225,16 @@ func validate(data []byte, extra map[string]bool) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	// Empty optional lists are left out of the entry: they are nil, as
+	// if absent.
+	for _, l := range []*[]string{&c.ServiceCIDRs, &c.PodCIDRs, &c.AllowDirect} {
+		if len(*l) == 0 {
+			*l = nil
+		}
+	}
+	if len(c.OTLPHeaders) == 0 {
+		c.OTLPHeaders = nil
+	}
 	return c, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // conflist is a network configuration list as bytes, with where in them its
@@ -137,11 +138,10 @@ type style struct {
 
 // styleOf reads the layout of the plugin at s: the leading whitespace of
 // the line it starts on, and whether and by how much its second line is
-// indented further.
+// indented further. An entry rendered in the style of the element it
+// replaces has that same style, so a second edit changes nothing.
 func (c *conflist) styleOf(s span) style {
-	lineStart := bytes.LastIndexByte(c.data[:s.start], '\n') + 1
-	line := c.data[lineStart:s.start]
-	st := style{prefix: string(line[:len(line)-len(bytes.TrimLeft(line, " \t"))])}
+	st := style{prefix: linePrefix(c.data[:s.start])}
 	el := c.data[s.start:s.end]
 	nl := bytes.IndexByte(el, '\n')
 	if nl < 0 {
@@ -152,12 +152,18 @@ func (c *conflist) styleOf(s span) style {
 	switch {
 	case len(ws) > len(st.prefix) && ws[:len(st.prefix)] == st.prefix:
 		st.indent = ws[len(st.prefix):]
-	case bytes.ContainsRune(line, '\t'):
+	case strings.Contains(st.prefix, "\t"):
 		st.indent = "\t"
 	default:
 		st.indent = "  "
 	}
 	return st
+}
+
+// linePrefix is the leading whitespace of the last line of b.
+func linePrefix(b []byte) string {
+	line := b[bytes.LastIndexByte(b, '\n')+1:]
+	return string(line[:len(line)-len(bytes.TrimLeft(line, " \t"))])
 }
 
 // render renders doorman's entry for cfg in style st.
@@ -169,7 +175,9 @@ func (st style) render(cfg *Config) []byte {
 // existing one is replaced where it stands (and any others removed), or
 // one is appended after the last plugin, separated from it as that plugin
 // is from the one before it and laid out like it. A file that already has
-// exactly that entry comes back unchanged, byte for byte.
+// exactly that entry comes back unchanged, byte for byte. A list of
+// nothing but doorman entries is refused: there is no interface plugin
+// for doorman to follow.
 func withEntry(data []byte, cfg *Config) ([]byte, error) {
 	c, err := parseConflist(data)
 	if err != nil {
@@ -178,6 +186,9 @@ func withEntry(data []byte, cfg *Config) ([]byte, error) {
 	idx := c.doorman()
 	if len(idx) == 0 {
 		return c.appendEntry(cfg), nil
+	}
+	if len(idx) == len(c.plugins) {
+		return nil, errors.New("no plugin but doorman: doorman must be chained after an interface plugin")
 	}
 	// Extra entries go first, from the last, so that the first one's
 	// place does not move.
@@ -214,7 +225,10 @@ func (c *conflist) appendEntry(cfg *Config) []byte {
 		gap = c.data[c.plugins[n-2].end:c.plugins[n-1].start]
 		st = c.styleOf(c.plugins[n-1].span)
 	}
+	// The entry is laid out like the last plugin, from the start of the
+	// line it lands on.
 	last := c.plugins[len(c.plugins)-1].end
+	st.prefix = linePrefix(append(append([]byte{}, c.data[:last]...), gap...))
 	text := append(append([]byte{}, gap...), st.render(cfg)...)
 	return c.splice(span{last, last}, text)
 }
