@@ -36,6 +36,9 @@ func commands() map[string]command {
 		"set":     {"replace a sandbox's policy with a policy file", runSet},
 		"logs":    {"print (or follow) a sandbox's decisions", runLogs},
 		"learn":   {"print an allowlist that admits what a sandbox did", runLearn},
+
+		// Kubernetes: the node installer, run by a DaemonSet.
+		"install-cni": {"chain doorman into this node's primary CNI network configuration", runInstallCNI},
 	}
 }
 
@@ -85,7 +88,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-11s %s\n", n, cmds[n].summary)
 	}
 }
 
