@@ -12,7 +12,7 @@ CNI_PLUGINS = github.com/containernetworking/plugins/plugins/main/bridge \
               github.com/containernetworking/plugins/plugins/ipam/host-local \
               github.com/containernetworking/plugins/plugins/main/loopback
 
-.PHONY: all build test vet fuzz bench install uninstall clean
+.PHONY: all build test vet fuzz bench install uninstall clean image
 
 all: build
 
@@ -21,6 +21,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/doorman ./cmd/doorman
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(CNI_PLUGINS)
+
+# bin/doorman-image.tar: the DaemonSet's image (deploy/kubernetes), an OCI
+# archive with one layer, /doorman, made by deploy/kubernetes/mkimage: no
+# container engine, no registry, no network. Load it on a node with
+# `ctr -n k8s.io images import bin/doorman-image.tar` (or `podman load -i`).
+IMAGE ?= localhost/doorman:latest
+image: build
+	$(GO) run ./deploy/kubernetes/mkimage -binary bin/doorman -name $(IMAGE) -version $(VERSION) -o bin/doorman-image.tar
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
