@@ -60,7 +60,7 @@ func (in *Installer) Watch(ctx context.Context) error {
 		if problem != lastProblem && in.Log != nil {
 			switch {
 			case err == nil:
-				in.Log.Info("installed", "file", in.lastPrimary, "reason", "doorman's entry is in the primary network configuration")
+				in.Log.Info("ready", "file", in.lastPrimary, "reason", "doorman's entry is in the primary network configuration")
 			case errors.Is(err, ErrNoPrimary):
 				in.Log.Warn("waiting", "dir", in.ConfDir, "reason", "no valid network configuration yet: doorman's entry goes in when the primary CNI writes one", "error", problem)
 			default:

@@ -118,6 +118,9 @@ func TestWatchWaitsForPrimary(t *testing.T) {
 	})
 	replaceAtomically(t, n.path("10-kindnet.conflist"), testdata(t, "10-kindnet.conflist"))
 	eventually(t, "the entry", func() bool { return entryCount(n.path("10-kindnet.conflist")) == 1 })
+	eventually(t, "the ready line", func() bool {
+		return log.find(t, "ready", n.path("10-kindnet.conflist"), "primary network configuration") != nil
+	})
 }
 
 // TestWatchStopLeavesEntry: cancelling the watch (what SIGTERM does)
