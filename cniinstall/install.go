@@ -99,11 +99,12 @@ func (in *Installer) Check() error {
 	if err != nil {
 		return err
 	}
-	return pending(changes)
+	return pending(changes, "installed")
 }
 
-// pending is the error of a check that found changes to make.
-func pending(changes []Change) error {
+// pending is the error of a check that found changes to make: the node is
+// not as state ("installed", "uninstalled").
+func pending(changes []Change, state string) error {
 	if len(changes) == 0 {
 		return nil
 	}
@@ -111,7 +112,7 @@ func pending(changes []Change) error {
 	for _, c := range changes {
 		s = append(s, c.String())
 	}
-	return fmt.Errorf("not as installed: would %s", strings.Join(s, "; "))
+	return fmt.Errorf("not as %s: would have %s", state, strings.Join(s, "; "))
 }
 
 // pass is one Install pass; with dry set it changes nothing and returns
@@ -419,7 +420,7 @@ func (in *Installer) CheckUninstalled() error {
 	if err != nil {
 		return err
 	}
-	return pending(changes)
+	return pending(changes, "uninstalled")
 }
 
 func (in *Installer) uninstall(dry, removeBinary bool) ([]Change, error) {

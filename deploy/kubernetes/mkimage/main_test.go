@@ -147,13 +147,13 @@ func TestRefusesNonELF(t *testing.T) {
 	}
 }
 
-// TestPodmanLoad loads the archive into a private podman store.
-func TestPodmanLoad(t *testing.T) {
+// TestLoadWithPodman loads the archive into a private podman store.
+func TestLoadWithPodman(t *testing.T) {
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Skip("podman is not installed")
 	}
 	path := writeImage(t, "localhost/doorman:mkimage-test")
-	store := t.TempDir()
+	store := podmanStore(t)
 	podman := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("podman", append([]string{"--root", filepath.Join(store, "root"), "--runroot", filepath.Join(store, "run"), "--storage-driver", "vfs"}, args...)...)
@@ -169,10 +169,10 @@ func TestPodmanLoad(t *testing.T) {
 	}
 }
 
-// TestContainerfileBuilds builds the Containerfile beside mkimage with
+// TestBuildContainerfileWithPodman builds the Containerfile beside mkimage with
 // podman, with no network, into a private store: FROM scratch pulls
 // nothing, and it makes the image mkimage makes.
-func TestContainerfileBuilds(t *testing.T) {
+func TestBuildContainerfileWithPodman(t *testing.T) {
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Skip("podman is not installed")
 	}
@@ -185,7 +185,7 @@ func TestContainerfileBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := t.TempDir()
+	store := podmanStore(t)
 	podman := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("podman", append([]string{"--root", filepath.Join(store, "root"), "--runroot", filepath.Join(store, "run"), "--storage-driver", "vfs"}, args...)...)
@@ -202,9 +202,21 @@ func TestContainerfileBuilds(t *testing.T) {
 	}
 }
 
-// TestContainerdImport imports the archive, as the README says to, into a
+// podmanStore is a private podman store, short-named: podman refuses a
+// runroot path longer than 50 characters, as t.TempDir's can be.
+func podmanStore(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkimage-podman-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// TestImportWithContainerd imports the archive, as the README says to, into a
 // private containerd (its own root, state and socket; no CRI).
-func TestContainerdImport(t *testing.T) {
+func TestImportWithContainerd(t *testing.T) {
 	for _, tool := range []string{"containerd", "ctr"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed", tool)
