@@ -61,7 +61,8 @@
 // changed the file since doorman read it, the two are swapped back and the
 // pass is made again on the new content, so doorman never puts back an
 // older version of another writer's file. Installers on one node are
-// serialized by a lock on the conf dir.
+// serialized by a lock on the conf dir, and each pass removes the
+// temporary files an interrupted one left.
 //
 // # Watching, and stopping
 //

@@ -28,8 +28,8 @@ var errChanged = errors.New("changed by another writer while being edited")
 //
 // The swap is renameat2(RENAME_EXCHANGE): the old file lands on the
 // temporary name, where it is compared with expect; if another writer
-// (the primary CNI) had replaced or rewritten path just before, the two are
-// swapped back, so its write is never lost. A runtime reading path in
+// (the primary CNI) had replaced or rewritten path just before, its file
+// is swapped back, so its write is never lost. A runtime reading path in
 // between sees doorman's version, a whole file either way. A new file is
 // put in place with RENAME_NOREPLACE. Where the filesystem has neither,
 // path is compared just before a plain rename.
@@ -47,8 +47,9 @@ func writeChecked(path string, data, expect []byte, like string) (err error) {
 		return err
 	}
 	tmp := f.Name()
+	swapping := false
 	defer func() {
-		if err != nil {
+		if err != nil && !swapping {
 			f.Close()
 			os.Remove(tmp)
 		}
@@ -70,6 +71,8 @@ func writeChecked(path string, data, expect []byte, like string) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
+	// From here on swapChecked disposes of tmp.
+	swapping = true
 	if err = swapChecked(tmp, path, expect); err != nil {
 		return err
 	}
@@ -77,44 +80,91 @@ func writeChecked(path string, data, expect []byte, like string) (err error) {
 }
 
 // swapChecked puts tmp in place of path if path holds expect (is absent,
-// for a nil expect), and removes what it replaced. On errChanged tmp is
-// left for the caller to remove.
+// for a nil expect), and removes what it replaced. Otherwise it leaves
+// path as the other writer left it, removes tmp, and returns errChanged.
 func swapChecked(tmp, path string, expect []byte) error {
+	changed := fmt.Errorf("%s: %w", path, errChanged)
 	if expect == nil {
 		err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
 		switch {
-		case errors.Is(err, unix.EEXIST):
-			return fmt.Errorf("%s: %w", path, errChanged)
+		case err == nil:
+			return nil
 		case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
 			return renameIfExpected(tmp, path, expect)
+		case errors.Is(err, unix.EEXIST):
+			err = changed
 		}
+		os.Remove(tmp)
 		return err
 	}
-	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE)
+	ours, err := os.Lstat(tmp)
+	if err != nil {
+		return err
+	}
+	err = exchange(tmp, path)
 	switch {
-	case errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("%s: %w", path, errChanged)
 	case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
 		return renameIfExpected(tmp, path, expect)
+	case errors.Is(err, unix.ENOENT):
+		os.Remove(tmp)
+		return changed
 	case err != nil:
+		os.Remove(tmp)
 		return err
 	}
 	// tmp is now the file that was at path.
-	if err := expectContent(tmp, expect); err != nil {
-		if berr := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE); berr != nil {
-			return fmt.Errorf("%s changed while being replaced, and swapping it back failed: %v (its content is in %s)", path, berr, tmp)
-		}
-		return err
+	if expectContent(tmp, expect) == nil {
+		return os.Remove(tmp)
 	}
-	return os.Remove(tmp)
+	// Another writer got there first: its file goes back. Each swap puts
+	// the newest of its files we hold back at path and takes out what is
+	// there: ours or a file we held before means path has its newest
+	// again; anything else is a still newer write, which goes back in turn.
+	seen := []fs.FileInfo{ours}
+	for range 8 {
+		newest, err := os.Lstat(tmp)
+		if err != nil {
+			return err
+		}
+		if err := exchange(tmp, path); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				// It removed the file since: so be it.
+				os.Remove(tmp)
+				return changed
+			}
+			return fmt.Errorf("%s changed while being replaced, and putting back its new content failed: %w (the content is in %s)", path, err, tmp)
+		}
+		out, err := os.Lstat(tmp)
+		if err != nil {
+			return err
+		}
+		for _, s := range seen {
+			if os.SameFile(out, s) {
+				os.Remove(tmp)
+				return changed
+			}
+		}
+		seen = append(seen, newest)
+	}
+	return fmt.Errorf("%s: another writer keeps replacing it (its last file is in %s): %w", path, tmp, errChanged)
+}
+
+// exchange swaps the names a and b atomically.
+func exchange(a, b string) error {
+	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
 }
 
 // renameIfExpected is swapChecked without renameat2: compare, then rename.
 func renameIfExpected(tmp, path string, expect []byte) error {
 	if err := expectContent(path, expect); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // expectContent checks that path holds expect, or is absent if expect is

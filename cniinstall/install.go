@@ -164,6 +164,9 @@ func (in *Installer) pass(dry bool) ([]Change, error) {
 			in.log(c)
 		}
 	}
+	if !dry {
+		in.removeLeftovers(record)
+	}
 	if ch, err := in.installBinary(dry); err != nil {
 		return nil, err
 	} else if ch != nil {
@@ -182,6 +185,27 @@ func (in *Installer) pass(dry bool) ([]Change, error) {
 		in.markWrote(e.target(primary))
 	}
 	return changes, nil
+}
+
+// removeLeftovers removes the temporary files an interrupted pass left in
+// the conf and bin dirs. It runs under the conf dir's lock, so no other
+// installer's pass is writing one.
+func (in *Installer) removeLeftovers(record func(Change)) {
+	for _, dir := range []string{in.ConfDir, in.BinDir} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !isTempFile(e.Name()) || e.IsDir() {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			if os.Remove(p) == nil {
+				record(Change{p, "removed", "a temporary file of an interrupted doorman write"})
+			}
+		}
+	}
 }
 
 // edit is a planned change of the conf dir: what it is, and the writes
@@ -442,6 +466,9 @@ func (in *Installer) uninstall(dry, removeBinary bool) ([]Change, error) {
 		if !dry {
 			in.log(c)
 		}
+	}
+	if !dry {
+		in.removeLeftovers(record)
 	}
 	for _, f := range files {
 		if !strings.HasSuffix(f, ".conflist") {

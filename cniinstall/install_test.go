@@ -302,6 +302,29 @@ func TestOwnFilesIgnored(t *testing.T) {
 	}
 }
 
+// TestLeftoversRemoved: temporary files an interrupted write left are
+// removed by the next pass, and the change is logged.
+func TestLeftoversRemoved(t *testing.T) {
+	n := newNode(t, map[string][]byte{
+		"10-flannel.conflist":                      testdata(t, "10-flannel.conflist"),
+		".10-flannel.conflist" + tmpInfix + "4242": []byte("{"),
+	})
+	binTmp := filepath.Join(n.binDir, ".doorman"+tmpInfix+"77")
+	os.WriteFile(binTmp, []byte("half a binary"), 0o755)
+	log := &logBuffer{}
+	if _, err := n.installer(log).Install(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{n.path(".10-flannel.conflist" + tmpInfix + "4242"), binTmp} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left", p)
+		}
+		if log.find(t, "removed", p, "interrupted") == nil {
+			t.Errorf("no line for %s: %v", p, log.lines(t))
+		}
+	}
+}
+
 // TestExistingEntryReplaced: an entry already there, with other settings
 // and not last, is replaced where it stands; several collapse to one.
 func TestExistingEntryReplaced(t *testing.T) {

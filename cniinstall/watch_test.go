@@ -13,19 +13,25 @@ import (
 	"github.com/containernetworking/cni/libcni"
 )
 
-// watching starts in.Watch and stops it at the end of the test, failing
-// the test if Watch returned an error.
-func watching(t *testing.T, in *Installer) {
+// watching starts in.Watch and stops it at the end of the test (or when
+// the returned function is called), failing the test if Watch returned an
+// error.
+func watching(t *testing.T, in *Installer) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- in.Watch(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Watch: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // entryCount reads the file as a runtime would and counts doorman's
@@ -79,9 +85,7 @@ func TestWatchRestoresEntry(t *testing.T) {
 		got, _ := os.ReadFile(p)
 		assertInsertedOnly(t, orig, got)
 	}
-	if log.find(t, "wrote", p, "rewritten without it") == nil {
-		t.Errorf("no log line naming the rewrite: %v", log.lines(t))
-	}
+	eventually(t, "a line naming the rewrite", func() bool { return log.find(t, "wrote", p, "rewritten without it") != nil })
 }
 
 // TestWatchNewPrimary: a file that sorts first appearing (Cilium's
@@ -93,9 +97,10 @@ func TestWatchNewPrimary(t *testing.T) {
 	eventually(t, "the entry", func() bool { return entryCount(n.path("10-flannel.conflist")) == 1 })
 	replaceAtomically(t, n.path("05-cilium.conflist"), testdata(t, "05-cilium.conflist"))
 	eventually(t, "the entry in the new primary", func() bool { return entryCount(n.path("05-cilium.conflist")) == 1 })
-	if log.find(t, "wrote", n.path("05-cilium.conflist"), "became the primary network configuration (was 10-flannel.conflist)") == nil {
-		t.Errorf("log: %v", log.lines(t))
-	}
+	// The line follows the write.
+	eventually(t, "the line naming the new primary", func() bool {
+		return log.find(t, "wrote", n.path("05-cilium.conflist"), "became the primary network configuration (was 10-flannel.conflist)") != nil
+	})
 	// A .conf that becomes the primary is converted.
 	replaceAtomically(t, n.path("01-mynet.conf"), testdata(t, "10-mynet.conf"))
 	eventually(t, "the conversion", func() bool { return entryCount(n.path("01-mynet.conflist")) == 1 })
@@ -161,12 +166,18 @@ func TestWatchConfDirRemoved(t *testing.T) {
 // back. Run with -race.
 func TestWatchRace(t *testing.T) {
 	orig := testdata(t, "10-aws.conflist")
+	// The agent writes two versions in turn, so that a write of its that
+	// doorman lost (putting back an older one) shows at the end.
+	versions := [][]byte{orig, bytes.Replace(orig, []byte(`"pluginLogLevel": "DEBUG"`), []byte(`"pluginLogLevel": "INFO"`), 1)}
+	if bytes.Equal(versions[0], versions[1]) {
+		t.Fatal("test data: no second version")
+	}
 	n := newNode(t, map[string][]byte{"10-aws.conflist": orig})
 	in := n.installer(nil)
 	// Short timings so that the installer writes often while the agent
 	// does.
 	in.Debounce, in.MaxDelay = time.Millisecond, 5*time.Millisecond
-	watching(t, in)
+	stopWatch := watching(t, in)
 	p := n.path("10-aws.conflist")
 	eventually(t, "the entry", func() bool { return entryCount(p) == 1 })
 
@@ -207,14 +218,17 @@ func TestWatchRace(t *testing.T) {
 		defer wg.Done()
 		defer stop.Store(true)
 		for i := 0; i < 300 && !t.Failed(); i++ {
-			replaceAtomically(t, p, orig)
+			replaceAtomically(t, p, versions[i%2])
 			time.Sleep(time.Millisecond)
 		}
 	}()
 	wg.Wait()
 	eventually(t, "the entry after the rewrites", func() bool { return entryCount(p) == 1 })
+	stopWatch()
+	// The agent's last write (i = 299: versions[1]) is what the file
+	// holds, with the entry.
 	got, _ := os.ReadFile(p)
-	assertInsertedOnly(t, orig, got)
+	assertInsertedOnly(t, versions[1], got)
 	t.Logf("%d reads, %d with the entry", reads.Load(), withEntry.Load())
 	// No temporary file of doorman's is left behind.
 	ents, _ := os.ReadDir(n.confDir)
