@@ -239,12 +239,15 @@ func (in *Installer) installBinary(dry bool) (*Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compare %s with %s: %w", in.Binary, dst, err)
 	}
-	if same {
+	if same && cur.Mode().Perm()&0o111 != 0 {
 		in.binChecked = cur
 		return nil, nil
 	}
 	reason := "no doorman binary there"
-	if cur != nil {
+	switch {
+	case same:
+		reason = "it is not executable"
+	case cur != nil:
 		reason = "it differs from this installer's binary"
 	}
 	if !dry {

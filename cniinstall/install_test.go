@@ -531,6 +531,15 @@ func TestBinaryReplaced(t *testing.T) {
 	if same, _ := sameContent(n.binary, dst); !same {
 		t.Error("binary not replaced")
 	}
+	// The same bytes without the execute bits are no binary a runtime
+	// can run.
+	os.Chmod(dst, 0o644)
+	if changes, err := n.installer(nil).Install(); err != nil || len(changes) != 1 || !strings.Contains(changes[0].Reason, "not executable") {
+		t.Errorf("changes %v, %v", changes, err)
+	}
+	if fi, _ := os.Stat(dst); fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v", fi.Mode())
+	}
 	var st syscall.Stat_t
 	syscall.Fstat(int(old.Fd()), &st)
 	if st.Nlink != 0 {
