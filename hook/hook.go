@@ -15,9 +15,9 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Options configure the hook; the zero value uses the defaults.

@@ -18,7 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 func TestPolicyFor(t *testing.T) {

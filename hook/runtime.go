@@ -13,8 +13,8 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // RuntimeConfigFile configures the runtime wrapper; it is optional.

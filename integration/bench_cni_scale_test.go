@@ -11,8 +11,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Sizes and targets of BenchmarkCNIScale (issue 7).

@@ -16,8 +16,8 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Sizes and target of BenchmarkCNIAdd.

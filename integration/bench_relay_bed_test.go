@@ -26,8 +26,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // The relay benchmarks' host on the fake internet: testnet's usual servers

@@ -19,8 +19,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // The fake internet every CNI test uses.

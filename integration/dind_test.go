@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // The label of a container that shares its daemon's namespace inside a

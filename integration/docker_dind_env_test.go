@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Paths inside the Docker-in-Docker ("outer") container.

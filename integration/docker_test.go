@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // TestDocker runs Debian's Docker 20.10 with doorman's runc wrapper as its

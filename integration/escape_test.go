@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // writeSecurityDocEnv, set to 1, makes TestEscape write docs/security.md

@@ -20,8 +20,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // runcEnv is one test's plain-runc world: the CNI tests' fake internet and

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // TestPodmanHook runs real Podman 4 containers whose only enforcement is

@@ -23,8 +23,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // A name only the sandbox's resolvers know (testnet.AnswerOnlyAt): the

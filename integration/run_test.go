@@ -23,9 +23,9 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/plugin/chain"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // runEnv is a fake internet whose host namespace runs `doorman run`, with

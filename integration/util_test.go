@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/nftables"
 
-	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }

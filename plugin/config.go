@@ -19,9 +19,9 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // NetConf is doorman's entry in a conflist.

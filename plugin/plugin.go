@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // supportedVersions are the CNI spec versions doorman speaks.

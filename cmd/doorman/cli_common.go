@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Exit statuses of the operator commands (ls, show, allow, deny, mode,

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // reloadTimeout bounds how long an edit waits for the proxy to confirm

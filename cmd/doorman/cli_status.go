@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Proxy health as ls and show report it.

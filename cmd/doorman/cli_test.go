@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // These tests run the operator commands against recorded sandboxes whose

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
 	"github.com/doorman-net/doorman/plugin"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Defaults of the run network.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce/sandbox"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // End to end: a sandbox enforced with allowDirect gets its direct flows in
