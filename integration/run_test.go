@@ -24,7 +24,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/doorman-net/doorman/integration/testnet"
-	"github.com/doorman-net/doorman/plugin/chain"
+	"github.com/doorman-net/doorman/runner"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -459,7 +459,7 @@ func TestRunConcurrent(t *testing.T) {
 		t.Fatalf("second run: %v", r)
 	}
 	err := e.net.InHost(func() error {
-		_, err := netlink.LinkByName(chain.DefaultBridge)
+		_, err := netlink.LinkByName(runner.DefaultBridge)
 		return err
 	})
 	if err != nil {

@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/plugin/chain"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/runner"
 )
 
 // Exit statuses of `doorman run` itself, as env(1), timeout(1) and
@@ -46,18 +46,18 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		policyFile         = fs.String("policy", "", "policy `file` (plain allowlist form); --allow entries are added to it")
 		upstream           = fs.String("upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the resolvers the command queries (--dns)")
 		allowICMP          = fs.Bool("allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the --allow-direct destinations")
-		bridge             = fs.String("bridge", chain.DefaultBridge, "host bridge of the run network (made by the first run, removed by the last)")
+		bridge             = fs.String("bridge", runner.DefaultBridge, "host bridge of the run network (made by the first run, removed by the last)")
 		cniPath            = fs.String("cni-path", "", "colon-separated `dirs` holding the loopback, bridge, host-local and doorman plugins (default: next to this binary, ../lib/doorman/cni, /opt/cni/bin, /usr/lib/cni)")
 		name               = fs.String("name", "", "sandbox `name` (container id): names its state and its decision log <log-dir>/<name>-eth0.log (default run-<random>)")
 		stateDir           = fs.String("state-dir", "", "doorman's sandbox state directory (default /run/doorman)")
 		logDir             = fs.String("log-dir", "", "decision log directory (default /var/log/doorman)")
-		runDir             = fs.String("run-dir", chain.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
+		runDir             = fs.String("run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
 		asUser             = fs.String("user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
 	)
 	fs.Var(&allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
 	fs.Var(&direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
-	fs.Var(&subnets, "subnet", "run network `prefix`, one per family (repeatable; default "+chain.DefaultSubnet+")")
+	fs.Var(&subnets, "subnet", "run network `prefix`, one per family (repeatable; default "+runner.DefaultSubnet+")")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: doorman run [FLAGS] -- COMMAND [ARGS...]")
 		fmt.Fprintln(stderr, "\nRuns COMMAND in a fresh network namespace attached through doorman's CNI chain")
@@ -90,7 +90,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return fail("needs root: it creates a network namespace and runs CNI plugins")
 	}
 
-	cfg := chain.Config{
+	cfg := runner.Config{
 		Name:             *name,
 		UpstreamResolver: *upstream,
 		AllowICMP:        *allowICMP,
@@ -117,7 +117,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	for _, s := range subnets {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return fail("--subnet %q: not an address prefix such as %s", s, chain.DefaultSubnet)
+			return fail("--subnet %q: not an address prefix such as %s", s, runner.DefaultSubnet)
 		}
 		cfg.Subnets = append(cfg.Subnets, p)
 	}
@@ -160,7 +160,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
-	sb, err := chain.Attach(context.Background(), cfg)
+	sb, err := runner.Attach(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitRunFailed
@@ -190,7 +190,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		case sig := <-sigs:
 			forwardSignal(sig.(syscall.Signal), cmd.Process)
 		case <-sb.Exited():
-			return detach(chain.ExitStatus(sb.Wait()))
+			return detach(runner.ExitStatus(sb.Wait()))
 		}
 	}
 }

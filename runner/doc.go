@@ -1,4 +1,4 @@
-// Package chain runs one command in a fresh network namespace wired through
+// Package runner runs one command in a fresh network namespace wired through
 // doorman's CNI chain — loopback, then bridge with host-local IPAM, then the
 // doorman plugin — with no container engine at all. It is what `doorman run`
 // is made of.
@@ -30,4 +30,4 @@
 // Every run is recorded under the run directory before its namespace
 // exists, so a run whose process was killed (SIGKILL, a crash) is torn down
 // by the next Attach that sees its process gone.
-package chain
+package runner
