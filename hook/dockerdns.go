@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // annotationDockerDNS carries, from the runtime wrapper to the hook, the DNS
@@ -53,8 +55,8 @@ func embeddedDNSUpstreams(annotations map[string]string) []netip.Addr {
 	if len(out) > 0 {
 		return out
 	}
-	host, _ := os.ReadFile(hostResolvConf)
-	return parseResolvConf(host)
+	host, _ := os.ReadFile(hostconf.ResolvConf)
+	return hostconf.ParseResolvConf(host)
 }
 
 // dockerProxyResolvers returns the servers the proxy of a Docker container

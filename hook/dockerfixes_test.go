@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 func TestLogRuntimeError(t *testing.T) {
@@ -137,9 +139,9 @@ func TestDockerDNSAndEmbeddedUpstreams(t *testing.T) {
 		t.Errorf("embeddedDNSUpstreams = %v, want %v", got, want)
 	}
 	// Without the container's own servers: the runtime's resolv.conf.
-	host, _ := os.ReadFile(hostResolvConf)
-	if got := embeddedDNSUpstreams(nil); !slices.Equal(got, parseResolvConf(host)) {
-		t.Errorf("embeddedDNSUpstreams without servers = %v, want %s's %v", got, hostResolvConf, parseResolvConf(host))
+	host, _ := os.ReadFile(hostconf.ResolvConf)
+	if got := embeddedDNSUpstreams(nil); !slices.Equal(got, hostconf.ParseResolvConf(host)) {
+		t.Errorf("embeddedDNSUpstreams without servers = %v, want %s's %v", got, hostconf.ResolvConf, hostconf.ParseResolvConf(host))
 	}
 }
 
@@ -153,15 +155,15 @@ func TestDockerProxyResolvers(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("with --dns: %v, want %v", got, want)
 	}
-	host, _ := os.ReadFile(hostResolvConf)
+	host, _ := os.ReadFile(hostconf.ResolvConf)
 	var fromHost []netip.AddrPort
-	for _, a := range parseResolvConf(host) {
+	for _, a := range hostconf.ParseResolvConf(host) {
 		if ap := netip.AddrPortFrom(a, 53); !slices.Contains(fromHost, ap) {
 			fromHost = append(fromHost, ap)
 		}
 	}
 	if got := dockerProxyResolvers(map[string]string{annotationDockerDNS: ""}); !slices.Equal(got, fromHost) {
-		t.Errorf("without --dns: %v, want %s's %v", got, hostResolvConf, fromHost)
+		t.Errorf("without --dns: %v, want %s's %v", got, hostconf.ResolvConf, fromHost)
 	}
 	if got := dockerProxyResolvers(map[string]string{"other": "x"}); got != nil {
 		t.Errorf("without dockerd's record: %v, want nil", got)

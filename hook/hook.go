@@ -15,6 +15,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
@@ -22,8 +23,8 @@ import (
 
 // Options configure the hook; the zero value uses the defaults.
 type Options struct {
-	StateDir         string         // default sandbox.DefaultStateDir
-	LogDir           string         // default sandbox.DefaultLogDir
+	StateDir         string         // default hostconf.DefaultStateDir
+	LogDir           string         // default hostconf.DefaultLogDir
 	DefaultPolicy    string         // default DefaultPolicyFile
 	UpstreamResolver string         // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
 	AllowICMP        bool           // let echo requests (at most 64 bytes of data) out to allowDirect destinations
@@ -124,7 +125,7 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 		}
 		return fail(fmt.Errorf("it shares the host's network namespace, where doorman cannot enforce %s mode (run it with its own network, or set %s=open)", pol.Mode, AnnotationMode))
 	}
-	stateDir := orDefault(opts.StateDir, sandbox.DefaultStateDir)
+	stateDir := orDefault(opts.StateDir, hostconf.DefaultStateDir)
 	holder, err := heldBy(stateDir, Key(st.ID), netns)
 	if err != nil {
 		return fail(err)
@@ -205,7 +206,7 @@ func teardown(stdin io.Reader, opts Options) {
 		fmt.Fprintf(os.Stderr, "doorman hook poststop: %v\n", err)
 		return
 	}
-	if err := sandbox.Teardown(orDefault(opts.StateDir, sandbox.DefaultStateDir), Key(st.ID)); err != nil {
+	if err := sandbox.Teardown(orDefault(opts.StateDir, hostconf.DefaultStateDir), Key(st.ID)); err != nil {
 		fmt.Fprintf(os.Stderr, "doorman hook poststop: %v\n", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -385,8 +386,8 @@ func TestResolvers(t *testing.T) {
 	// Docker's embedded DNS forwards to the runtime's resolvers.
 	write(mounted, "nameserver 127.0.0.11\n")
 	got, err := resolvers(&specs.Spec{Mounts: []specs.Mount{{Destination: "/etc/resolv.conf", Source: mounted}}}, bundle)
-	host, _ := os.ReadFile(hostResolvConf)
-	if want := append(addrs("127.0.0.11"), parseResolvConf(host)...); err != nil || !slices.Equal(got, want) {
+	host, _ := os.ReadFile(hostconf.ResolvConf)
+	if want := append(addrs("127.0.0.11"), hostconf.ParseResolvConf(host)...); err != nil || !slices.Equal(got, want) {
 		t.Errorf("embedded DNS: %v, %v; want %v", got, err, want)
 	}
 

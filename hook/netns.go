@@ -1,16 +1,15 @@
 package hook
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // containerNetNS returns the path of the container's network namespace, or
@@ -76,9 +75,6 @@ func sameNetNS(a, b string) (bool, error) {
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino, nil
 }
 
-// hostResolvConf is where the runtime's own resolvers are listed.
-const hostResolvConf = "/etc/resolv.conf"
-
 // dockerEmbeddedDNS is Docker's resolver inside containers on user-defined
 // networks. It forwards from inside the container's namespace to the
 // daemon's upstream servers, which therefore must be allowed too.
@@ -107,7 +103,7 @@ func resolvers(spec *specs.Spec, bundle string) ([]netip.Addr, error) {
 	if err != nil && !os.IsNotExist(err) {
 		return nil, fmt.Errorf("container resolv.conf %s: %w", path, err)
 	}
-	addrs := parseResolvConf(data)
+	addrs := hostconf.ParseResolvConf(data)
 	for _, a := range addrs {
 		if a == dockerEmbeddedDNS {
 			addrs = append(addrs, embeddedDNSUpstreams(spec.Annotations)...)
@@ -115,19 +111,4 @@ func resolvers(spec *specs.Spec, bundle string) ([]netip.Addr, error) {
 		}
 	}
 	return addrs, nil
-}
-
-// parseResolvConf returns the nameserver addresses of a resolv.conf.
-func parseResolvConf(data []byte) []netip.Addr {
-	var out []netip.Addr
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "nameserver" {
-			if a, err := netip.ParseAddr(f[1]); err == nil && a.Zone() == "" {
-				out = append(out, a.Unmap())
-			}
-		}
-	}
-	return out
 }

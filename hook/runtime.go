@@ -13,6 +13,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
 )
@@ -179,7 +180,7 @@ func completeHostLayer(args []string, cfg RuntimeConfig) error {
 	if id == "" {
 		return nil
 	}
-	_, err := sandbox.CompleteHostLayer(orDefault(cfg.StateDir, sandbox.DefaultStateDir), Key(id))
+	_, err := sandbox.CompleteHostLayer(orDefault(cfg.StateDir, hostconf.DefaultStateDir), Key(id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

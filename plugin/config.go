@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -19,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
@@ -83,10 +82,10 @@ func parseNetConf(data []byte) (*NetConf, error) {
 		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
 	}
 	if n.StateDir == "" {
-		n.StateDir = sandbox.DefaultStateDir
+		n.StateDir = hostconf.DefaultStateDir
 	}
 	if n.LogDir == "" {
-		n.LogDir = sandbox.DefaultLogDir
+		n.LogDir = hostconf.DefaultLogDir
 	}
 	return &n, nil
 }
@@ -188,7 +187,7 @@ func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
 	if len(n.DNS.Nameservers) > 0 {
 		return parseAddrs(n.DNS.Nameservers, "dns.nameservers")
 	}
-	host, err := HostResolvers()
+	host, err := hostconf.Resolvers()
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: no resolvers configured", err.Error()+": set resolvers in the network configuration")
 	}
@@ -215,55 +214,6 @@ func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
 	return out
 }
 
-// Where the host's resolvers are read from when nothing else names them.
-const (
-	hostResolvConf = "/etc/resolv.conf"
-	// systemdResolvConf lists systemd-resolved's upstream servers: where
-	// /etc/resolv.conf names only its stub on 127.0.0.53, which a sandbox
-	// cannot reach, these are the servers behind it (runtimes give
-	// containers the same).
-	systemdResolvConf = "/run/systemd/resolve/resolv.conf"
-)
-
-// HostResolvers returns the host's DNS servers from /etc/resolv.conf, or,
-// when those are all loopback addresses (a local stub such as
-// systemd-resolved's 127.0.0.53), the upstream servers systemd-resolved
-// lists. Addresses with a zone are left out. The plugin falls back to
-// them, and so does `doorman run`.
-func HostResolvers() ([]netip.Addr, error) {
-	return hostResolvers(hostResolvConf, systemdResolvConf)
-}
-
-// hostResolvers is HostResolvers reading the given files.
-func hostResolvers(resolvConf, upstreamConf string) ([]netip.Addr, error) {
-	data, err := os.ReadFile(resolvConf)
-	if err != nil {
-		return nil, fmt.Errorf("read the host's resolvers: %w", err)
-	}
-	addrs := parseResolvConf(data)
-	if onlyLoopback(addrs) {
-		if up, err := os.ReadFile(upstreamConf); err == nil {
-			if ups := parseResolvConf(up); len(ups) > 0 && !onlyLoopback(ups) {
-				return ups, nil
-			}
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%s names no nameserver", resolvConf)
-	}
-	return addrs, nil
-}
-
-// onlyLoopback reports whether addrs has servers and all are loopback.
-func onlyLoopback(addrs []netip.Addr) bool {
-	for _, a := range addrs {
-		if !a.IsLoopback() {
-			return false
-		}
-	}
-	return len(addrs) > 0
-}
-
 func parseAddrs(ss []string, what string) ([]netip.Addr, error) {
 	var out []netip.Addr
 	for _, s := range ss {
@@ -274,21 +224,6 @@ func parseAddrs(ss []string, what string) ([]netip.Addr, error) {
 		out = append(out, a.Unmap())
 	}
 	return out, nil
-}
-
-// parseResolvConf returns the nameserver addresses of a resolv.conf.
-func parseResolvConf(data []byte) []netip.Addr {
-	var out []netip.Addr
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "nameserver" {
-			if a, err := netip.ParseAddr(f[1]); err == nil && a.Zone() == "" {
-				out = append(out, a.Unmap())
-			}
-		}
-	}
-	return out
 }
 
 // upstreamResolver parses UpstreamResolver: none (the proxy then asks the
@@ -334,9 +269,6 @@ func (n *NetConf) allowDirect() ([]conf.Entry, error) {
 	return out, nil
 }
 
-// HostOTLPFile is the host-wide OTLP export default for every sandbox.
-const HostOTLPFile = "/etc/doorman/otlp.json"
-
 // otlp returns the OTLP export settings: the network's, else the host's.
 func (n *NetConf) otlp() (otlplog.Config, error) {
 	if n.OTLPEndpoint != "" {
@@ -346,17 +278,5 @@ func (n *NetConf) otlp() (otlplog.Config, error) {
 		}
 		return c, nil
 	}
-	return HostOTLP(HostOTLPFile)
-}
-
-// HostOTLP reads the host-wide OTLP default at path; none if it is absent.
-func HostOTLP(path string) (otlplog.Config, error) {
-	c, err := otlplog.LoadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return otlplog.Config{}, nil
-	}
-	if err != nil {
-		return c, fmt.Errorf("host-wide OTLP settings: %w", err)
-	}
-	return c, nil
+	return hostconf.OTLP(hostconf.OTLPFile)
 }

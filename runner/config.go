@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/plugin"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
 )
@@ -46,7 +46,7 @@ type Config struct {
 	// log (<LogDir>/<Name>-eth0.log). Default "run-" and 8 hex digits.
 	Name string
 	// Resolvers are the DNS servers the command may query; they are the
-	// only nameservers in its /etc/resolv.conf. Default: plugin.HostResolvers,
+	// only nameservers in its /etc/resolv.conf. Default: hostconf.Resolvers,
 	// keeping the families the subnets provide.
 	Resolvers []netip.Addr
 	// Search is the resolv.conf search list (default: the host's).
@@ -108,7 +108,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if len(c.Resolvers) == 0 {
-		host, err := plugin.HostResolvers()
+		host, err := hostconf.Resolvers()
 		if err != nil {
 			return c, fmt.Errorf("%w: give the resolvers with --dns", err)
 		}
@@ -118,7 +118,7 @@ func (c Config) withDefaults() (Config, error) {
 				joinAddrs(host), joinPrefixes(c.Subnets))
 		}
 		if c.Search == nil {
-			c.Search = HostSearch()
+			c.Search = hostconf.Search()
 		}
 	}
 	if err := checkResolvers(c.Resolvers, c.Subnets); err != nil {
@@ -132,10 +132,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.UpstreamResolver = ap.String()
 	}
 	if c.StateDir == "" {
-		c.StateDir = sandbox.DefaultStateDir
+		c.StateDir = hostconf.DefaultStateDir
 	}
 	if c.LogDir == "" {
-		c.LogDir = sandbox.DefaultLogDir
+		c.LogDir = hostconf.DefaultLogDir
 	}
 	if c.RunDir == "" {
 		c.RunDir = DefaultRunDir

@@ -13,6 +13,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // testNetns makes a throwaway namespace with createNetns, named
@@ -80,7 +82,7 @@ func TestStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostBefore, _ := os.ReadFile(hostResolvConf)
+	hostBefore, _ := os.ReadFile(hostconf.ResolvConf)
 	mountsBefore, _ := os.ReadFile("/proc/self/mountinfo")
 
 	s := &Sandbox{rec: record{NetNS: path}, resolvConf: resolv}
@@ -108,13 +110,13 @@ func TestStart(t *testing.T) {
 	if cmd.SysProcAttr.Pdeathsig != unix.SIGKILL {
 		t.Errorf("Pdeathsig %v, want SIGKILL", cmd.SysProcAttr.Pdeathsig)
 	}
-	hostAfter, _ := os.ReadFile(hostResolvConf)
+	hostAfter, _ := os.ReadFile(hostconf.ResolvConf)
 	mountsAfter, _ := os.ReadFile("/proc/self/mountinfo")
 	if !bytes.Equal(hostBefore, hostAfter) {
-		t.Errorf("this process's %s changed:\n%s", hostResolvConf, hostAfter)
+		t.Errorf("this process's %s changed:\n%s", hostconf.ResolvConf, hostAfter)
 	}
-	if bytes.Count(mountsAfter, []byte(" "+hostResolvConf+" ")) != bytes.Count(mountsBefore, []byte(" "+hostResolvConf+" ")) {
-		t.Errorf("a mount on %s leaked into this mount namespace", hostResolvConf)
+	if bytes.Count(mountsAfter, []byte(" "+hostconf.ResolvConf+" ")) != bytes.Count(mountsBefore, []byte(" "+hostconf.ResolvConf+" ")) {
+		t.Errorf("a mount on %s leaked into this mount namespace", hostconf.ResolvConf)
 	}
 }
 

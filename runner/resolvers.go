@@ -9,22 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/miekg/dns"
+	"github.com/doorman-net/doorman/hostconf"
 )
-
-// hostResolvConf is the host's resolv.conf: its search list is the
-// sandbox's default, and the sandbox's own is mounted over it.
-const hostResolvConf = "/etc/resolv.conf"
-
-// HostSearch is the host resolv.conf's search list (nil if none or
-// unreadable).
-func HostSearch() []string {
-	cfg, err := dns.ClientConfigFromFile(hostResolvConf)
-	if err != nil {
-		return nil
-	}
-	return cfg.Search
-}
 
 // resolvConf renders the sandbox's /etc/resolv.conf.
 func resolvConf(resolvers []netip.Addr, search []string) []byte {
@@ -51,4 +37,4 @@ func writeResolvConf(dir string, resolvers []netip.Addr, search []string) (strin
 
 // errNoResolvConf is returned when the host has no /etc/resolv.conf to
 // mount the sandbox's over.
-var errNoResolvConf = errors.New("the host has no " + hostResolvConf + " to put the sandbox's resolvers over")
+var errNoResolvConf = errors.New("the host has no " + hostconf.ResolvConf + " to put the sandbox's resolvers over")

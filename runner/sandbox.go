@@ -14,6 +14,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // Sandbox is one attached run: a network namespace enforced by doorman,
@@ -255,14 +257,14 @@ func enterSandbox(netnsPath, resolvConf string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("make the mount namespace a slave: %w", err)
 	}
-	if _, err := os.Stat(hostResolvConf); err != nil {
+	if _, err := os.Stat(hostconf.ResolvConf); err != nil {
 		return fmt.Errorf("%w (%v)", errNoResolvConf, err)
 	}
-	if err := unix.Mount(resolvConf, hostResolvConf, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mount the sandbox's resolv.conf over %s: %w", hostResolvConf, err)
+	if err := unix.Mount(resolvConf, hostconf.ResolvConf, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount the sandbox's resolv.conf over %s: %w", hostconf.ResolvConf, err)
 	}
-	if err := unix.Mount("", hostResolvConf, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("make %s read-only: %w", hostResolvConf, err)
+	if err := unix.Mount("", hostconf.ResolvConf, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", hostconf.ResolvConf, err)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"fmt"
+
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // CompleteHostLayer adds the host-side layer to sandbox key under stateDir
@@ -15,7 +17,7 @@ import (
 // it, is left as it is.
 func CompleteHostLayer(stateDir, key string) (*State, error) {
 	if stateDir == "" {
-		stateDir = DefaultStateDir
+		stateDir = hostconf.DefaultStateDir
 	}
 	// Most containers need nothing: say so without taking the lock,
 	// which every `runc start` would otherwise wait on.

@@ -16,6 +16,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 )
 
@@ -38,8 +39,8 @@ type Request struct {
 	AllowICMP bool
 	Label     string // what the in-namespace rules cover given the workload's capabilities: full or partial (...); see ComposeLabel
 
-	StateDir string // default DefaultStateDir
-	LogDir   string // default DefaultLogDir
+	StateDir string // default hostconf.DefaultStateDir
+	LogDir   string // default hostconf.DefaultLogDir
 	// ProxyBinary is the doorman binary to run as `doorman proxy`
 	// (default: this executable).
 	ProxyBinary string
@@ -78,10 +79,10 @@ type Request struct {
 
 func (r *Request) defaults() error {
 	if r.StateDir == "" {
-		r.StateDir = DefaultStateDir
+		r.StateDir = hostconf.DefaultStateDir
 	}
 	if r.LogDir == "" {
-		r.LogDir = DefaultLogDir
+		r.LogDir = hostconf.DefaultLogDir
 	}
 	if r.ProxyBinary == "" {
 		exe, err := os.Executable()
@@ -476,7 +477,7 @@ func (s *State) ProxyAlive() bool { return proxyAlive(s.PID, s.PIDStart) }
 // sandbox that is not there, or whose netns is gone, is no error.
 func Teardown(stateDir, key string) error {
 	if stateDir == "" {
-		stateDir = DefaultStateDir
+		stateDir = hostconf.DefaultStateDir
 	}
 	s, err := Load(stateDir, key)
 	if errors.Is(err, os.ErrNotExist) {
@@ -538,7 +539,7 @@ func Teardown(stateDir, key string) error {
 // is that one's. A namespace that is gone is no error.
 func RemoveOrphanRules(stateDir, key, nsPath string) error {
 	if stateDir == "" {
-		stateDir = DefaultStateDir
+		stateDir = hostconf.DefaultStateDir
 	}
 	// After an ordinary Teardown the table is gone: say so with one
 	// look-up, before reading every sandbox's state to find a holder.
@@ -556,7 +557,7 @@ func RemoveOrphanRules(stateDir, key, nsPath string) error {
 // installs.
 func Check(stateDir, key string) error {
 	if stateDir == "" {
-		stateDir = DefaultStateDir
+		stateDir = hostconf.DefaultStateDir
 	}
 	s, err := Load(stateDir, key)
 	if err != nil {

@@ -19,13 +19,6 @@ import (
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
-// DefaultStateDir is where sandbox state lives unless configured otherwise.
-const DefaultStateDir = "/run/doorman"
-
-// DefaultLogDir is where decision logs go unless configured otherwise.
-// Logs outlive their sandbox: they are the record of what it did.
-const DefaultLogDir = "/var/log/doorman"
-
 // Files inside one sandbox's state directory.
 const (
 	stateFile  = "state.json"

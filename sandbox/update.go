@@ -12,6 +12,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // lockTimeout bounds how long an update waits for another one to finish.
@@ -75,7 +76,7 @@ func EditPolicy(stateDir, key string, edit func(cur *conf.Policy) (*conf.Policy,
 
 func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*conf.Policy, error)) (*Update, error) {
 	if stateDir == "" {
-		stateDir = DefaultStateDir
+		stateDir = hostconf.DefaultStateDir
 	}
 	unlock, err := lockDir(stateDir)
 	if err != nil {

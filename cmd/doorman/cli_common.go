@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -52,7 +53,7 @@ func newCLI(name, synopsis, help string, stdout, stderr io.Writer) *cli {
 	c.fs.SetOutput(stderr)
 	def := os.Getenv(envStateDir)
 	if def == "" {
-		def = sandbox.DefaultStateDir
+		def = hostconf.DefaultStateDir
 	}
 	c.fs.StringVar(&c.stateDir, "state-dir", def, "doorman's state `directory` (env "+envStateDir+")")
 	c.fs.Usage = func() {

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/doorman-net/doorman/hook"
-	"github.com/doorman-net/doorman/plugin"
+	"github.com/doorman-net/doorman/hostconf"
 )
 
 // runtimeLinkName is the name under which doorman acts as the runc wrapper.
@@ -24,7 +24,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
 	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the container's own resolvers (the servers behind Docker's 127.0.0.11), else the host's /etc/resolv.conf")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
-	otlpConfig := fs.String("otlp-config", plugin.HostOTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
+	otlpConfig := fs.String("otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	fs.Usage = func() {
@@ -34,7 +34,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	otlp, err := plugin.HostOTLP(*otlpConfig)
+	otlp, err := hostconf.OTLP(*otlpConfig)
 	if err != nil {
 		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 1

@@ -1,0 +1,10 @@
+package hostconf
+
+// DefaultStateDir is where sandbox state lives unless configured otherwise.
+// Its default, under /run, is a tmpfs: the state describes processes and
+// namespaces that do not outlive a reboot.
+const DefaultStateDir = "/run/doorman"
+
+// DefaultLogDir is where decision logs go unless configured otherwise.
+// Logs outlive their sandbox: they are the record of what it did.
+const DefaultLogDir = "/var/log/doorman"
