@@ -72,6 +72,14 @@
 // (NewPolicy, ParseJSON and ParseFile return nil and every error), and the
 // caller falls back to DenyAll: doorman fails closed.
 //
+// # Destinations outside the proxy
+//
+// A sandbox's allowDirect destinations (Direct) are written in the same
+// grammar, but only IP addresses and CIDR prefixes qualify: a name can only
+// be judged by the proxy, which reads it from the connection and resolves
+// it itself. ParseDirect is the one place that rule is checked, and a
+// Direct is its canonical string in JSON.
+//
 // # Empty means deny
 //
 // An empty allowlist in allowlist mode admits nothing. The opposite reading
