@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/otlplog"
+)
+
+// Defaults for the zero values of Config's timeouts.
+const (
+	DefaultSniffTimeout = 10 * time.Second
+	DefaultDrainTimeout = 10 * time.Second
+)
+
+// Config is what one proxy process serves, as its config file holds it
+// (JSON, the keys below).
+type Config struct {
+	// Sandbox is the sandbox id, for the decision log and the 403 page.
+	Sandbox string `json:"sandbox"`
+	// PolicyFile is the policy in the plain form (see conf.ParseFile),
+	// watched for changes.
+	PolicyFile string `json:"policyFile"`
+	// LogFile receives the decision lines (appended); "" or "-" is
+	// standard error.
+	LogFile string `json:"logFile,omitempty"`
+	// Resolvers are the DNS servers names admitted by name entries are
+	// resolved with, tried in order; none means this host's
+	// /etc/resolv.conf (and a warning line).
+	Resolvers []netip.AddrPort `json:"resolvers,omitempty"`
+	// DNSUpstreams are the servers the DNS filter forwards admitted
+	// queries to.
+	DNSUpstreams []netip.AddrPort `json:"dnsUpstreams,omitempty"`
+	// AllowDirect are the destinations the sandbox reaches without the
+	// proxy: their new flows are logged from conntrack in NetNS.
+	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
+	// NetNS is the network namespace whose allowDirect flows are logged;
+	// "" means the one the first listener was created in (the sandbox's,
+	// for an inherited listener).
+	NetNS string `json:"netns,omitempty"`
+	// OTLP, if set, also exports the decision and DNS records.
+	OTLP *OTLP `json:"otlp,omitempty"`
+	// SniffTimeout bounds the wait for the first bytes that carry a
+	// name; DrainTimeout how long open connections may finish after
+	// SIGTERM. Zero means the defaults above.
+	SniffTimeout Duration `json:"sniffTimeout,omitempty"`
+	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// Listeners are the sockets to serve.
+	Listeners Listeners `json:"listeners"`
+}
+
+// Listeners say which sockets a proxy serves: descriptors it inherited
+// (their numbers), or addresses it binds itself.
+type Listeners struct {
+	// TCP are listening TCP sockets for redirected connections.
+	TCP []int `json:"tcp,omitempty"`
+	// DNSUDP and DNSTCP are the DNS filter's UDP sockets and listening
+	// TCP sockets.
+	DNSUDP []int `json:"dnsUDP,omitempty"`
+	DNSTCP []int `json:"dnsTCP,omitempty"`
+	// Addrs are TCP addresses to bind and serve (a proxy run by hand).
+	Addrs []string `json:"addrs,omitempty"`
+}
+
+// OTLP is the OTLP export part of a Config, with the keys of
+// /etc/doorman/otlp.json (see otlplog.LoadFile).
+type OTLP struct {
+	Endpoint  string            `json:"endpoint"`
+	Insecure  bool              `json:"insecure,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	QueueSize int               `json:"queueSize,omitempty"`
+}
+
+// OTLPOf returns the file form of c, or nil if c exports nothing.
+func OTLPOf(c otlplog.Config) *OTLP {
+	if c.Endpoint == "" {
+		return nil
+	}
+	return &OTLP{Endpoint: c.Endpoint, Insecure: c.Insecure, Headers: c.Headers, QueueSize: c.QueueSize}
+}
+
+// Config returns o as export settings; nil exports nothing.
+func (o *OTLP) Config() otlplog.Config {
+	if o == nil {
+		return otlplog.Config{}
+	}
+	return otlplog.Config{Endpoint: o.Endpoint, Insecure: o.Insecure, Headers: o.Headers, QueueSize: o.QueueSize}
+}
+
+// Duration is a time.Duration written as in Go ("500ms", "10s").
+type Duration time.Duration
+
+// MarshalText renders d as time.Duration.String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText parses text with time.ParseDuration; negative durations
+// are refused.
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return err
+	}
+	if v < 0 {
+		return fmt.Errorf("negative duration %s", text)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// or returns d, or def if d is zero.
+func (d Duration) or(def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return time.Duration(d)
+}
+
+// Validate reports the first setting of c that Run would refuse, naming
+// its key.
+func (c Config) Validate() error {
+	switch {
+	case c.Sandbox == "":
+		return errors.New("no sandbox")
+	case c.PolicyFile == "":
+		return errors.New("no policyFile")
+	case len(c.Listeners.TCP) == 0 && len(c.Listeners.Addrs) == 0:
+		return errors.New("no listener: give listeners.tcp or listeners.addrs")
+	}
+	for _, fd := range append(append(append([]int(nil), c.Listeners.TCP...), c.Listeners.DNSUDP...), c.Listeners.DNSTCP...) {
+		if fd < 3 {
+			return fmt.Errorf("listeners: %d is not an inherited descriptor (3 or above)", fd)
+		}
+	}
+	if err := c.OTLP.Config().Validate(); err != nil {
+		return fmt.Errorf("otlp: %w", err)
+	}
+	return nil
+}
+
+// LoadConfig reads the config file at path. Unknown keys are errors: a
+// misspelt setting must not pass silently.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("proxy config: %w", err)
+	}
+	c, err := decodeConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("proxy config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// decodeConfig parses and validates one config file's content.
+func decodeConfig(data []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, err
+	}
+	if dec.More() {
+		return Config{}, errors.New("more than one JSON value")
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// WriteFile writes c to path, readable by its owner only (the OTLP
+// headers often hold a token), replacing it atomically. It does not fsync:
+// the file describes a process that does not outlive a reboot.
+func (c Config) WriteFile(path string) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("proxy config %s: %w", path, err)
+	}
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("proxy config: %w", err)
+	}
+	_, err = f.Write(append(data, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("proxy config %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/otlplog"
+)
+
+func mustDirect(t *testing.T, ss ...string) []conf.Direct {
+	t.Helper()
+	var out []conf.Direct
+	for _, s := range ss {
+		d, err := conf.ParseDirect(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// A config file round-trips, is readable by its owner only, and names its
+// settings with the documented keys.
+func TestConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "proxy-config.json")
+	want := Config{
+		Sandbox: "ctr1", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
+		AllowDirect:  mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
+		OTLP:         &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
+		DrainTimeout: Duration(500 * time.Millisecond),
+		Listeners:    Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
+	}
+	if err := want.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("config file mode %v, %v; want 0600 (it carries the OTLP headers)", fi.Mode(), err)
+	}
+	got, err := LoadConfig(path)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("round trip: %+v, %v\nwant %+v", got, err, want)
+	}
+	data, _ := os.ReadFile(path)
+	var raw map[string]any
+	json.Unmarshal(data, &raw)
+	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "listeners"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("no key %q in %s", k, data)
+		}
+	}
+	if raw["drainTimeout"] != "500ms" || !reflect.DeepEqual(raw["allowDirect"], []any{"203.0.113.7:5432", "2001:db8::/64"}) {
+		t.Errorf("durations and entries are written as text: %s", data)
+	}
+}
+
+func TestConfigRefuses(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"policyFile":"p","listeners":{"tcp":[3]}}`, "no sandbox"},
+		{`{"sandbox":"s","listeners":{"tcp":[3]}}`, "no policyFile"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{}}`, "no listener"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[1]}}`, "1 is not an inherited descriptor"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"resolver":["x"]}`, `unknown field "resolver"`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"allowDirect":["db.example"]}`, `"db.example": only an IP address or CIDR`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"drainTimeout":"-1s"}`, "negative duration"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"otlp":{"endpoint":"https://x.example","insecure":true}}`, "otlp"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]}} {}`, "more than one JSON value"},
+	} {
+		if _, err := decodeConfig([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.json, err, tc.want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(path, []byte("{"), 0o600)
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("a broken file: %v, want an error naming it", err)
+	}
+}
+
+func TestOTLPOf(t *testing.T) {
+	if OTLPOf(otlplog.Config{}) != nil || (*OTLP)(nil).Config().Endpoint != "" {
+		t.Error("no endpoint: want no export")
+	}
+	c := otlplog.Config{Endpoint: "h:4318", Insecure: true, Headers: map[string]string{"k": "v"}, QueueSize: 7}
+	if got := OTLPOf(c).Config(); !reflect.DeepEqual(got, c) {
+		t.Errorf("round trip %+v, want %+v", got, c)
+	}
+}
+
+// FuzzDecodeConfig checks that decodeConfig never panics and that what it
+// accepts encodes and decodes again to an equal config.
+func FuzzDecodeConfig(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := decodeConfig(data)
+		if err != nil {
+			return
+		}
+		again, err := json.Marshal(c)
+		if err != nil {
+			t.Fatalf("accepted %q, but it does not encode: %v", data, err)
+		}
+		back, err := decodeConfig(again)
+		if err != nil || !reflect.DeepEqual(back, c) {
+			t.Fatalf("%q: encodes to %s, which decodes to %+v, %v; want %+v", data, again, back, err, c)
+		}
+	})
+}

@@ -1,0 +1,201 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/directlog"
+	"github.com/doorman-net/doorman/proxy/dnsfilter"
+	"github.com/doorman-net/doorman/proxy/guard"
+	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/resolver"
+)
+
+// otlpShutdownTimeout bounds how long an exiting proxy spends sending the
+// last OTLP records: the local log has them anyway.
+const otlpShutdownTimeout = 2 * time.Second
+
+// hostResolvConf is where the Go resolver, the proxy's without Resolvers,
+// reads the host's DNS servers.
+const hostResolvConf = "/etc/resolv.conf"
+
+// Run serves cfg until ctx is done or the process gets SIGTERM or SIGINT,
+// then stops accepting and lets open connections finish for the drain
+// timeout. ready, if not nil, is called once every listener is served.
+// What goes wrong before serving is the error; what goes wrong later (a
+// policy file that does not load, allowDirect flows that cannot be
+// watched) is logged and also written to stderr, and the proxy serves on:
+// a policy that does not load means deny-all.
+func Run(ctx context.Context, cfg Config, stderr io.Writer, ready func()) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger, closeLog, err := openLog(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	socks, err := openSockets(cfg.Listeners)
+	if err != nil {
+		return err
+	}
+	p, filter, watcher, err := newServers(cfg, logger, socks, stderr)
+	if err != nil {
+		socks.close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go watcher.Run(ctx)
+
+	var wg sync.WaitGroup
+	watchDirect(ctx, &wg, cfg, socks.tcp[0], logger, stderr)
+	socks.serve(&wg, p, filter)
+	if ready != nil {
+		ready()
+	}
+	// What the start touched of the binary need not stay mapped (see
+	// dropBinaryPages); a second later, so as not to compete with the
+	// plugin or hook that is still finishing the sandbox. Failing to drop
+	// it costs only RSS.
+	time.AfterFunc(time.Second, func() { dropBinaryPages() })
+	go returnIdleMemory(ctx, p)
+
+	<-ctx.Done()
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout.or(DefaultDrainTimeout))
+	defer cancel()
+	if filter != nil {
+		filter.Shutdown(dctx)
+	}
+	p.Shutdown(dctx)
+	wg.Wait()
+	return nil
+}
+
+// openLog opens the decision log of cfg, with the OTLP export beside it.
+// The returned close flushes the export first, so that its last "otlp"
+// line still reaches the file.
+func openLog(cfg Config, stderr io.Writer) (*slog.Logger, func(), error) {
+	out, closeFile := stderr, func() {}
+	if cfg.LogFile != "" && cfg.LogFile != "-" {
+		f, err := os.OpenFile(cfg.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		if err != nil {
+			return nil, nil, fmt.Errorf("decision log: %w", err)
+		}
+		out, closeFile = f, func() { f.Close() }
+	}
+	otlpCfg := cfg.OTLP.Config()
+	otlpCfg.Sandbox = cfg.Sandbox
+	handler, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(out, nil), otlpCfg)
+	if err != nil {
+		closeFile()
+		return nil, nil, err
+	}
+	closeAll := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), otlpShutdownTimeout)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
+		}
+		closeFile()
+	}
+	return slog.New(handler), closeAll, nil
+}
+
+// newServers makes the proxy and, with DNS listeners, the DNS filter,
+// sharing one upstream guard (they judge the same addresses and share one
+// reading of the host's addresses and routes), and the watcher that keeps
+// both on the policy file.
+func newServers(cfg Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
+	upstreamGuard := guard.New(guard.Config{})
+	// This process is the proxy and nothing else: it may change its
+	// threads' scheduling while it relays bulk data.
+	pc := proxy.Config{Sandbox: cfg.Sandbox, SniffTimeout: cfg.SniffTimeout.or(DefaultSniffTimeout), Logger: logger,
+		BatchWhileBulk: true, Guard: upstreamGuard}
+	if len(cfg.Resolvers) > 0 {
+		stub, err := resolver.New(resolver.Config{Servers: cfg.Resolvers})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("resolvers: %w", err)
+		}
+		pc.Resolver = stub
+		logger.Info("resolver", "sandbox", cfg.Sandbox, "servers", cfg.Resolvers)
+	} else {
+		logger.Warn("resolver", "sandbox", cfg.Sandbox, "servers", []netip.AddrPort{}, "resolvConf", hostResolvConf,
+			"why", "no --resolver given: names admitted by name rules resolve with this host's resolv.conf, not the sandbox's resolvers")
+	}
+	p := proxy.New(pc)
+	// A policy that does not load leaves the proxy serving in deny-all:
+	// connections are refused visibly, never let through.
+	watcher, err := proxy.NewPolicyWatcher(p, cfg.PolicyFile, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "doorman proxy: %v (denying everything until it is fixed)\n", err)
+	}
+	var filter *dnsfilter.Filter
+	if len(socks.dnsTCP)+len(socks.dnsUDP) > 0 {
+		filter = dnsfilter.New(dnsfilter.Config{Sandbox: cfg.Sandbox, Upstreams: cfg.DNSUpstreams, Logger: logger, Guard: upstreamGuard}, nil)
+		watcher.Also(filter)
+	}
+	return p, filter, watcher, nil
+}
+
+// watchDirect logs the sandbox's allowDirect flows, which never reach the
+// listeners, from conntrack. Failing to watch it costs those lines, not
+// the proxy.
+func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
+	direct, err := openDirectLog(cfg, ln, logger)
+	if err != nil {
+		logger.Error("allowDirect flows are not logged", "sandbox", cfg.Sandbox, "err", err.Error())
+		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := direct.Run(ctx); err != nil {
+			logger.Error("allowDirect flows are no longer logged", "sandbox", cfg.Sandbox, "err", err.Error())
+		}
+	}()
+}
+
+// openDirectLog opens the watcher of the sandbox's allowDirect flows in
+// the namespace cfg.NetNS or, if that is empty, the one ln was created in.
+// Without entries it opens nothing.
+func openDirectLog(cfg Config, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
+	if len(cfg.AllowDirect) == 0 {
+		return directlog.Open(directlog.Config{Sandbox: cfg.Sandbox, Logger: logger})
+	}
+	entries := make([]conf.Entry, len(cfg.AllowDirect))
+	for i, d := range cfg.AllowDirect {
+		entries[i] = d.Entry()
+	}
+	var nsFile *os.File
+	var err error
+	if cfg.NetNS != "" {
+		nsFile, err = os.Open(cfg.NetNS)
+	} else if sc, ok := ln.(syscall.Conn); ok {
+		nsFile, err = directlog.NetNSOf(sc)
+	} else {
+		err = fmt.Errorf("listener %v has no file descriptor: give the netns", ln.Addr())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("allowDirect log: %w", err)
+	}
+	defer nsFile.Close()
+	return directlog.Open(directlog.Config{Sandbox: cfg.Sandbox, Entries: entries, NetNS: int(nsFile.Fd()), Logger: logger})
+}
+
+// errNotSocket is the error of a descriptor that is not the socket its
+// place in Listeners says.
+var errNotSocket = errors.New("not the socket it is listed as")
