@@ -17,7 +17,6 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -97,106 +96,128 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 	if err != nil {
 		return err
 	}
-	fail := func(err error) error { return fmt.Errorf("doorman: container %s not started: %w", st.ID, err) }
+	if err := enforceState(st, opts); err != nil {
+		return fmt.Errorf("doorman: container %s not started: %w", st.ID, err)
+	}
+	return nil
+}
+
+// container is what the hook reads about one container before it
+// enforces it: its bundle's spec, its annotations, its policy and its
+// network namespace ("" for the runtime's own).
+type container struct {
+	st          *specs.State
+	oci         *specs.Spec
+	annotations map[string]string
+	policy      *conf.Policy
+	netns       string
+}
+
+// enforceState enforces the container whose runtime state is st.
+func enforceState(st *specs.State, opts Options) error {
 	upstream, err := opts.upstreamResolvers()
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	spec, err := loadSpec(st.Bundle)
+	c, err := loadContainer(st, opts.DefaultPolicy)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	annotations := mergeAnnotations(spec.Annotations, st.Annotations)
-	pol, _, err := policyFor(annotations, opts.DefaultPolicy)
-	if err != nil {
-		return fail(err)
-	}
-	netns, err := containerNetNS(spec, st.Pid)
-	if err != nil {
-		return fail(err)
-	}
-	if netns == "" {
+	if c.netns == "" {
 		// The container shares the runtime's namespace. That is fine
 		// only where it is itself a doorman sandbox (a host-network
 		// container of a daemon inside one: the enclosing sandbox's
 		// rules hold it), or where the policy is open.
-		if inside, _ := enforce.Present("/proc/self/ns/net"); inside || pol.Mode == conf.ModeOpen {
+		if inside, _ := enforce.Present("/proc/self/ns/net"); inside || c.policy.Mode == conf.ModeOpen {
 			return nil
 		}
-		return fail(fmt.Errorf("it shares the host's network namespace, where doorman cannot enforce %s mode (run it with its own network, or set %s=open)", pol.Mode, AnnotationMode))
+		return fmt.Errorf("it shares the host's network namespace, where doorman cannot enforce %s mode (run it with its own network, or set %s=open)", c.policy.Mode, AnnotationMode)
 	}
 	stateDir := orDefault(opts.StateDir, hostconf.DefaultStateDir)
-	holder, err := heldBy(stateDir, Key(st.ID), netns)
+	holder, err := heldBy(stateDir, Key(st.ID), c.netns)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if holder != nil {
-		// Another sandbox holds the namespace: the CNI attachment of
-		// the same container, or a container it shares the namespace
-		// with (a pod, `--network container:`). One namespace has one
-		// ruleset and one proxy: a second sandbox would replace the
-		// first's rules, and its teardown would then leave the first's
-		// container with none. So this container joins the holder's
-		// enforcement, provided it asks for the same policy; the
-		// holder's label then covers it too.
-		if holder.Runtime == "cni" {
-			return nil
-		}
-		if err := samePolicy(holder, pol); err != nil {
-			return fail(err)
-		}
-		if err := joinLabel(holder, pol, Coverage(spec), opts); err != nil {
-			return fail(err)
-		}
-		return nil
+		return c.join(holder)
 	}
-	direct, err := allowDirect(annotations)
+	spec, err := c.spec(opts, upstream)
 	if err != nil {
-		return fail(err)
-	}
-	res, err := resolvers(spec, st.Bundle)
-	if err != nil {
-		return fail(err)
-	}
-	if upstream == nil {
-		upstream = dockerProxyResolvers(annotations)
+		return err
 	}
 	_, err = sandbox.Enforce(sandbox.Request{
-		Key:            Key(st.ID),
-		ID:             st.ID,
-		Name:           containerName(annotations),
-		Runtime:        "hook",
-		NetNS:          netns,
-		Policy:         pol,
-		Resolvers:      res,
-		AllowICMP:      opts.AllowICMP,
-		Label:          Coverage(spec),
-		StateDir:       stateDir,
-		LogDir:         opts.LogDir,
-		ProxyBinary:    opts.ProxyBinary,
-		ProxyResolvers: upstream,
-		DNSFilter:      opts.DNSFilter,
-		HostLayer:      opts.HostLayer,
-		AllowDirect:    direct,
-		OTLP:           opts.OTLP,
+		Attachment: sandbox.Attachment{
+			Key: Key(st.ID), ID: st.ID, Name: containerName(c.annotations), Runtime: "hook",
+			NetNS: c.netns, Label: Coverage(c.oci),
+		},
+		Spec:        spec,
+		StateDir:    stateDir,
+		ProxyBinary: opts.ProxyBinary,
 	})
+	return err
+}
+
+// loadContainer reads the container's bundle, its policy and its network
+// namespace.
+func loadContainer(st *specs.State, defaultPolicy string) (*container, error) {
+	oci, err := loadSpec(st.Bundle)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	return nil
+	c := &container{st: st, oci: oci, annotations: mergeAnnotations(oci.Annotations, st.Annotations)}
+	if c.policy, _, err = policyFor(c.annotations, defaultPolicy); err != nil {
+		return nil, err
+	}
+	if c.netns, err = containerNetNS(oci, st.Pid); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// join makes the container part of holder's enforcement: another sandbox
+// holds its namespace (the CNI attachment of the same container, or a
+// container it shares the namespace with: a pod, `--network container:`).
+// One namespace has one ruleset and one proxy: a second sandbox would
+// replace the first's rules, and its teardown would then leave the first's
+// container with none. So this container joins the holder's enforcement,
+// provided it asks for the same policy; the holder's label then covers it
+// too.
+func (c *container) join(holder *sandbox.State) error {
+	if holder.Runtime == "cni" {
+		return nil
+	}
+	if err := samePolicy(holder, c.policy); err != nil {
+		return err
+	}
+	return joinLabel(holder, Coverage(c.oci))
+}
+
+// spec is what the hook enforces on the container, each setting parsed
+// once: its policy, its resolvers (those of the resolv.conf it will see),
+// the allow-direct annotation, the upstream resolver (the flag's, else
+// Docker's record of the container's), and the hook's flags.
+func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec, error) {
+	s := sandbox.Spec{
+		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
+		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream,
+	}
+	var err error
+	if s.AllowDirect, err = allowDirect(c.annotations); err != nil {
+		return s, err
+	}
+	if s.Resolvers, err = resolvers(c.oci, c.st.Bundle); err != nil {
+		return s, err
+	}
+	if s.UpstreamResolvers == nil {
+		s.UpstreamResolvers = dockerProxyResolvers(c.annotations)
+	}
+	return s, nil
 }
 
 // upstreamResolvers parses UpstreamResolver: none (the proxy then asks
 // the container's resolvers), or the one server it asks instead.
 func (o Options) upstreamResolvers() ([]netip.AddrPort, error) {
-	if o.UpstreamResolver == "" {
-		return nil, nil
-	}
-	ap, err := resolver.ParseServer(o.UpstreamResolver)
-	if err != nil {
-		return nil, fmt.Errorf("--upstream-resolver %w", err)
-	}
-	return []netip.AddrPort{ap}, nil
+	return sandbox.ParseUpstreamResolver("--upstream-resolver", o.UpstreamResolver)
 }
 
 // teardown undoes enforceContainer; errors only go to stderr.
@@ -227,7 +248,7 @@ func heldBy(stateDir, key, netns string) (*sandbox.State, error) {
 		if same, err := sameNetNS(s.NetNS, netns); err != nil || !same {
 			continue
 		}
-		live := present && (s.Mode == string(conf.ModeNone) || s.ProxyAlive())
+		live := present && (s.Mode == conf.ModeNone || s.ProxyAlive())
 		switch {
 		case s.Runtime == "cni":
 			if live {
@@ -258,29 +279,13 @@ func samePolicy(s *sandbox.State, pol *conf.Policy) error {
 // joinLabel lowers the label of holder, whose namespace a container with
 // label is joining, where that container is less covered (it holds
 // CAP_NET_RAW or CAP_NET_ADMIN inside the same namespace): a label is never
-// better than what holds for every container in the sandbox. The holder
-// is re-enforced with its own policy, resolvers and proxy; only its label
-// changes.
-func joinLabel(holder *sandbox.State, pol *conf.Policy, label string, opts Options) error {
+// better than what holds for every container in the sandbox. Only the
+// holder's label changes: its policy, rules and proxy are as they were.
+func joinLabel(holder *sandbox.State, label string) error {
 	if labelRank(label) <= labelRank(holder.BaseLabel) {
 		return nil
 	}
-	_, err := sandbox.Enforce(sandbox.Request{
-		Key:            holder.Key,
-		ID:             holder.ID,
-		Name:           holder.Name,
-		Runtime:        holder.Runtime,
-		NetNS:          holder.NetNS,
-		Policy:         pol,
-		Resolvers:      holder.Resolvers,
-		AllowICMP:      holder.AllowICMP,
-		Label:          label,
-		StateDir:       filepath.Dir(holder.Dir),
-		LogDir:         filepath.Dir(holder.LogFile),
-		ProxyBinary:    opts.ProxyBinary,
-		ProxyResolvers: holder.ProxyResolvers,
-		DNSFilter:      holder.DNSFilter,
-	})
+	_, err := sandbox.Relabel(filepath.Dir(holder.Dir), holder.Key, label)
 	return err
 }
 

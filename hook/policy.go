@@ -9,6 +9,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // The annotations (and, on Docker, container labels) that carry a policy.
@@ -22,22 +23,14 @@ const (
 const AnnotationAllowDirect = "doorman.io/allow-direct"
 
 // allowDirect parses the allow-direct annotation: address entries only.
-func allowDirect(annotations map[string]string) ([]conf.Entry, error) {
-	var out []conf.Entry
+func allowDirect(annotations map[string]string) ([]conf.Direct, error) {
+	var values []string
 	for _, raw := range strings.Split(annotations[AnnotationAllowDirect], ",") {
-		if raw = strings.TrimSpace(raw); raw == "" {
-			continue
+		if raw = strings.TrimSpace(raw); raw != "" {
+			values = append(values, raw)
 		}
-		e, err := conf.ParseEntry(raw)
-		if err != nil {
-			return nil, fmt.Errorf("annotation %s: %w", AnnotationAllowDirect, err)
-		}
-		if e.Kind != conf.KindPrefix {
-			return nil, fmt.Errorf("annotation %s: %q: only an IP or CIDR (with an optional port) can bypass the proxy", AnnotationAllowDirect, raw)
-		}
-		out = append(out, e)
 	}
-	return out, nil
+	return sandbox.ParseAllowDirect("annotation "+AnnotationAllowDirect, values)
 }
 
 // DefaultPolicyFile is the policy for containers that carry no doorman

@@ -14,7 +14,6 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -89,11 +88,11 @@ func (c RuntimeConfig) hookArgs() ([]string, error) {
 	add("--state-dir", c.StateDir)
 	add("--log-dir", c.LogDir)
 	add("--default-policy", c.DefaultPolicy)
-	if c.UpstreamResolver != "" {
-		ap, err := resolver.ParseServer(c.UpstreamResolver)
-		if err != nil {
-			return nil, fmt.Errorf("runtime config %s: upstreamResolver %w", orDefault(c.source, RuntimeConfigFile), err)
-		}
+	ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", c.UpstreamResolver)
+	if err != nil {
+		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
+	}
+	for _, ap := range ups {
 		add("--upstream-resolver", ap.String())
 	}
 	if c.HostLayer != nil {
@@ -342,7 +341,7 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 	if pol.Mode != conf.ModeOpen && !hasNetNSShared(label) {
 		// What the sandbox will record: the hook adds the host-side
 		// layer only where it finds the veth, so it is not counted here.
-		label = sandbox.ComposeLabel(label, false, cfg.DNSFilter == nil || *cfg.DNSFilter, string(pol.Mode))
+		label = sandbox.ComposeLabel(label, false, cfg.DNSFilter == nil || *cfg.DNSFilter, pol.Mode)
 	}
 	setEnv(raw, EnvEnforcement, label)
 	addHooks(raw, self, flags)

@@ -248,9 +248,10 @@ func (e *benchCNI) enforceTeardown(b *testing.B, ns *testnet.Netns, key string) 
 		b.Fatal(err)
 	}
 	req := sandbox.Request{
-		Key: key, Runtime: "cni", NetNS: ns.Path(), Policy: pol, Resolvers: []netip.Addr{e.net.DNS},
-		AllowICMP: true, Label: "full", StateDir: e.stateDir, LogDir: e.logDir,
-		ProxyBinary: doormanBin(), ProxyResolvers: []netip.AddrPort{netip.AddrPortFrom(e.net.DNS, 53)},
+		Attachment: sandbox.Attachment{Key: key, Runtime: "cni", NetNS: ns.Path(), Label: "full"},
+		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{e.net.DNS}, AllowICMP: true, LogDir: e.logDir,
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(e.net.DNS, 53)}},
+		StateDir: e.stateDir, ProxyBinary: doormanBin(),
 	}
 	err = e.net.InHost(func() error {
 		t0 := time.Now()

@@ -151,10 +151,10 @@ func newRelayBed(b *testing.B) *relayBed {
 	}
 	dir := b.TempDir()
 	req := sandbox.Request{
-		Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(),
-		Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, Label: "full",
-		StateDir: filepath.Join(dir, "state"), LogDir: filepath.Join(dir, "log"),
-		ProxyBinary: doormanBin(), ProxyResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
+		Attachment: sandbox.Attachment{Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(), Label: "full"},
+		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, LogDir: filepath.Join(dir, "log"),
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)}},
+		StateDir: filepath.Join(dir, "state"), ProxyBinary: doormanBin(),
 	}
 	err = n.InHost(func() error {
 		var err error

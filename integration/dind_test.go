@@ -244,7 +244,7 @@ func (e *dindEnv) assertInnerSandbox(t *testing.T, id, mode, label, envLabel str
 	if err != nil {
 		t.Fatalf("inner doorman state of %s: %v", id, err)
 	}
-	if s.ID != id || s.Runtime != "hook" || s.Mode != mode || s.Label != label {
+	if s.ID != id || s.Runtime != "hook" || string(s.Mode) != mode || s.Label != label {
 		t.Errorf("inner state: id %q runtime %q mode %q label %q; want %q hook %q %q", s.ID, s.Runtime, s.Mode, s.Label, id, mode, label)
 	}
 	pids := proxiesFor(id)

@@ -244,7 +244,7 @@ func TestHookRuncPolicies(t *testing.T) {
 				t.Fatalf("create: %v", r)
 			}
 			s := e.state(c)
-			if s.Mode != tc.mode || s.Label != tc.label || s.NetNS != ns.Path() {
+			if string(s.Mode) != tc.mode || s.Label != tc.label || s.NetNS != ns.Path() {
 				t.Errorf("state: mode %q label %q netns %q; want %q %q %q", s.Mode, s.Label, s.NetNS, tc.mode, tc.label, ns.Path())
 			}
 			if s.HostLayer != tc.hostLayer {

@@ -159,8 +159,9 @@ func TestProxyResolvesWithSandboxResolvers(t *testing.T) {
 		err := inHostResolvingWith(t, n, hostResolvers, func() error {
 			var err error
 			s, err = sandbox.Enforce(sandbox.Request{
-				Key: key, Runtime: "hook", NetNS: sbx.Path(), Policy: allowSplit, Resolvers: resolvers,
-				Label: "full", StateDir: stateDir, LogDir: logDir, ProxyBinary: doormanBin(), DNSFilter: dnsFilter,
+				Attachment: sandbox.Attachment{Key: key, Runtime: "hook", NetNS: sbx.Path(), Label: "full"},
+				Spec:       sandbox.Spec{Policy: allowSplit, Resolvers: resolvers, LogDir: logDir, DNSFilter: dnsFilter},
+				StateDir:   stateDir, ProxyBinary: doormanBin(),
 			})
 			return err
 		})

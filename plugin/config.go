@@ -19,16 +19,14 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
-// NetConf is doorman's entry in a conflist.
+// NetConf is doorman's entry in a conflist. The network-wide policy, its
+// keys mode and allowedHosts, is no field of it: conf.ParseJSON reads it
+// from the same bytes, once, when an ADD needs it (see spec).
 type NetConf struct {
 	types.PluginConf
-	// Mode and AllowedHosts are the network-wide policy (see conf).
-	Mode         string   `json:"mode,omitempty"`
-	AllowedHosts []string `json:"allowedHosts,omitempty"`
 	// Resolvers are the DNS servers containers may query. Default: the
 	// DNS servers in prevResult or the runtime's dns capability, else the
 	// host's /etc/resolv.conf (systemd-resolved's upstreams when that
@@ -173,19 +171,49 @@ func containerName(args *skel.CmdArgs) string {
 	return cniArgs(args.Args)["K8S_POD_NAME"]
 }
 
+// spec is what the ADD of this conflist entry enforces, each setting
+// parsed once: the container's policy (see policy), its resolvers, the
+// upstream resolver, allowDirect, the layers, the log directory and the
+// OTLP export.
+func (n *NetConf) spec(raw []byte, args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, error) {
+	s := sandbox.Spec{
+		AllowICMP: n.AllowICMP,
+		DNSFilter: n.DNSFilter == nil || *n.DNSFilter,
+		HostLayer: n.HostLayer == nil || *n.HostLayer,
+		LogDir:    n.LogDir,
+	}
+	var err error
+	if s.Policy, _, err = n.policy(raw, args); err != nil {
+		return s, err
+	}
+	if s.Resolvers, err = n.resolvers(prev); err != nil {
+		return s, err
+	}
+	if s.UpstreamResolvers, err = n.upstreamResolver(); err != nil {
+		return s, err
+	}
+	if s.AllowDirect, err = n.allowDirect(); err != nil {
+		return s, err
+	}
+	if s.OTLP, err = n.otlp(); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
 // resolvers picks the DNS servers containers may query.
 func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
 	if len(n.Resolvers) > 0 {
-		return parseAddrs(n.Resolvers, "resolvers")
+		return parseAddrs("resolvers", n.Resolvers)
 	}
 	if prev != nil && len(prev.DNS.Nameservers) > 0 {
-		return parseAddrs(prev.DNS.Nameservers, "prevResult dns.nameservers")
+		return parseAddrs("prevResult dns.nameservers", prev.DNS.Nameservers)
 	}
 	if n.RuntimeConfig.DNS != nil && len(n.RuntimeConfig.DNS.Servers) > 0 {
-		return parseAddrs(n.RuntimeConfig.DNS.Servers, "runtimeConfig dns.servers")
+		return parseAddrs("runtimeConfig dns.servers", n.RuntimeConfig.DNS.Servers)
 	}
 	if len(n.DNS.Nameservers) > 0 {
-		return parseAddrs(n.DNS.Nameservers, "dns.nameservers")
+		return parseAddrs("dns.nameservers", n.DNS.Nameservers)
 	}
 	host, err := hostconf.Resolvers()
 	if err != nil {
@@ -214,29 +242,29 @@ func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
 	return out
 }
 
-func parseAddrs(ss []string, what string) ([]netip.Addr, error) {
-	var out []netip.Addr
-	for _, s := range ss {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil {
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("doorman: %s: %q is not an IP address", what, s), "")
-		}
-		out = append(out, a.Unmap())
+// parseAddrs parses the addresses of key.
+func parseAddrs(key string, values []string) ([]netip.Addr, error) {
+	addrs, err := sandbox.ParseAddrs(key, values)
+	if err != nil {
+		return nil, invalidConfig(err)
 	}
-	return out, nil
+	return addrs, nil
+}
+
+// invalidConfig is the CNI error of a bad setting (a sandbox.FieldError,
+// which names the key, the value and why).
+func invalidConfig(err error) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
 }
 
 // upstreamResolver parses UpstreamResolver: none (the proxy then asks the
 // sandbox's resolvers), or the one server the proxy asks instead.
 func (n *NetConf) upstreamResolver() ([]netip.AddrPort, error) {
-	if n.UpstreamResolver == "" {
-		return nil, nil
-	}
-	ap, err := resolver.ParseServer(n.UpstreamResolver)
+	ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", n.UpstreamResolver)
 	if err != nil {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: upstreamResolver "+err.Error(), "")
+		return nil, invalidConfig(err)
 	}
-	return []netip.AddrPort{ap}, nil
+	return ups, nil
 }
 
 // sandboxKey names an attachment's state: container id and interface.
@@ -253,20 +281,12 @@ func sandboxKey(containerID, ifName string) string {
 func quote(s string) string { return fmt.Sprintf("%q", s) }
 
 // allowDirect parses AllowDirect: address entries only.
-func (n *NetConf) allowDirect() ([]conf.Entry, error) {
-	var out []conf.Entry
-	for _, raw := range n.AllowDirect {
-		e, err := conf.ParseEntry(raw)
-		if err != nil {
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: allowDirect", err.Error())
-		}
-		if e.Kind != conf.KindPrefix {
-			return nil, types.NewError(types.ErrInvalidNetworkConfig,
-				fmt.Sprintf("doorman: allowDirect %q: only an IP or CIDR (with an optional port) can bypass the proxy", raw), "")
-		}
-		out = append(out, e)
+func (n *NetConf) allowDirect() ([]conf.Direct, error) {
+	direct, err := sandbox.ParseAllowDirect("allowDirect", n.AllowDirect)
+	if err != nil {
+		return nil, invalidConfig(err)
 	}
-	return out, nil
+	return direct, nil
 }
 
 // otlp returns the OTLP export settings: the network's, else the host's.

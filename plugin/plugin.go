@@ -43,52 +43,29 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	pol, _, err := n.policy(args.StdinData, args)
-	if err != nil {
-		return err
-	}
-	resolvers, err := n.resolvers(prev)
-	if err != nil {
-		return err
-	}
-	upstream, err := n.upstreamResolver()
-	if err != nil {
-		return err
-	}
-	direct, err := n.allowDirect()
-	if err != nil {
-		return err
-	}
-	otlp, err := n.otlp()
+	spec, err := n.spec(args.StdinData, args, prev)
 	if err != nil {
 		return err
 	}
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
-	// The label says what enforcement covers when it applies; in mode
-	// open the CLI shows n/a.
-	label := labelCNI
 	_, err = sandbox.Enforce(sandbox.Request{
-		Key:            sandboxKey(args.ContainerID, args.IfName),
-		ID:             args.ContainerID,
-		Name:           containerName(args),
-		Runtime:        "cni",
-		Network:        n.Name,
-		IfName:         args.IfName,
-		NetNS:          args.Netns,
-		Policy:         pol,
-		Resolvers:      resolvers,
-		AllowICMP:      n.AllowICMP,
-		Label:          label,
-		StateDir:       n.StateDir,
-		LogDir:         n.LogDir,
-		ProxyResolvers: upstream,
-		DNSFilter:      n.DNSFilter == nil || *n.DNSFilter,
-		HostLayer:      n.HostLayer == nil || *n.HostLayer,
-		Addrs:          ipamAddrs(prev, args.IfName),
-		AllowDirect:    direct,
-		OTLP:           otlp,
+		Attachment: sandbox.Attachment{
+			Key:     sandboxKey(args.ContainerID, args.IfName),
+			ID:      args.ContainerID,
+			Name:    containerName(args),
+			Runtime: "cni",
+			Network: n.Name,
+			IfName:  args.IfName,
+			NetNS:   args.Netns,
+			// The label says what enforcement covers when it
+			// applies; in mode open the CLI shows n/a.
+			Label: labelCNI,
+			Addrs: ipamAddrs(prev, args.IfName),
+		},
+		Spec:     spec,
+		StateDir: n.StateDir,
 	})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())

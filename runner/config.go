@@ -11,7 +11,6 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/resolver"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -51,16 +50,16 @@ type Config struct {
 	Resolvers []netip.Addr
 	// Search is the resolv.conf search list (default: the host's).
 	Search []string
-	// UpstreamResolver is the DNS server ("addr" or "addr:port", see
-	// resolver.ParseServer) the proxy resolves allowed names with; ""
-	// means the sandbox's Resolvers, the ones the command queries.
-	UpstreamResolver string
+	// UpstreamResolver is the DNS server the proxy resolves allowed
+	// names with; the zero value means the sandbox's Resolvers, the ones
+	// the command queries.
+	UpstreamResolver netip.AddrPort
 	// AllowICMP lets ICMP echo requests (at most 64 bytes of data) out of
 	// the sandbox to the AllowDirect destinations.
 	AllowICMP bool
-	// AllowDirect are IP or CIDR entries, optionally with a port, the
-	// command reaches without the proxy (the plugin's allowDirect).
-	AllowDirect []string
+	// AllowDirect are the destinations the command reaches without the
+	// proxy (the plugin's allowDirect).
+	AllowDirect []conf.Direct
 	// Bridge is the host bridge (default DefaultBridge).
 	Bridge string
 	// Subnets are the run network's ranges, at most one per family
@@ -123,13 +122,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := checkResolvers(c.Resolvers, c.Subnets); err != nil {
 		return c, err
-	}
-	if c.UpstreamResolver != "" {
-		ap, err := resolver.ParseServer(c.UpstreamResolver)
-		if err != nil {
-			return c, fmt.Errorf("upstream resolver %w", err)
-		}
-		c.UpstreamResolver = ap.String()
 	}
 	if c.StateDir == "" {
 		c.StateDir = hostconf.DefaultStateDir
@@ -277,23 +269,20 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 		},
 		"dns": map[string]any{"nameservers": resolvers},
 	}
-	policy, err := json.Marshal(c.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+	// The policy in the keys conf.ParseJSON reads.
+	doorman := map[string]any{
+		"type":         "doorman",
+		"mode":         c.Policy.Mode,
+		"allowedHosts": c.Policy.Hosts(),
+		"resolvers":    resolvers,
+		"allowICMP":    c.AllowICMP,
+		"stateDir":     c.StateDir,
+		"logDir":       c.LogDir,
 	}
-	var doorman map[string]any
-	if err := json.Unmarshal(policy, &doorman); err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	doorman["type"] = "doorman"
-	doorman["resolvers"] = resolvers
-	doorman["allowICMP"] = c.AllowICMP
 	if len(c.AllowDirect) > 0 {
 		doorman["allowDirect"] = c.AllowDirect
 	}
-	doorman["stateDir"] = c.StateDir
-	doorman["logDir"] = c.LogDir
-	if c.UpstreamResolver != "" {
+	if c.UpstreamResolver.IsValid() {
 		doorman["upstreamResolver"] = c.UpstreamResolver
 	}
 	return json.Marshal(map[string]any{

@@ -103,10 +103,11 @@ func TestChainList(t *testing.T) {
 		Policy:           mustPolicy(t, conf.ModeAllowlist, "API.Example.com", "*.github.com:443"),
 		Resolvers:        addrs("203.0.113.53", "2001:db8::53"),
 		Subnets:          prefixes("10.9.8.0/24", "fd00:9::/64"),
-		UpstreamResolver: "203.0.113.53:53",
+		UpstreamResolver: netip.MustParseAddrPort("203.0.113.53:53"),
 		AllowICMP:        true,
-		AllowDirect:      []string{"203.0.113.7:5432", "2001:db8::/64"},
-		StateDir:         "/tmp/s", LogDir: "/tmp/l",
+		AllowDirect: []conf.Direct{{Prefix: netip.MustParsePrefix("203.0.113.7/32"), Ports: conf.PortRange{Lo: 5432, Hi: 5432}},
+			{Prefix: netip.MustParsePrefix("2001:db8::/64")}},
+		StateDir: "/tmp/s", LogDir: "/tmp/l",
 	}.withDefaults()
 	if err != nil {
 		t.Fatal(err)

@@ -61,8 +61,8 @@ func TestPinsAreRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
-	r := Request{Key: "ctr1-eth0", ID: "ctr1", Runtime: "cni", IfName: "eth0", NetNS: sbx, Policy: p,
-		StateDir: stateDir, LogDir: t.TempDir(), HostLayer: true, Addrs: ipam}
+	r := Request{Attachment: Attachment{Key: "ctr1-eth0", ID: "ctr1", Runtime: "cni", IfName: "eth0", NetNS: sbx, Addrs: ipam},
+		Spec: Spec{Policy: p, LogDir: t.TempDir(), HostLayer: true}, StateDir: stateDir}
 	// The runtime's namespace is the calling thread's.
 	inRuntime := func(f func() error) {
 		t.Helper()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/conf"
 )
 
 // readyTimeout bounds how long Enforce waits for a new proxy to serve.
@@ -34,7 +36,7 @@ type proxyArgs struct {
 	// allowDirect are the entries the sandbox reaches without the proxy;
 	// the proxy logs their flows from conntrack in the sandbox's netns
 	// (found from its listeners).
-	allowDirect []string
+	allowDirect []conf.Direct
 }
 
 // startProxy starts a proxy and waits until it serves: see spawnProxy.
@@ -99,7 +101,7 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 		args = append(args, "--dns-upstream", u.String())
 	}
 	for _, e := range a.allowDirect {
-		args = append(args, "--allow-direct", e)
+		args = append(args, "--allow-direct", e.String())
 	}
 	args = append(args, "--ready-fd", strconv.Itoa(3+len(extra)))
 	extra = append(extra, readW)

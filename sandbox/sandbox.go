@@ -25,56 +25,15 @@ import (
 // process's arguments are readable by anyone on the host).
 const otlpFile = "otlp.json"
 
-// Request says what to enforce on one sandbox.
+// Request says what to enforce on one sandbox: who it is, what it
+// enforces, and where its state and proxy binary are.
 type Request struct {
-	Key       string       // unique per attachment; names the state directory (see ValidKey)
-	ID        string       // container id
-	Name      string       // container name, if known
-	Runtime   string       // "cni" or "hook"
-	Network   string       // CNI network name, if any
-	IfName    string       // CNI interface name, if any
-	NetNS     string       // path of the sandbox's network namespace
-	Policy    *conf.Policy // the policy to enforce (required)
-	Resolvers []netip.Addr // DNS servers the sandbox may query
-	AllowICMP bool
-	Label     string // what the in-namespace rules cover given the workload's capabilities: full or partial (...); see ComposeLabel
-
+	Attachment
+	Spec
 	StateDir string // default hostconf.DefaultStateDir
-	LogDir   string // default hostconf.DefaultLogDir
 	// ProxyBinary is the doorman binary to run as `doorman proxy`
 	// (default: this executable).
 	ProxyBinary string
-	// ProxyResolvers are the DNS servers the proxy resolves allowed
-	// names with, tried in order: an operator's upstreamResolver. None
-	// means the sandbox's own Resolvers, so that the proxy sees the names
-	// the container sees (see ProxyResolversFor); where none of those is
-	// one the proxy can reach, the host's /etc/resolv.conf.
-	ProxyResolvers []netip.AddrPort
-	// HostLayer adds the host-side layer (package hostlayer) in the
-	// caller's namespace: rules on the sandbox's host interfaces that a
-	// workload holding CAP_NET_ADMIN cannot remove. HostIfaces names
-	// those interfaces (the CNI prevResult's host veth); empty means find
-	// the veth peers of the sandbox. With the layer in place the label is
-	// "full"; where no host interface can be found (macvlan, or a runtime
-	// that adds the interface later) the sandbox runs without it and
-	// keeps its Label.
-	HostLayer  bool
-	HostIfaces []string
-	// Addrs are the addresses IPAM assigned interface IfName (the CNI
-	// result's): where the host-side layer first pins the sandbox's
-	// identity on that interface, it pins these rather than those the
-	// interface has. Empty means read them from the interface.
-	Addrs []netip.Addr
-	// AllowDirect are IP/CIDR entries (optionally with ports) the sandbox
-	// reaches without the proxy, on both layers.
-	AllowDirect []conf.Entry
-	// OTLP, when its Endpoint is set, makes the proxy also export its
-	// decision and DNS records to that OpenTelemetry collector.
-	OTLP otlplog.Config
-	// DNSFilter sends the sandbox's DNS through the proxy's DNS filter,
-	// which answers only names the policy could admit, instead of
-	// straight to its resolvers (where DNS is a tunnel).
-	DNSFilter bool
 }
 
 func (r *Request) defaults() error {
@@ -91,16 +50,10 @@ func (r *Request) defaults() error {
 		}
 		r.ProxyBinary = exe
 	}
-	if r.Policy == nil {
-		return errors.New("no policy")
-	}
-	if r.NetNS == "" {
-		return errors.New("no network namespace")
-	}
 	if r.ID == "" {
 		r.ID = r.Key
 	}
-	return ValidKey(r.Key)
+	return r.Spec.validate(r.Attachment)
 }
 
 // Enforce puts sandbox r under its policy: listeners in its netns, a proxy
@@ -115,7 +68,7 @@ func Enforce(r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS && old.NetNSCurrent() &&
-		(old.Mode == string(conf.ModeNone) || proxyAlive(old.PID, old.PIDStart)) {
+		(old.Mode == conf.ModeNone || proxyAlive(old.PID, old.PIDStart)) {
 		return reenforce(old, r)
 	} else if err == nil {
 		// Stale state (proxy dead, or another netns): start afresh.
@@ -157,13 +110,10 @@ func enforceNew(r Request) (_ *State, err error) {
 	}
 	s := &State{
 		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
-		NetNS: r.NetNS, Mode: string(r.Policy.Mode), Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
+		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
-		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.ProxyResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
-		HostLayerWanted: r.HostLayer,
-	}
-	for _, e := range r.AllowDirect {
-		s.AllowDirect = append(s.AllowDirect, e.String())
+		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
+		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect),
 	}
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
 		os.RemoveAll(dir)
@@ -307,27 +257,14 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 	if !s.DNSFilter {
 		spec.Resolvers = s.Resolvers
 	}
-	var err error
-	if spec.AllowDirect, err = s.allowDirect(); err != nil {
-		return spec, err
+	for _, d := range s.AllowDirect {
+		spec.AllowDirect = append(spec.AllowDirect, d.Entry())
 	}
+	var err error
 	if spec.Pins, err = s.layerPins(); err != nil {
 		return spec, err
 	}
 	return spec, nil
-}
-
-// allowDirect parses the recorded allowDirect entries.
-func (s *State) allowDirect() ([]conf.Entry, error) {
-	var out []conf.Entry
-	for _, raw := range s.AllowDirect {
-		e, err := conf.ParseEntry(raw)
-		if err != nil {
-			return nil, fmt.Errorf("allowDirect: %w", err)
-		}
-		out = append(out, e)
-	}
-	return out, nil
 }
 
 // spawnProxy creates the proxy's sockets inside the sandbox's netns and
@@ -409,17 +346,17 @@ func hasFamily(addrs []netip.Addr, v4 bool) bool {
 // mode none goes through EditPolicy's path, which never leaves the
 // namespace without rules.
 func reenforce(s *State, r Request) (*State, error) {
-	if (s.Mode == string(conf.ModeNone)) != (r.Policy.Mode == conf.ModeNone) {
+	if (s.Mode == conf.ModeNone) != (r.Policy.Mode == conf.ModeNone) {
+		// The update writes the policy file.
 		u, err := UpdatePolicy(r.StateDir, r.Key, r.Policy)
 		if err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 		}
 		s = u.State
-	}
-	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
+	} else if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	s.Mode, s.AllowICMP, s.BaseLabel = string(r.Policy.Mode), r.AllowICMP, r.Label
+	s.Mode, s.AllowICMP, s.BaseLabel = r.Policy.Mode, r.AllowICMP, r.Label
 	if s.NetNSIno == 0 {
 		// Recorded by an older doorman: the caller's path names the
 		// sandbox's namespace now, so record which one it is.
@@ -433,10 +370,7 @@ func reenforce(s *State, r Request) (*State, error) {
 		// when the proxy started, and the recorded ones stay.
 		s.Resolvers = r.Resolvers
 	}
-	s.AllowDirect = nil
-	for _, e := range r.AllowDirect {
-		s.AllowDirect = append(s.AllowDirect, e.String())
-	}
+	s.AllowDirect = slices.Clone(r.AllowDirect)
 	if err := enforce.Apply(s.NetNS, s.spec()); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
@@ -461,11 +395,10 @@ func reenforce(s *State, r Request) (*State, error) {
 func (s *State) spec() enforce.Spec {
 	spec := enforce.Spec{
 		Port4: s.Port4, Port6: s.Port6, Resolvers: s.Resolvers, AllowICMP: s.AllowICMP,
-		DenyAll: s.Mode == string(conf.ModeNone), DNSPort4: s.DNSPort4, DNSPort6: s.DNSPort6,
+		DenyAll: s.Mode == conf.ModeNone, DNSPort4: s.DNSPort4, DNSPort6: s.DNSPort6,
 	}
-	entries, _ := s.allowDirect() // validated when recorded
-	for _, e := range entries {
-		spec.Direct = append(spec.Direct, enforce.Direct{Prefix: e.Prefix, PortLo: e.Ports.Lo, PortHi: e.Ports.Hi})
+	for _, d := range s.AllowDirect {
+		spec.Direct = append(spec.Direct, enforce.Direct{Prefix: d.Prefix, PortLo: d.Ports.Lo, PortHi: d.Ports.Hi})
 	}
 	return spec
 }
@@ -563,7 +496,7 @@ func Check(stateDir, key string) error {
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
-	if s.Mode != string(conf.ModeNone) && !s.ProxyAlive() {
+	if s.Mode != conf.ModeNone && !s.ProxyAlive() {
 		return fmt.Errorf("check sandbox %s: proxy (pid %d) is not running", key, s.PID)
 	}
 	if !s.NetNSCurrent() {

@@ -35,7 +35,7 @@ type State struct {
 	Network   string       `json:"network,omitempty"`  // CNI network name
 	IfName    string       `json:"ifName,omitempty"`   // CNI interface name
 	NetNS     string       `json:"netns"`              // path of the sandbox's network namespace
-	Mode      string       `json:"mode"`               // policy mode when enforced
+	Mode      conf.Mode    `json:"mode"`               // policy mode when enforced: what the ruleset is for
 	Port4     uint16       `json:"port4"`              // proxy listener ports inside the sandbox
 	Port6     uint16       `json:"port6"`              //
 	Resolvers []netip.Addr `json:"resolvers"`          // DNS servers the sandbox may query
@@ -67,8 +67,8 @@ type State struct {
 	// took since is never pinned. States recorded before pins were have
 	// none: the next Apply reads them from the sandbox's interfaces.
 	Pins []Pin `json:"pins,omitempty"`
-	// AllowDirect are the entries reached without the proxy.
-	AllowDirect []string `json:"allowDirect,omitempty"`
+	// AllowDirect are the destinations reached without the proxy.
+	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
 	// OTLPConfig is the proxy's OTLP export settings file, if any.
 	OTLPConfig string `json:"otlpConfig,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
@@ -136,12 +136,12 @@ const gapDNS = "DNS to the resolvers is not filtered"
 // in-namespace rules cover given the workload's capabilities ("full" or
 // "partial (<gap>)"); the host-side layer closes that gap; DNS that is not
 // filtered is a gap of its own, except in mode none where no DNS leaves.
-func ComposeLabel(base string, hostLayer, dnsFilter bool, mode string) string {
+func ComposeLabel(base string, hostLayer, dnsFilter bool, mode conf.Mode) string {
 	var gaps []string
 	if inner, ok := strings.CutPrefix(base, "partial ("); ok && !hostLayer {
 		gaps = append(gaps, strings.TrimSuffix(inner, ")"))
 	}
-	if !dnsFilter && mode != "none" {
+	if !dnsFilter && mode != conf.ModeNone {
 		gaps = append(gaps, gapDNS)
 	}
 	if len(gaps) == 0 {
@@ -176,7 +176,7 @@ func liveHolder(stateDir, key, nsPath string) *State {
 	}
 	states, _ := List(stateDir)
 	for _, s := range states {
-		if s.Key == key || (s.Mode != string(conf.ModeNone) && !s.ProxyAlive()) {
+		if s.Key == key || (s.Mode != conf.ModeNone && !s.ProxyAlive()) {
 			continue
 		}
 		sDev, sIno := s.NetNSDev, s.NetNSIno

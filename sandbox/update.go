@@ -106,7 +106,7 @@ func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*co
 	u := &Update{State: s, Old: cur, New: p}
 	// Nothing to do if the file already says it and the ruleset matches
 	// (a file edited by hand into or out of mode none does not).
-	if cur != nil && cur.Equal(p) && (s.Mode == string(conf.ModeNone)) == (p.Mode == conf.ModeNone) {
+	if cur != nil && cur.Equal(p) && (s.Mode == conf.ModeNone) == (p.Mode == conf.ModeNone) {
 		return u, nil
 	}
 	u.Changed = true
@@ -119,7 +119,7 @@ func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*co
 // apply moves s to policy p; oldData is the live file before, restored if
 // a proxy cannot be started.
 func (s *State) apply(p *conf.Policy, oldData []byte, u *Update) error {
-	wasNone := s.Mode == string(conf.ModeNone)
+	wasNone := s.Mode == conf.ModeNone
 	isNone := p.Mode == conf.ModeNone
 	if wasNone != isNone && !s.NetNSCurrent() {
 		// Entering or leaving mode none replaces the ruleset in the
@@ -132,7 +132,7 @@ func (s *State) apply(p *conf.Policy, oldData []byte, u *Update) error {
 			return err
 		}
 		u.Reload = !isNone && s.ProxyAlive()
-		s.Mode = string(p.Mode)
+		s.Mode = p.Mode
 		s.relabel()
 		return s.save()
 	case isNone:
@@ -163,7 +163,7 @@ func (s *State) enterNone(p *conf.Policy) error {
 		return fmt.Errorf("install the mode none ruleset (the proxy denies everything meanwhile): %w", err)
 	}
 	stopErr := stopProxy(s.PID, s.PIDStart, time.Second)
-	s.Mode, s.Port4, s.Port6, s.DNSPort4, s.DNSPort6 = string(conf.ModeNone), 0, 0, 0, 0
+	s.Mode, s.Port4, s.Port6, s.DNSPort4, s.DNSPort6 = conf.ModeNone, 0, 0, 0, 0
 	if stopErr == nil {
 		// A proxy that would not stop stays recorded, so that Teardown
 		// still ends it.
@@ -206,7 +206,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		}
 	}
 	next := *s
-	next.Mode = string(p.Mode)
+	next.Mode = p.Mode
 	applied := false
 	defer func() {
 		if err == nil {
@@ -243,6 +243,31 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	}
 	*s = next
 	return nil
+}
+
+// Relabel records label as what the in-namespace rules of the enforced
+// sandbox key under stateDir cover (see ComposeLabel), as when a
+// container less covered than the sandbox's own joins its namespace.
+// Nothing else of the sandbox changes.
+func Relabel(stateDir, key, label string) (*State, error) {
+	if stateDir == "" {
+		stateDir = hostconf.DefaultStateDir
+	}
+	unlock, err := lockDir(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("relabel sandbox %s: %w", key, err)
+	}
+	defer unlock()
+	s, err := Load(stateDir, key)
+	if err != nil {
+		return nil, fmt.Errorf("relabel sandbox %s: %w", key, err)
+	}
+	s.BaseLabel = label
+	s.relabel()
+	if err := s.save(); err != nil {
+		return nil, fmt.Errorf("relabel sandbox %s: %w", key, err)
+	}
+	return s, nil
 }
 
 // joinAddrPorts lists addresses for a message.

@@ -24,7 +24,7 @@ import (
 func fakeSandbox(t *testing.T, mode conf.Mode, entries ...string) (stateDir string, s *State) {
 	t.Helper()
 	stateDir = t.TempDir()
-	s = &State{Key: "ctr1-eth0", ID: "ctr1", Runtime: "cni", NetNS: "/nonexistent/netns", Mode: string(mode), Label: "full"}
+	s = &State{Key: "ctr1-eth0", ID: "ctr1", Runtime: "cni", NetNS: "/nonexistent/netns", Mode: mode, Label: "full"}
 	s.Dir = filepath.Join(stateDir, s.Key)
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -291,5 +291,29 @@ func TestLeaveNoneProxyFails(t *testing.T) {
 	}
 	if err := enforce.Check(nsPath, denyAll); err != nil {
 		t.Errorf("deny-all ruleset not in place: %v", err)
+	}
+}
+
+// Relabel changes the label and nothing else.
+func TestRelabel(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeAllowlist, "api.example.test")
+	s.DNSFilter, s.AllowDirect = true, []conf.Direct{{Prefix: netip.MustParsePrefix("203.0.113.7/32")}}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	policy := readFile(t, s.PolicyPath())
+	const raw = "partial (container holds CAP_NET_RAW)"
+	if _, err := Relabel(stateDir, s.Key, raw); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(stateDir, s.Key)
+	if err != nil || got.BaseLabel != raw || got.Label != raw || len(got.AllowDirect) != 1 || !got.DNSFilter {
+		t.Errorf("after Relabel: %+v, %v", got, err)
+	}
+	if readFile(t, s.PolicyPath()) != policy {
+		t.Error("Relabel rewrote the policy")
+	}
+	if _, err := Relabel(stateDir, "nope", raw); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("unknown sandbox: %v", err)
 	}
 }

@@ -71,7 +71,7 @@ func describe(s *sandbox.State) *sandboxInfo {
 	}
 	info.Label = displayLabel(s.Label, conf.Mode(info.Mode))
 	switch {
-	case s.Mode == string(conf.ModeNone) && !s.ProxyAlive():
+	case s.Mode == conf.ModeNone && !s.ProxyAlive():
 		info.Proxy.Health = healthNone
 	case s.ProxyAlive():
 		info.Proxy.Health, info.Proxy.PID = healthUp, s.PID
@@ -170,7 +170,7 @@ type showInfo struct {
 	AllowICMP      bool             `json:"allowICMP"`
 	// ICMP says in words what ICMP may leave the sandbox.
 	ICMP        string                 `json:"icmp"`
-	AllowDirect []string               `json:"allowDirect,omitempty"`
+	AllowDirect []conf.Direct          `json:"allowDirect,omitempty"`
 	Recent      []decisionlog.Decision `json:"recent"`
 }
 
@@ -178,7 +178,7 @@ type showInfo struct {
 func icmpSummary(s *sandbox.State) string {
 	const always = "errors of admitted flows and IPv6 neighbour discovery"
 	switch {
-	case s.Mode == string(conf.ModeNone):
+	case s.Mode == conf.ModeNone:
 		return always + " only (mode none)"
 	case !s.AllowICMP:
 		return always + " only (allowICMP off)"
@@ -276,7 +276,7 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 	}
 	row("proxy dns", strings.Join(lookups, ", "))
 	if len(i.AllowDirect) > 0 {
-		row("allowDirect", strings.Join(i.AllowDirect, ", "))
+		row("allowDirect", joinStrings(i.AllowDirect))
 	}
 	row("icmp", i.ICMP)
 	switch i.Proxy.Health {
@@ -325,6 +325,15 @@ func roundAge(d time.Duration) string {
 		return fmt.Sprintf("%dd%dh", h/24, h%24)
 	}
 	return d.Round(time.Second).String()
+}
+
+// joinStrings lists values for a row.
+func joinStrings[T fmt.Stringer](values []T) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = v.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 func orDash(s string) string {

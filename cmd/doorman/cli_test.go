@@ -31,7 +31,7 @@ func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, d
 	logFile := filepath.Join(stateDir, "..", "log-"+key)
 	s := &sandbox.State{
 		Key: key, ID: id, Name: name, Runtime: "cni", Network: "net", IfName: "eth0", NetNS: "/run/netns/" + key,
-		Mode: string(mode), Label: "full", LogFile: logFile, Created: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
+		Mode: mode, Label: "full", LogFile: logFile, Created: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
 		DNSFilter: dnsFilter,
 	}
 	data, _ := json.Marshal(s)
@@ -193,14 +193,15 @@ func TestCLIListAndShow(t *testing.T) {
 }
 
 func TestICMPSummary(t *testing.T) {
+	direct := []conf.Direct{{Prefix: netip.MustParsePrefix("203.0.113.7/32")}}
 	for _, tc := range []struct {
 		s    sandbox.State
 		want string
 	}{
 		{sandbox.State{Mode: "allowlist"}, "errors of admitted flows and IPv6 neighbour discovery only (allowICMP off)"},
 		{sandbox.State{Mode: "allowlist", AllowICMP: true}, "only (allowICMP on, but no allowDirect destination to ping)"},
-		{sandbox.State{Mode: "none", AllowICMP: true, AllowDirect: []string{"203.0.113.7"}}, "only (mode none)"},
-		{sandbox.State{Mode: "open", AllowICMP: true, AllowDirect: []string{"203.0.113.7"}},
+		{sandbox.State{Mode: "none", AllowICMP: true, AllowDirect: direct}, "only (mode none)"},
+		{sandbox.State{Mode: "open", AllowICMP: true, AllowDirect: direct},
 			"echo requests of at most 64 data bytes to allowDirect destinations; errors of admitted flows"},
 	} {
 		if got := icmpSummary(&tc.s); !strings.Contains(got, tc.want) {

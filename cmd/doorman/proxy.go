@@ -14,7 +14,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/daemon"
 	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // listFlag collects a repeatable flag.
@@ -157,15 +157,7 @@ func (f *proxyFlags) listeners(l *daemon.Listeners) error {
 
 // parseResolvers parses the --resolver values.
 func parseResolvers(raw []string) ([]netip.AddrPort, error) {
-	var out []netip.AddrPort
-	for _, r := range raw {
-		ap, err := resolver.ParseServer(r)
-		if err != nil {
-			return nil, fmt.Errorf("--resolver %w", err)
-		}
-		out = append(out, ap)
-	}
-	return out, nil
+	return sandbox.ParseServers("--resolver", raw...)
 }
 
 // parseDNSUpstreams parses the --dns-upstream values: addr:port each.
@@ -183,15 +175,7 @@ func parseDNSUpstreams(raw []string) ([]netip.AddrPort, error) {
 
 // parseAllowDirect parses the --allow-direct values: address entries only.
 func parseAllowDirect(raw []string) ([]conf.Direct, error) {
-	var out []conf.Direct
-	for _, r := range raw {
-		d, err := conf.ParseDirect(r)
-		if err != nil {
-			return nil, fmt.Errorf("--allow-direct %w", err)
-		}
-		out = append(out, d)
-	}
-	return out, nil
+	return sandbox.ParseAllowDirect("--allow-direct", raw)
 }
 
 // otlpSettings gathers the OTLP export settings from --otlp-config file,

@@ -38,10 +38,14 @@ func TestEnforcedSandboxLogsAllowDirect(t *testing.T) {
 	}
 	stateDir := t.TempDir()
 	key := filepath.Base(p.sandbox)
+	direct, err := conf.ParseDirect(peerAddr + ":5432")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := sandbox.Enforce(sandbox.Request{
-		Key: key, ID: "ctr-directlog", Runtime: "cni", NetNS: p.sandbox, Policy: pol,
-		Label: "full", StateDir: stateDir, LogDir: t.TempDir(), ProxyBinary: bin,
-		AllowDirect: entries(t, peerAddr+":5432"),
+		Attachment: sandbox.Attachment{Key: key, ID: "ctr-directlog", Runtime: "cni", NetNS: p.sandbox, Label: "full"},
+		Spec:       sandbox.Spec{Policy: pol, LogDir: t.TempDir(), AllowDirect: []conf.Direct{direct}},
+		StateDir:   stateDir, ProxyBinary: bin,
 	})
 	if err != nil {
 		t.Fatal(err)
