@@ -14,6 +14,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/daemon"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -41,8 +42,8 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox id, for logs and 403 pages (required; with --config, the file's)")
 	fs.StringVar(&f.policy, "policy", "", "policy file in the plain allowlist form, watched for changes (required)")
 	fs.StringVar(&f.log, "log", "-", "where decision lines go: a file (appended) or - for stderr")
-	fs.DurationVar(&f.sniffTimeout, "sniff-timeout", daemon.DefaultSniffTimeout, "how long to wait for the first bytes that carry a name")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", daemon.DefaultDrainTimeout, "on SIGTERM, how long open connections may finish before they are closed")
+	fs.DurationVar(&f.sniffTimeout, "sniff-timeout", proxyconf.DefaultSniffTimeout, "how long to wait for the first bytes that carry a name")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", proxyconf.DefaultDrainTimeout, "on SIGTERM, how long open connections may finish before they are closed")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once serving")
 	fs.Var(&f.listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
 	fs.Var(&f.listen, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
@@ -93,7 +94,7 @@ func readySignal(fd int) func() {
 // build makes the proxy's config: the --config file's, with no other
 // setting beside it (but --sandbox, which must agree: it names the
 // sandbox on the command line, for ps), or the one the flags say.
-func (f *proxyFlags) build(fs *flag.FlagSet) (daemon.Config, error) {
+func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 	if f.config != "" {
 		var others []string
 		fs.Visit(func(fl *flag.Flag) {
@@ -102,22 +103,22 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (daemon.Config, error) {
 			}
 		})
 		if len(others) > 0 {
-			return daemon.Config{}, fmt.Errorf("--config holds every setting: %s goes in the file", strings.Join(others, ", "))
+			return proxyconf.Config{}, fmt.Errorf("--config holds every setting: %s goes in the file", strings.Join(others, ", "))
 		}
-		cfg, err := daemon.LoadConfig(f.config)
+		cfg, err := proxyconf.Load(f.config)
 		if err == nil && f.sandbox != "" && f.sandbox != cfg.Sandbox {
 			err = fmt.Errorf("--sandbox %q: %s is the config of sandbox %q", f.sandbox, f.config, cfg.Sandbox)
 		}
 		return cfg, err
 	}
 	if f.sandbox == "" || f.policy == "" {
-		return daemon.Config{}, fmt.Errorf("--sandbox and --policy are required")
+		return proxyconf.Config{}, fmt.Errorf("--sandbox and --policy are required")
 	}
 	if len(f.listenFDs) == 0 && len(f.listen) == 0 {
-		return daemon.Config{}, fmt.Errorf("no listener: give --listen-fd or --listen")
+		return proxyconf.Config{}, fmt.Errorf("no listener: give --listen-fd or --listen")
 	}
-	cfg := daemon.Config{Sandbox: f.sandbox, PolicyFile: f.policy, LogFile: f.log, NetNS: f.netns,
-		SniffTimeout: daemon.Duration(f.sniffTimeout), DrainTimeout: daemon.Duration(f.drainTimeout)}
+	cfg := proxyconf.Config{Sandbox: f.sandbox, PolicyFile: f.policy, LogFile: f.log, NetNS: f.netns,
+		SniffTimeout: proxyconf.Duration(f.sniffTimeout), DrainTimeout: proxyconf.Duration(f.drainTimeout)}
 	var err error
 	if cfg.AllowDirect, err = parseAllowDirect(f.allowDirect); err != nil {
 		return cfg, err
@@ -132,12 +133,12 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (daemon.Config, error) {
 		return cfg, err
 	}
 	otlp, err := otlpSettings(f.otlpConfig, f.otlpEndpoint, f.otlpInsecure, f.otlpHeaders)
-	cfg.OTLP = daemon.OTLPOf(otlp)
+	cfg.OTLP = proxyconf.OTLPOf(otlp)
 	return cfg, err
 }
 
 // listeners fills l from the listener flags.
-func (f *proxyFlags) listeners(l *daemon.Listeners) error {
+func (f *proxyFlags) listeners(l *proxyconf.Listeners) error {
 	for _, fds := range []struct {
 		flag string
 		in   listFlag

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/doorman-net/doorman/proxy/daemon"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
 // --config holds every setting: a flag beside it is refused, as is a
 // --sandbox that is not the file's; a missing file is an error naming it.
 func TestProxyConfigFlag(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "proxy-config.json")
-	cfg := daemon.Config{Sandbox: "sb", PolicyFile: "/nonexistent", Listeners: daemon.Listeners{Addrs: []string{"127.0.0.1:0"}}}
+	cfg := proxyconf.Config{Sandbox: "sb", PolicyFile: "/nonexistent", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}}
 	if err := cfg.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}

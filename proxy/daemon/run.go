@@ -20,6 +20,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -38,7 +39,7 @@ const hostResolvConf = "/etc/resolv.conf"
 // policy file that does not load, allowDirect flows that cannot be
 // watched) is logged and also written to stderr, and the proxy serves on:
 // a policy that does not load means deny-all.
-func Run(ctx context.Context, cfg Config, stderr io.Writer, ready func()) error {
+func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func()) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer, ready func()) error 
 	go returnIdleMemory(ctx, p)
 
 	<-ctx.Done()
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout.or(DefaultDrainTimeout))
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout.Or(proxyconf.DefaultDrainTimeout))
 	defer cancel()
 	if filter != nil {
 		filter.Shutdown(dctx)
@@ -87,7 +88,7 @@ func Run(ctx context.Context, cfg Config, stderr io.Writer, ready func()) error 
 // openLog opens the decision log of cfg, with the OTLP export beside it.
 // The returned close flushes the export first, so that its last "otlp"
 // line still reaches the file.
-func openLog(cfg Config, stderr io.Writer) (*slog.Logger, func(), error) {
+func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), error) {
 	out, closeFile := stderr, func() {}
 	if cfg.LogFile != "" && cfg.LogFile != "-" {
 		f, err := os.OpenFile(cfg.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
@@ -118,11 +119,11 @@ func openLog(cfg Config, stderr io.Writer) (*slog.Logger, func(), error) {
 // sharing one upstream guard (they judge the same addresses and share one
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
-func newServers(cfg Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
+func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
 	upstreamGuard := guard.New(guard.Config{})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
-	pc := proxy.Config{Sandbox: cfg.Sandbox, SniffTimeout: cfg.SniffTimeout.or(DefaultSniffTimeout), Logger: logger,
+	pc := proxy.Config{Sandbox: cfg.Sandbox, SniffTimeout: cfg.SniffTimeout.Or(proxyconf.DefaultSniffTimeout), Logger: logger,
 		BatchWhileBulk: true, Guard: upstreamGuard}
 	if len(cfg.Resolvers) > 0 {
 		stub, err := resolver.New(resolver.Config{Servers: cfg.Resolvers})
@@ -153,7 +154,7 @@ func newServers(cfg Config, logger *slog.Logger, socks *sockets, stderr io.Write
 // watchDirect logs the sandbox's allowDirect flows, which never reach the
 // listeners, from conntrack. Failing to watch it costs those lines, not
 // the proxy.
-func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
+func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
 	direct, err := openDirectLog(cfg, ln, logger)
 	if err != nil {
 		logger.Error("allowDirect flows are not logged", "sandbox", cfg.Sandbox, "err", err.Error())
@@ -172,7 +173,7 @@ func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg Config, ln net.Lis
 // openDirectLog opens the watcher of the sandbox's allowDirect flows in
 // the namespace cfg.NetNS or, if that is empty, the one ln was created in.
 // Without entries it opens nothing.
-func openDirectLog(cfg Config, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
+func openDirectLog(cfg proxyconf.Config, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
 	if len(cfg.AllowDirect) == 0 {
 		return directlog.Open(directlog.Config{Sandbox: cfg.Sandbox, Logger: logger})
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
 // Run serves an inherited listener with the policy file and decision log
@@ -31,8 +33,8 @@ func TestRunServesItsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Sandbox: "ctr-run", PolicyFile: policy, LogFile: logFile, DrainTimeout: Duration(100 * time.Millisecond),
-		Listeners: Listeners{TCP: []int{int(f.Fd())}}}
+	cfg := proxyconf.Config{Sandbox: "ctr-run", PolicyFile: policy, LogFile: logFile, DrainTimeout: proxyconf.Duration(100 * time.Millisecond),
+		Listeners: proxyconf.Listeners{TCP: []int{int(f.Fd())}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready, done := make(chan struct{}), make(chan error, 1)
@@ -86,10 +88,10 @@ func TestRunServesItsConfig(t *testing.T) {
 
 // A config Run cannot serve is an error before anything starts.
 func TestRunRefuses(t *testing.T) {
-	for _, cfg := range []Config{
-		{PolicyFile: "p", Listeners: Listeners{Addrs: []string{"127.0.0.1:0"}}},
-		{Sandbox: "s", PolicyFile: "p", Listeners: Listeners{Addrs: []string{"no-such-address"}}},
-		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: Listeners{Addrs: []string{"127.0.0.1:0"}}},
+	for _, cfg := range []proxyconf.Config{
+		{PolicyFile: "p", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}},
+		{Sandbox: "s", PolicyFile: "p", Listeners: proxyconf.Listeners{Addrs: []string{"no-such-address"}}},
+		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}},
 	} {
 		if err := Run(context.Background(), cfg, io.Discard, func() { t.Errorf("%+v: ready", cfg) }); err == nil {
 			t.Errorf("%+v: no error", cfg)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
 // sockets are the listeners one proxy serves.
@@ -19,7 +20,7 @@ type sockets struct {
 
 // openSockets turns the inherited descriptors of l into listeners and
 // binds its addresses. On error nothing stays open.
-func openSockets(l Listeners) (_ *sockets, err error) {
+func openSockets(l proxyconf.Listeners) (_ *sockets, err error) {
 	s := &sockets{}
 	defer func() {
 		if err != nil {

@@ -1,4 +1,4 @@
-package daemon
+package proxyconf
 
 import (
 	"encoding/json"
@@ -43,7 +43,7 @@ func TestConfigFile(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("config file mode %v, %v; want 0600 (it carries the OTLP headers)", fi.Mode(), err)
 	}
-	got, err := LoadConfig(path)
+	got, err := Load(path)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip: %+v, %v\nwant %+v", got, err, want)
 	}
@@ -72,13 +72,13 @@ func TestConfigRefuses(t *testing.T) {
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"otlp":{"endpoint":"https://x.example","insecure":true}}`, "otlp"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]}} {}`, "more than one JSON value"},
 	} {
-		if _, err := decodeConfig([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := decode([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.json, err, tc.want)
 		}
 	}
 	path := filepath.Join(t.TempDir(), "c.json")
 	os.WriteFile(path, []byte("{"), 0o600)
-	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("a broken file: %v, want an error naming it", err)
 	}
 }
@@ -93,11 +93,11 @@ func TestOTLPOf(t *testing.T) {
 	}
 }
 
-// FuzzDecodeConfig checks that decodeConfig never panics and that what it
+// FuzzDecode checks that decodeConfig never panics and that what it
 // accepts encodes and decodes again to an equal config.
-func FuzzDecodeConfig(f *testing.F) {
+func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := decodeConfig(data)
+		c, err := decode(data)
 		if err != nil {
 			return
 		}
@@ -105,7 +105,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted %q, but it does not encode: %v", data, err)
 		}
-		back, err := decodeConfig(again)
+		back, err := decode(again)
 		if err != nil || !reflect.DeepEqual(back, c) {
 			t.Fatalf("%q: encodes to %s, which decodes to %+v, %v; want %+v", data, again, back, err, c)
 		}

@@ -1,4 +1,15 @@
-package daemon
+// Package proxyconf is the config file of one `doorman proxy` process:
+// what it serves and how, typed once, in the one place the sandbox package
+// that writes it and the proxy that reads it share.
+//
+// A file rather than flags: the settings are typed on both sides without
+// a flag syntax between them, the file says which inherited descriptor is
+// which listener, and the OTLP headers, which often hold a token, stay off
+// the command line that every user of the host can read in /proc. It is a
+// package of its own, apart from the process that runs it (package
+// daemon), so that the sandbox package, which writes it, does not depend
+// on the proxy's wiring.
+package proxyconf
 
 import (
 	"bytes"
@@ -21,7 +32,9 @@ const (
 )
 
 // Config is what one proxy process serves, as its config file holds it
-// (JSON, the keys below).
+// (JSON, the keys below). The sandbox package writes it (WriteFile), and
+// `doorman proxy --config` reads it (Load) and runs it (see package
+// daemon).
 type Config struct {
 	// Sandbox is the sandbox id, for the decision log and the 403 page.
 	Sandbox string `json:"sandbox"`
@@ -114,16 +127,16 @@ func (d *Duration) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// or returns d, or def if d is zero.
-func (d Duration) or(def time.Duration) time.Duration {
+// Or returns d, or def if d is zero.
+func (d Duration) Or(def time.Duration) time.Duration {
 	if d == 0 {
 		return def
 	}
 	return time.Duration(d)
 }
 
-// Validate reports the first setting of c that Run would refuse, naming
-// its key.
+// Validate reports the first setting of c that a proxy would refuse,
+// naming its key.
 func (c Config) Validate() error {
 	switch {
 	case c.Sandbox == "":
@@ -144,22 +157,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// LoadConfig reads the config file at path. Unknown keys are errors: a
+// Load reads the config file at path. Unknown keys are errors: a
 // misspelt setting must not pass silently.
-func LoadConfig(path string) (Config, error) {
+func Load(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("proxy config: %w", err)
 	}
-	c, err := decodeConfig(data)
+	c, err := decode(data)
 	if err != nil {
 		return Config{}, fmt.Errorf("proxy config %s: %w", path, err)
 	}
 	return c, nil
 }
 
-// decodeConfig parses and validates one config file's content.
-func decodeConfig(data []byte) (Config, error) {
+// decode parses and validates one config file's content.
+func decode(data []byte) (Config, error) {
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
