@@ -1,22 +1,39 @@
-// Package sandbox is the one enforcement core that both of doorman's entry
-// points call: the CNI plugin (ADD/DEL/CHECK/GC) and the OCI hook
-// (createRuntime/poststop). Enforcing a sandbox means, in this order:
+// Package sandbox owns doorman's sandboxes: it is the one enforcement core
+// that every front door calls (the CNI plugin's ADD/DEL/CHECK/GC, the OCI
+// hook's createRuntime/poststop, `doorman run` through the plugin, the
+// operator CLI's edits), and the only code that reads or writes doorman's
+// state for a network namespace.
+//
+// A front door describes a sandbox once, typed: an Attachment (who: the
+// container, its runtime, its netns, its label) and a Spec (what: the
+// policy, the resolvers, the upstream resolver, allowDirect, the layers,
+// logging and export). It builds the Spec from its own keys with the
+// parsers here (ParseAllowDirect, ParseServers, ...), whose FieldError
+// names the key as that front door spells it, so that a bad value reads
+// the same from every door. Nothing after that parses a setting again.
+//
+// Enforcing a sandbox means, in this order:
 //
 //  1. create the proxy's listening sockets inside the sandbox's network
 //     namespace (they stay bound to it after the thread leaves);
-//  2. start one detached `doorman proxy` in the caller's namespace, hand it
-//     those sockets, and wait until it says it is serving;
+//  2. write the proxy's config file (package proxyconf), start one
+//     detached `doorman proxy` in the caller's namespace, hand it those
+//     sockets, and wait until it says it is serving;
 //  3. install the nftables ruleset (package enforce) that redirects the
 //     sandbox's TCP to those sockets and rejects everything else;
 //  4. meanwhile, where asked, install the host-side layer (package
 //     hostlayer) on the sandbox's host interfaces;
-//  5. record the sandbox's state (ports, proxy pid and start time, policy,
-//     label, the identity the host-side layer pins) under the state
-//     directory.
+//  5. record the sandbox's state (ports, proxy pid and start time, the
+//     Spec's settings, label, the identity the host-side layer pins) under
+//     the state directory.
 //
 // Any failure undoes what was done, so a container never starts with a
 // half-applied policy. Because plugin and hook call the same Enforce and
-// Teardown, their enforcement is the same by construction.
+// Teardown, their enforcement is the same by construction. Enforce on a
+// live sandbox replaces its policy and rules (a second ADD or hook run);
+// UpdatePolicy and EditPolicy change a live sandbox's policy, starting or
+// stopping its proxy when the mode enters or leaves none; Teardown, Check,
+// List, Find and Holder do what they say.
 //
 // The state records the namespace's identity (nsfs device and inode) beside
 // its path. Runtimes often name a namespace /proc/PID/ns/net, which names
@@ -29,4 +46,9 @@
 // addresses where the plugin gives them), and passes them back to every
 // later Apply and Check: a second ADD or hook run must not pin what a
 // workload holding CAP_NET_ADMIN changed in the meantime.
+//
+// State files written by earlier releases are read as they are: Load
+// migrates what they said in their own way (see legacy.go), and their
+// proxies, started with flags, run on untouched until a mode change
+// starts a new one.
 package sandbox

@@ -50,12 +50,10 @@ func recordOn(t *testing.T, link *nsLink) (stateDir string, s *State) {
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(link.path); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.save(); err != nil {
-		t.Fatal(err)
-	}
 	// Should a mode change get as far as starting a proxy, it starts one
 	// that fails at once (the default would be this test binary).
-	if err := (launch{Binary: "/bin/false"}).save(s.Dir); err != nil {
+	s.ProxyBinary = "/bin/false"
+	if err := s.save(); err != nil {
 		t.Fatal(err)
 	}
 	if err := enforce.Apply(link.path, enforce.Spec{DenyAll: true}); err != nil {

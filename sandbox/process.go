@@ -5,48 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/doorman-net/doorman/conf"
 )
 
 // readyTimeout bounds how long Enforce waits for a new proxy to serve.
 const readyTimeout = 10 * time.Second
 
-// proxyArgs says how to start one sandbox's proxy.
-type proxyArgs struct {
-	binary       string
-	sandbox      string
-	policy       string
-	logFile      string
-	resolvers    []netip.AddrPort // DNS servers for allowed names; none: the host's resolv.conf
-	listeners    []*os.File       // TCP listeners of the proxy
-	dnsUDP       []*os.File       // UDP sockets of the DNS filter
-	dnsTCP       []*os.File       // TCP listeners of the DNS filter
-	dnsUpstreams []netip.AddrPort // servers the DNS filter forwards to
-	otlpConfig   string           // OTLP export settings file, if any
-	// allowDirect are the entries the sandbox reaches without the proxy;
-	// the proxy logs their flows from conntrack in the sandbox's netns
-	// (found from its listeners).
-	allowDirect []conf.Direct
-}
+// proxyConfigFile, in a sandbox's state directory, is the config file of
+// its proxy (see proxyconf.Config), written each time one is started. It is
+// readable by its owner only: it carries the OTLP headers.
+const proxyConfigFile = "proxy-config.json"
 
-// startProxy starts a proxy and waits until it serves: see spawnProxy.
-func startProxy(a proxyArgs) (int, uint64, error) {
-	p, err := spawnProxy(a)
-	if err != nil {
-		return 0, 0, err
-	}
-	return p.wait()
-}
+// proxyDrainTimeout is how long a sandbox's proxy lets open connections
+// finish once it is told to stop: the sandbox is going.
+const proxyDrainTimeout = 500 * time.Millisecond
 
 // spawnedProxy is a proxy process that was started and may not serve yet.
 type spawnedProxy struct {
@@ -66,7 +46,7 @@ const maxStartError = 1024
 // runtime's pipes open) and hands it the sockets. The caller may install
 // the ruleset meanwhile (connections wait in the listeners' backlog), then
 // calls wait.
-func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
+func spawnProxy(binary, sandbox, config, logFile string, files []*os.File) (*spawnedProxy, error) {
 	readR, readW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -79,38 +59,15 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 	}
 	defer devnull.Close()
 
-	args := []string{"proxy", "--sandbox", a.sandbox, "--policy", a.policy, "--log", a.logFile, "--drain-timeout", "500ms"}
-	for _, r := range a.resolvers {
-		args = append(args, "--resolver", r.String())
-	}
-	if a.otlpConfig != "" {
-		args = append(args, "--otlp-config", a.otlpConfig)
-	}
 	// ExtraFiles start at fd 3: the sockets, then the readiness pipe.
-	var extra []*os.File
-	pass := func(flag string, files []*os.File) {
-		for _, f := range files {
-			args = append(args, flag, strconv.Itoa(3+len(extra)))
-			extra = append(extra, f)
-		}
-	}
-	pass("--listen-fd", a.listeners)
-	pass("--dns-udp-fd", a.dnsUDP)
-	pass("--dns-tcp-fd", a.dnsTCP)
-	for _, u := range a.dnsUpstreams {
-		args = append(args, "--dns-upstream", u.String())
-	}
-	for _, e := range a.allowDirect {
-		args = append(args, "--allow-direct", e.String())
-	}
-	args = append(args, "--ready-fd", strconv.Itoa(3+len(extra)))
-	extra = append(extra, readW)
-
-	cmd := exec.Command(a.binary, args...)
+	// --sandbox repeats the config's, so that ps shows whose proxy it is.
+	extra := append(slices.Clip(files), readW)
+	args := []string{"proxy", "--sandbox", sandbox, "--config", config, "--ready-fd", strconv.Itoa(2 + len(extra))}
+	cmd := exec.Command(binary, args...)
 	cmd.Stdin, cmd.Stdout = devnull, devnull
 	// Early failures (bad flags, unreadable policy) go to the decision
 	// log's directory as the proxy's own stderr.
-	errPath := a.logFile + ".stderr"
+	errPath := logFile + ".stderr"
 	errLog, err := os.OpenFile(errPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		readR.Close()
@@ -135,7 +92,7 @@ func spawnProxy(a proxyArgs) (*spawnedProxy, error) {
 	readW.Close()
 	if err != nil {
 		readR.Close()
-		return nil, fmt.Errorf("start proxy %s: %w", a.binary, err)
+		return nil, fmt.Errorf("start proxy %s: %w", binary, err)
 	}
 	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom}
 	go func() { p.exited <- cmd.Wait() }()
@@ -306,4 +263,31 @@ func waitPidfd(fd int, timeout time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// clockTicks is USER_HZ, the unit of process start times in /proc: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// ProxyStarted returns when the sandbox's proxy process started. It fails
+// if the proxy is not running.
+func (s *State) ProxyStarted() (time.Time, error) {
+	if !s.ProxyAlive() {
+		return time.Time{}, errors.New("proxy not running")
+	}
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
+			}
+			ticks := int64(s.PIDStart)
+			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / clockTicks), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat has no btime")
 }

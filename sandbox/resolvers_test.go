@@ -11,6 +11,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
 func TestProxyResolversFor(t *testing.T) {
@@ -133,11 +134,30 @@ func TestLeaveNoneKeepsResolvers(t *testing.T) {
 				t.Fatal("a proxy that exits at once: no error")
 			}
 			args := strings.Split(strings.TrimSpace(readFile(t, argsFile)), "\n")
-			if got := flagValues(args, "resolver"); !slices.Equal(got, tc.want) {
-				t.Errorf("the new proxy's --resolver flags: %q, want %q (all its arguments: %q)", got, tc.want, args)
+			if got := startedResolvers(t, args); !slices.Equal(got, tc.want) {
+				t.Errorf("the new proxy's resolvers: %q, want %q (all its arguments: %q)", got, tc.want, args)
 			}
 		})
 	}
+}
+
+// startedResolvers are the resolvers of the proxy started with args: those
+// of its --config file.
+func startedResolvers(t *testing.T, args []string) []string {
+	t.Helper()
+	files := flagValues(args, "config")
+	if len(files) != 1 {
+		t.Fatalf("the proxy was started without one --config: %q", args)
+	}
+	cfg, err := proxyconf.Load(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ap := range cfg.Resolvers {
+		out = append(out, ap.String())
+	}
+	return out
 }
 
 // writeOlderState rewrites s's state file as an older doorman wrote it:
@@ -181,5 +201,33 @@ func TestProxyStartErrorSaysWhy(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), `doorman proxy: --resolver "x": why (in `+s.LogFile+".stderr)") || strings.Contains(err.Error(), "earlier") {
 		t.Errorf("start error: %v; want the proxy's own message", err)
+	}
+}
+
+// A state an older doorman wrote names its OTLP settings file: Load reads
+// the settings into the state, which the next proxy's config carries; a
+// file that is gone fails that start, saying so, and nothing else.
+func TestLoadOlderOTLPConfig(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeAllowlist)
+	otlpFile := filepath.Join(s.Dir, "otlp.json")
+	os.WriteFile(otlpFile, []byte(`{"endpoint":"https://otel.example.test:4318","headers":{"Authorization":"Bearer x"}}`), 0o600)
+	writeOlderState(t, s, map[string]any{"proxyBinary": "/usr/bin/doorman", "otlpConfig": otlpFile})
+	got, err := Load(stateDir, s.Key)
+	if err != nil || got.OTLP == nil || got.OTLP.Endpoint != "https://otel.example.test:4318" || got.OTLP.Headers["Authorization"] != "Bearer x" || got.legacyErr != nil {
+		t.Fatalf("older OTLP settings: %+v, %v", got.OTLP, err)
+	}
+	if err := got.save(); err != nil {
+		t.Fatal(err)
+	}
+	if saved := readFile(t, filepath.Join(s.Dir, stateFile)); strings.Contains(saved, "otlpConfig") || !strings.Contains(saved, `"endpoint": "https://otel.example.test:4318"`) {
+		t.Errorf("saved again:\n%s", saved)
+	}
+	writeOlderState(t, s, map[string]any{"proxyBinary": "/usr/bin/doorman", "otlp": nil, "otlpConfig": otlpFile + ".gone"})
+	got, err = Load(stateDir, s.Key)
+	if err != nil || got.legacyErr == nil || !strings.Contains(got.legacyErr.Error(), otlpFile+".gone") {
+		t.Fatalf("older state naming a missing OTLP file: %v, %v", got, err)
+	}
+	if _, err := got.spawnProxy(); err == nil || !strings.Contains(err.Error(), otlpFile+".gone") {
+		t.Errorf("starting its proxy: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,13 +16,8 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
-
-// otlpFile, in a sandbox's state directory, holds its proxy's OTLP export
-// settings (a file, not flags: headers often carry a token, and a
-// process's arguments are readable by anyone on the host).
-const otlpFile = "otlp.json"
 
 // Request says what to enforce on one sandbox: who it is, what it
 // enforces, and where its state and proxy binary are.
@@ -113,7 +107,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
-		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect),
+		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
 	}
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
 		os.RemoveAll(dir)
@@ -140,12 +134,6 @@ func enforceNew(r Request) (_ *State, err error) {
 	}()
 	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
-	}
-	if r.OTLP.Endpoint != "" {
-		s.OTLPConfig = filepath.Join(dir, otlpFile)
-		if err := otlplog.WriteFile(s.OTLPConfig, r.OTLP); err != nil {
-			return nil, fmt.Errorf("otlp config: %w", err)
-		}
 	}
 	if r.Policy.Mode != conf.ModeNone {
 		if spawned, err = s.spawnProxy(); err != nil {
@@ -267,41 +255,58 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 	return spec, nil
 }
 
-// spawnProxy creates the proxy's sockets inside the sandbox's netns and
-// starts its proxy (s.ProxyBinary, resolving with s.ProxyResolvers) on
-// them, recording the ports in s. The caller waits for it to serve.
+// spawnProxy creates the proxy's sockets inside the sandbox's netns,
+// writes its config file and starts its proxy (s.ProxyBinary) on them,
+// recording the ports in s. The caller waits for it to serve.
 func (s *State) spawnProxy() (*spawnedProxy, error) {
+	if s.legacyErr != nil {
+		return nil, s.legacyErr
+	}
 	filter := s.DNSFilter
 	socks, err := listenIn(s.NetNS, filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false))
 	if err != nil {
 		return nil, err
 	}
 	defer socks.close()
-	a := proxyArgs{
-		binary: s.ProxyBinary, sandbox: s.ID, policy: s.PolicyPath(), logFile: s.LogFile,
-		resolvers: s.ProxyResolvers, otlpConfig: s.OTLPConfig, allowDirect: s.AllowDirect,
+	cfg := proxyconf.Config{
+		Sandbox: s.ID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
+		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
 	}
 	if filter {
-		a.dnsUpstreams = dnsUpstreams(s.Resolvers)
+		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)
 	}
-	if a.binary == "" {
-		if a.binary, err = os.Executable(); err != nil {
+	if s.ProxyBinary == "" {
+		if s.ProxyBinary, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the doorman binary: %w", err)
 		}
-		s.ProxyBinary = a.binary
 	}
-	if a.listeners, a.dnsUDP, a.dnsTCP, err = socks.files(); err != nil {
+	tcp, dnsUDP, dnsTCP, err := socks.files()
+	if err != nil {
 		return nil, err
 	}
-	defer closeFiles(a.listeners)
-	defer closeFiles(a.dnsUDP)
-	defer closeFiles(a.dnsTCP)
+	// Descriptors 3 and up: the listeners, then the DNS filter's sockets
+	// (the readiness pipe follows).
+	var files []*os.File
+	pass := func(fds *[]int, fs []*os.File) {
+		for _, f := range fs {
+			*fds = append(*fds, 3+len(files))
+			files = append(files, f)
+		}
+	}
+	pass(&cfg.Listeners.TCP, tcp)
+	pass(&cfg.Listeners.DNSUDP, dnsUDP)
+	pass(&cfg.Listeners.DNSTCP, dnsTCP)
+	defer closeFiles(files)
 	s.Port4, s.Port6 = socks.tcp4.port, socks.tcp6.port
 	s.DNSPort4, s.DNSPort6 = 0, 0
-	if len(a.dnsUpstreams) > 0 {
+	if len(cfg.DNSUpstreams) > 0 {
 		s.DNSPort4, s.DNSPort6 = socks.dns4.port, socks.dns6.port
 	}
-	return spawnProxy(a)
+	path := filepath.Join(s.Dir, proxyConfigFile)
+	if err := cfg.WriteFile(path); err != nil {
+		return nil, err
+	}
+	return spawnProxy(s.ProxyBinary, s.ID, path, s.LogFile, files)
 }
 
 // dnsUpstreams are the resolvers the DNS filter forwards to from the
@@ -515,129 +520,6 @@ func Check(stateDir, key string) error {
 		}
 	}
 	return nil
-}
-
-// sockets are the proxy's sockets inside a sandbox: a TCP listener per
-// family for redirected connections and, per family with a resolver, a
-// UDP socket and a TCP listener on one port for the DNS filter.
-type sockets struct {
-	tcp4, tcp6 socket
-	dns4, dns6 socket
-}
-
-// socket is one port's listener(s); zero if the family is absent.
-type socket struct {
-	tcp  *net.TCPListener
-	udp  *net.UDPConn
-	port uint16
-}
-
-func (s *sockets) close() {
-	for _, k := range []socket{s.tcp4, s.tcp6, s.dns4, s.dns6} {
-		if k.tcp != nil {
-			k.tcp.Close()
-		}
-		if k.udp != nil {
-			k.udp.Close()
-		}
-	}
-}
-
-// files returns duplicates of the sockets' descriptors for the proxy.
-func (s *sockets) files() (tcp, dnsUDP, dnsTCP []*os.File, err error) {
-	add := func(list *[]*os.File, f interface{ File() (*os.File, error) }) {
-		if err != nil {
-			return
-		}
-		var fd *os.File
-		if fd, err = f.File(); err == nil {
-			*list = append(*list, fd)
-		}
-	}
-	for _, k := range []socket{s.tcp4, s.tcp6} {
-		if k.tcp != nil {
-			add(&tcp, k.tcp)
-		}
-	}
-	for _, k := range []socket{s.dns4, s.dns6} {
-		if k.udp != nil {
-			add(&dnsUDP, k.udp)
-			add(&dnsTCP, k.tcp)
-		}
-	}
-	if err != nil {
-		closeFiles(tcp)
-		closeFiles(dnsUDP)
-		closeFiles(dnsTCP)
-		return nil, nil, nil, fmt.Errorf("socket fd: %w", err)
-	}
-	return tcp, dnsUDP, dnsTCP, nil
-}
-
-// listenIn creates the proxy's sockets inside the netns at path: TCP
-// listeners on 0.0.0.0 and, where the namespace has IPv6, [::] (v6only);
-// DNS filter sockets for the families in dns4/dns6. Redirected local
-// connections arrive on loopback, forwarded ones from nested containers on
-// the incoming interface's address, hence the wildcard binds; the ruleset
-// rejects direct connections to these ports. The DNS filter answers each
-// UDP query from the address it came to (IP_PKTINFO), as conntrack needs.
-func listenIn(nsPath string, dns4, dns6 bool) (*sockets, error) {
-	s := &sockets{}
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		ln4, err := net.Listen("tcp4", "0.0.0.0:0")
-		if err != nil {
-			return fmt.Errorf("listen tcp4 in sandbox: %w", err)
-		}
-		s.tcp4 = socket{tcp: ln4.(*net.TCPListener), port: portOf(ln4)}
-		if ln6, err := net.Listen("tcp6", "[::]:0"); err == nil {
-			s.tcp6 = socket{tcp: ln6.(*net.TCPListener), port: portOf(ln6)}
-		}
-		if dns4 {
-			if s.dns4, err = listenDNS("4", "0.0.0.0"); err != nil {
-				return err
-			}
-		}
-		if dns6 && s.tcp6.tcp != nil {
-			if s.dns6, err = listenDNS("6", "::"); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		s.close()
-		return nil, err
-	}
-	return s, nil
-}
-
-// listenDNS binds a UDP socket and a TCP listener to one free port.
-func listenDNS(family, addr string) (socket, error) {
-	var last error
-	for range 16 {
-		pc, err := net.ListenUDP("udp"+family, &net.UDPAddr{IP: net.ParseIP(addr)})
-		if err != nil {
-			return socket{}, fmt.Errorf("listen udp%s in sandbox: %w", family, err)
-		}
-		port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
-		ln, err := net.ListenTCP("tcp"+family, &net.TCPAddr{IP: net.ParseIP(addr), Port: int(port)})
-		if err == nil {
-			return socket{tcp: ln, udp: pc, port: port}, nil
-		}
-		pc.Close()
-		last = err
-	}
-	return socket{}, fmt.Errorf("listen dns tcp%s in sandbox: %w", family, last)
-}
-
-func portOf(ln net.Listener) uint16 {
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
-}
-
-func closeFiles(fs []*os.File) {
-	for _, f := range fs {
-		f.Close()
-	}
 }
 
 // checkNetNS fails unless path is a network namespace.

@@ -65,4 +65,3 @@ func TestRequestDefaults(t *testing.T) {
 		}
 	}
 }
-

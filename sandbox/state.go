@@ -16,7 +16,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
-	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
 // Files inside one sandbox's state directory.
@@ -46,14 +46,10 @@ type State struct {
 	DNSPort6  uint16       `json:"dnsPort6,omitempty"` //
 	// ProxyBinary and ProxyResolvers say how the proxy is started, so
 	// that leaving mode none starts the same one: the DNS servers it
-	// resolves allowed names with, in order (its --resolver flags; none:
-	// the host's /etc/resolv.conf).
+	// resolves allowed names with, in order (none: the host's
+	// /etc/resolv.conf).
 	ProxyBinary    string           `json:"proxyBinary,omitempty"`
 	ProxyResolvers []netip.AddrPort `json:"proxyResolvers,omitempty"`
-	// LegacyProxyResolver is the one resolver ("addr:port"; "" the
-	// host's resolv.conf) of states recorded before ProxyResolvers was.
-	// Load moves it into ProxyResolvers; it is never written.
-	LegacyProxyResolver string `json:"proxyResolver,omitempty"`
 	// HostLayer says the host-side layer holds HostIfaces for this sandbox.
 	HostLayer  bool     `json:"hostLayer,omitempty"`
 	HostIfaces []string `json:"hostIfaces,omitempty"`
@@ -69,8 +65,9 @@ type State struct {
 	Pins []Pin `json:"pins,omitempty"`
 	// AllowDirect are the destinations reached without the proxy.
 	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
-	// OTLPConfig is the proxy's OTLP export settings file, if any.
-	OTLPConfig string `json:"otlpConfig,omitempty"`
+	// OTLP are the proxy's OTLP export settings, if any (the state file is
+	// readable by its owner only: they may carry a token).
+	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool `json:"dnsFilter,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the
@@ -86,6 +83,10 @@ type State struct {
 	LogFile  string    `json:"logFile"`  // decision log
 	Created  time.Time `json:"created"`  //
 	Dir      string    `json:"-"`        // the sandbox's state directory
+
+	// legacyErr says why what an earlier release recorded could not be
+	// read (see migrate); starting a proxy fails with it.
+	legacyErr error
 }
 
 // Pin records a hostlayer.Pin: what the sandbox may call itself on one
@@ -252,22 +253,8 @@ func Load(stateDir, key string) (*State, error) {
 		return nil, fmt.Errorf("sandbox %s: state file %s: %w", key, filepath.Join(dir, stateFile), err)
 	}
 	s.Dir = dir
-	s.ProxyResolvers = withLegacyResolver(s.ProxyResolvers, s.LegacyProxyResolver)
-	s.LegacyProxyResolver = ""
+	s.migrate(data)
 	return &s, nil
-}
-
-// withLegacyResolver returns resolvers, or, if there are none, the one
-// resolver an older doorman recorded (as its proxy's --resolver, always
-// "addr:port"; "" for the host's resolv.conf).
-func withLegacyResolver(resolvers []netip.AddrPort, legacy string) []netip.AddrPort {
-	if len(resolvers) > 0 || legacy == "" {
-		return resolvers
-	}
-	if ap, err := resolver.ParseServer(legacy); err == nil {
-		return []netip.AddrPort{ap}
-	}
-	return nil
 }
 
 // List returns every sandbox recorded under stateDir, oldest first.

@@ -148,12 +148,6 @@ func (s *State) apply(p *conf.Policy, oldData []byte, u *Update) error {
 // applies the new file (it denies everything), then the deny-all ruleset
 // replaces the redirecting one, then the proxy is stopped.
 func (s *State) enterNone(p *conf.Policy) error {
-	if s.ProxyAlive() {
-		// Remember how the proxy was started, for the way back.
-		if l, err := launchOf(s.PID); err == nil {
-			l.save(s.Dir)
-		}
-	}
 	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
 		return err
 	}
@@ -183,29 +177,22 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := checkNetNS(s.NetNS); err != nil {
 		return err
 	}
-	// How the proxy was started is in the state (an older doorman's
-	// state says it with one resolver, see Load); sandboxes recorded
-	// before it was may have a launch record from entering mode none.
-	l, found := launch{Binary: s.ProxyBinary, Resolvers: s.ProxyResolvers}, s.ProxyBinary != ""
-	if !found {
-		l, found = loadLaunch(s.Dir)
-	}
-	if l.Binary == "" {
+	// How the proxy was started is in the state (see migrate for what
+	// earlier releases recorded).
+	next := *s
+	if next.ProxyBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find the doorman binary: %w", err)
 		}
-		l.Binary = exe
-	}
-	if !found {
-		l.Resolvers = ProxyResolversFor(nil, s.Resolvers)
-		if len(l.Resolvers) > 0 {
-			u.Notes = append(u.Notes, fmt.Sprintf("no earlier proxy recorded its resolvers: the new proxy resolves names with the sandbox's, %s", joinAddrPorts(l.Resolvers)))
+		next.ProxyBinary = exe
+		next.ProxyResolvers = ProxyResolversFor(nil, s.Resolvers)
+		if len(next.ProxyResolvers) > 0 {
+			u.Notes = append(u.Notes, fmt.Sprintf("no earlier proxy recorded its resolvers: the new proxy resolves names with the sandbox's, %s", joinAddrPorts(next.ProxyResolvers)))
 		} else {
 			u.Notes = append(u.Notes, "no earlier proxy recorded its resolvers, and the sandbox has none the proxy can reach: the new proxy resolves names with this host's /etc/resolv.conf")
 		}
 	}
-	next := *s
 	next.Mode = p.Mode
 	applied := false
 	defer func() {
@@ -225,7 +212,6 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
 		return err
 	}
-	next.ProxyBinary, next.ProxyResolvers = l.Binary, l.Resolvers
 	spawned, err := next.spawnProxy()
 	if err != nil {
 		return err

@@ -176,44 +176,60 @@ func TestFlagValues(t *testing.T) {
 	}
 }
 
-// A launch record round-trips, and one an older doorman wrote (a single
-// "resolver") reads as that one resolver.
-func TestLaunchRecord(t *testing.T) {
-	dir := t.TempDir()
-	if _, ok := loadLaunch(dir); ok {
-		t.Error("launch record found in an empty dir")
+// An older doorman's launch record says how the proxy of a state
+// recorded before proxyBinary was started: Load reads it, in both of its
+// forms (a list of resolvers, or one "resolver").
+func TestLoadOlderLaunchRecord(t *testing.T) {
+	stateDir, s := fakeSandbox(t, conf.ModeNone)
+	if got, err := Load(stateDir, s.Key); err != nil || got.ProxyBinary != "" || got.ProxyResolvers != nil {
+		t.Fatalf("no launch record: %+v, %v", got, err)
 	}
-	want := launch{Binary: "/usr/bin/doorman", Resolvers: addrPorts("203.0.113.53:53", "[2001:db8::53]:53")}
-	if err := want.save(dir); err != nil {
-		t.Fatal(err)
-	}
-	if got, ok := loadLaunch(dir); !ok || got.Binary != want.Binary || !slices.Equal(got.Resolvers, want.Resolvers) {
-		t.Errorf("launch round trip: %+v, %v", got, ok)
-	}
-	os.WriteFile(filepath.Join(dir, launchFile), []byte(`{"binary":"/usr/bin/doorman","resolver":"203.0.113.53:53"}`), 0o600)
-	if got, ok := loadLaunch(dir); !ok || !slices.Equal(got.Resolvers, addrPorts("203.0.113.53:53")) || got.LegacyResolver != "" {
-		t.Errorf("an older doorman's launch record: %+v, %v", got, ok)
+	for _, tc := range []struct {
+		record string
+		want   []netip.AddrPort
+	}{
+		{`{"binary":"/usr/bin/doorman","resolvers":["203.0.113.53:53","[2001:db8::53]:53"]}`, addrPorts("203.0.113.53:53", "[2001:db8::53]:53")},
+		{`{"binary":"/usr/bin/doorman","resolver":"203.0.113.53:53"}`, addrPorts("203.0.113.53:53")},
+	} {
+		os.WriteFile(filepath.Join(s.Dir, launchFile), []byte(tc.record), 0o600)
+		got, err := Load(stateDir, s.Key)
+		if err != nil || got.ProxyBinary != "/usr/bin/doorman" || !slices.Equal(got.ProxyResolvers, tc.want) {
+			t.Errorf("launch record %s: %+v, %v; want the binary and %v", tc.record, got, err, tc.want)
+		}
 	}
 }
 
-// launchOf reads every --resolver of a running proxy's command line.
-func TestLaunchOf(t *testing.T) {
+// A proxy started by an older doorman that recorded nothing of how says
+// it on its command line: Load reads every --resolver of it while it runs.
+func TestLoadOlderRunningProxy(t *testing.T) {
 	cmd := exec.Command("/bin/sh", "-c", "sleep 60; :", "proxy", "--sandbox", "x", "--resolver", "203.0.113.53:53", "--resolver=[2001:db8::53]:5353")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	stateDir, s := fakeSandbox(t, conf.ModeAllowlist)
+	s.PID = cmd.Process.Pid
+	var err error
+	if s.PIDStart, err = processStart(s.PID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
 	// Start returns once the exec is under way; the new command line is
 	// there a moment later.
-	var l launch
-	for deadline := time.Now().Add(10 * time.Second); len(l.Resolvers) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		var err error
-		if l, err = launchOf(cmd.Process.Pid); err != nil {
+	want := addrPorts("203.0.113.53:53", "[2001:db8::53]:5353")
+	var got *State
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if got, err = Load(stateDir, s.Key); err != nil {
 			t.Fatal(err)
 		}
+		if slices.Equal(got.ProxyResolvers, want) {
+			break
+		}
 	}
-	if want := addrPorts("203.0.113.53:53", "[2001:db8::53]:5353"); !slices.Equal(l.Resolvers, want) || l.Binary == "" {
-		t.Errorf("launchOf: %+v, want resolvers %v and the binary", l, want)
+	if !slices.Equal(got.ProxyResolvers, want) || got.ProxyBinary == "" {
+		t.Errorf("older running proxy: binary %q, resolvers %v; want the binary and %v", got.ProxyBinary, got.ProxyResolvers, want)
 	}
 }
 
@@ -266,14 +282,12 @@ func TestLeaveNoneProxyFails(t *testing.T) {
 	nsPath := newNetNS(t, "update")
 	stateDir, s := fakeSandbox(t, conf.ModeNone, "api.example.test")
 	s.NetNS, s.LogFile = nsPath, filepath.Join(t.TempDir(), "s.log")
+	s.ProxyBinary = "/bin/false"
 	if err := s.save(); err != nil {
 		t.Fatal(err)
 	}
 	denyAll := enforce.Spec{DenyAll: true}
 	if err := enforce.Apply(nsPath, denyAll); err != nil {
-		t.Fatal(err)
-	}
-	if err := (launch{Binary: "/bin/false"}).save(s.Dir); err != nil {
 		t.Fatal(err)
 	}
 	before := readFile(t, s.PolicyPath())
