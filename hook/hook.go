@@ -233,31 +233,19 @@ func teardown(stdin io.Reader, opts Options) {
 }
 
 // heldBy returns the sandbox, other than key, that already holds netns, or
-// nil: a live CNI sandbox (its table there and its proxy running), or any
-// hook sandbox recorded on that namespace. A hook sandbox recorded on it
-// that is not live (table gone, or proxy dead) is an error rather than
-// something to replace: its teardown would remove whatever ruleset the
-// namespace has by then.
+// nil: a live CNI or hook sandbox (its table there and its proxy running,
+// see sandbox.Holder). A hook sandbox recorded on it that is not live
+// (table gone, or proxy dead) is an error rather than something to
+// replace: its teardown would remove whatever ruleset the namespace has by
+// then.
 func heldBy(stateDir, key, netns string) (*sandbox.State, error) {
-	present, _ := enforce.Present(netns)
-	states, _ := sandbox.List(stateDir)
-	for _, s := range states {
-		if s.Key == key || !s.NetNSCurrent() {
-			continue // a sandbox whose recorded path names another namespace by now holds none
-		}
-		if same, err := sameNetNS(s.NetNS, netns); err != nil || !same {
-			continue
-		}
-		live := present && (s.Mode == conf.ModeNone || s.ProxyAlive())
-		switch {
-		case s.Runtime == "cni":
-			if live {
-				return s, nil
-			}
-		case !live:
+	holder, stale := sandbox.Holder(stateDir, key, netns)
+	if holder != nil {
+		return holder, nil
+	}
+	for _, s := range stale {
+		if s.Runtime != "cni" {
 			return nil, fmt.Errorf("its network namespace %s is held by doorman sandbox %s (container %s, state in %s), whose enforcement is not running: remove that container first", netns, s.Key, s.ID, s.Dir)
-		default:
-			return s, nil
 		}
 	}
 	return nil, nil

@@ -89,7 +89,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	if present {
-		if h := liveHolder(r.StateDir, r.Key, r.NetNS); h != nil {
+		if h, _ := Holder(r.StateDir, r.Key, r.NetNS); h != nil {
 			return nil, fmt.Errorf("network namespace %s is already enforced by doorman sandbox %s (%s): one network namespace has one doorman policy, so chain doorman in one of the container's networks only",
 				r.NetNS, h.Key, h.describe())
 		}
@@ -484,7 +484,7 @@ func RemoveOrphanRules(stateDir, key, nsPath string) error {
 	if ok, err := enforce.Present(nsPath); err == nil && !ok {
 		return nil
 	}
-	if liveHolder(stateDir, key, nsPath) != nil {
+	if h, _ := Holder(stateDir, key, nsPath); h != nil {
 		return nil
 	}
 	return enforce.Remove(nsPath)

@@ -167,32 +167,6 @@ func (s *State) NetNSCurrent() bool {
 	return err == nil && dev == s.NetNSDev && ino == s.NetNSIno
 }
 
-// liveHolder returns the live sandbox other than key that is enforced in
-// the network namespace at nsPath (its proxy running, or in mode none),
-// or nil.
-func liveHolder(stateDir, key, nsPath string) *State {
-	dev, ino, err := netnsIdentity(nsPath)
-	if err != nil {
-		return nil
-	}
-	states, _ := List(stateDir)
-	for _, s := range states {
-		if s.Key == key || (s.Mode != conf.ModeNone && !s.ProxyAlive()) {
-			continue
-		}
-		sDev, sIno := s.NetNSDev, s.NetNSIno
-		if sIno == 0 {
-			if sDev, sIno, err = netnsIdentity(s.NetNS); err != nil {
-				continue
-			}
-		}
-		if sDev == dev && sIno == ino {
-			return s
-		}
-	}
-	return nil
-}
-
 // describe names the container and attachment of s, for messages.
 func (s *State) describe() string {
 	if s.Runtime == "cni" {
