@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/internal/procstat"
 )
 
 // Files under the run directory.
@@ -69,26 +69,14 @@ func (r *record) alive() bool {
 	return err == nil && start == r.PIDStart
 }
 
-// processStart reads a process's start time (field 22 of /proc/PID/stat,
-// clock ticks since boot): with the pid it names one process.
+// processStart reads a process's start time: with the pid it names one
+// process. A process that has exited has none.
 func processStart(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
+	st, err := procstat.Read(pid)
+	if err == nil && st.Exited() {
+		err = fmt.Errorf("process %d has exited", pid)
 	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(s[i+1:])
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	if fields[0] == "Z" || fields[0] == "X" {
-		return 0, fmt.Errorf("process %d has exited", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	return st.Start, err
 }
 
 // runLock is the run directory's lock: held while a run changes the

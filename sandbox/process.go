@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/internal/procstat"
 )
 
 // readyTimeout bounds how long Enforce waits for a new proxy to serve.
@@ -158,26 +160,12 @@ func (p *spawnedProxy) kill() {
 	p.cmd.Process.Kill()
 }
 
-// processStart reads a process's start time (field 22 of /proc/PID/stat,
-// clock ticks since boot): together with the pid it names one process, so
-// a pid reused after the proxy died is never signalled.
+// processStart reads a process's start time: together with the pid it
+// names one process, so a pid reused after the proxy died is never
+// signalled.
 func processStart(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces and parentheses: the
-	// fields after it start after the last ')'.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(s[i+1:])
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	st, err := procstat.Read(pid)
+	return st.Start, err
 }
 
 // openProxy returns a pidfd for the recorded proxy, or -1 if that process
@@ -211,13 +199,8 @@ func proxyAlive(pid int, start uint64) bool {
 		return false
 	}
 	defer unix.Close(fd)
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+	st, err := procstat.Read(pid)
+	return err == nil && !st.Exited()
 }
 
 // stopProxy terminates the recorded proxy through a pidfd: SIGTERM, then
