@@ -78,39 +78,12 @@ func Enforce(r Request) (*State, error) {
 }
 
 func enforceNew(r Request) (_ *State, err error) {
-	// One network namespace has one doorman sandbox. Another one already
-	// enforced there (the same container's attachment to a second network
-	// whose chain has doorman, or an OCI hook's) would have its ruleset
-	// replaced by this one's, and removed at this one's DEL or failure:
-	// refuse, before anything is changed. A table nobody live holds is a
-	// leftover, which this sandbox replaces.
-	present, err := enforce.Present(r.NetNS)
+	present, err := checkFree(r)
 	if err != nil {
 		return nil, err
 	}
-	if present {
-		if h, _ := Holder(r.StateDir, r.Key, r.NetNS); h != nil {
-			return nil, fmt.Errorf("network namespace %s is already enforced by doorman sandbox %s (%s): one network namespace has one doorman policy, so chain doorman in one of the container's networks only",
-				r.NetNS, h.Key, h.describe())
-		}
-	}
-	dir := filepath.Join(r.StateDir, r.Key)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(r.LogDir, 0o750); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("log dir: %w", err)
-	}
-	s := &State{
-		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
-		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
-		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
-		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
-		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
-	}
-	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
-		os.RemoveAll(dir)
+	s, err := newState(r)
+	if err != nil {
 		return nil, err
 	}
 	var spawned *spawnedProxy
@@ -129,7 +102,7 @@ func enforceNew(r Request) (_ *State, err error) {
 			if s.HostLayer {
 				hostlayer.Remove(runtimeNetNS, s.Key)
 			}
-			os.RemoveAll(dir)
+			os.RemoveAll(s.Dir)
 		}
 	}()
 	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
@@ -140,30 +113,8 @@ func enforceNew(r Request) (_ *State, err error) {
 			return nil, err
 		}
 	}
-	// The ruleset and the host-side layer go in while the proxy starts
-	// (redirected connections wait in the listeners' backlog until it
-	// accepts), and at the same time as each other: neither depends on
-	// the other or on the proxy. The host-side layer is applied on the
-	// calling goroutine, since runtimeNetNS names the calling thread's
-	// namespace. Both are waited for, whatever fails, so that the undo
-	// above never races an Apply still in progress.
-	spec := s.spec()
-	install := enforce.Create // never over a table that appeared meanwhile
-	if present {
-		install = enforce.Apply // the leftover goes
-	}
-	applied := make(chan error, 1)
-	go func() { applied <- install(r.NetNS, spec) }()
-	var hostErr error
-	if r.HostLayer {
-		hostErr = s.applyHostLayer(r.HostIfaces, r.ipam())
-	}
-	if err := <-applied; err != nil {
+	if rulesInstalled, err = s.install(r, present); err != nil {
 		return nil, err
-	}
-	rulesInstalled = true
-	if hostErr != nil {
-		return nil, hostErr
 	}
 	if spawned != nil {
 		if s.PID, s.PIDStart, err = spawned.wait(); err != nil {
@@ -176,6 +127,76 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkFree refuses a namespace another sandbox holds, and reports
+// whether doorman's table is there. One network namespace has one doorman
+// sandbox. Another one already enforced there (the same container's
+// attachment to a second network whose chain has doorman, or an OCI
+// hook's) would have its ruleset replaced by this one's, and removed at
+// this one's DEL or failure: refuse, before anything is changed. A table
+// nobody live holds is a leftover, which this sandbox replaces.
+func checkFree(r Request) (present bool, err error) {
+	if present, err = enforce.Present(r.NetNS); err != nil || !present {
+		return present, err
+	}
+	if h, _ := Holder(r.StateDir, r.Key, r.NetNS); h != nil {
+		return true, fmt.Errorf("network namespace %s is already enforced by doorman sandbox %s (%s): one network namespace has one doorman policy, so chain doorman in one of the container's networks only",
+			r.NetNS, h.Key, h.describe())
+	}
+	return true, nil
+}
+
+// newState makes the state directory and the log directory of a new
+// sandbox, and its State as r describes it.
+func newState(r Request) (*State, error) {
+	dir := filepath.Join(r.StateDir, r.Key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(r.LogDir, 0o750); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	s := &State{
+		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
+		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
+		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
+		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
+		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
+	}
+	var err error
+	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// install puts in the ruleset of s and, where r asks for it, the
+// host-side layer, while the proxy starts (redirected connections wait in
+// the listeners' backlog until it accepts), and at the same time as each
+// other: neither depends on the other or on the proxy. The host-side layer
+// is applied on the calling goroutine, since runtimeNetNS names the
+// calling thread's namespace. Both are waited for, whatever fails, so that
+// an undo never races an Apply still in progress. rulesInstalled says the
+// ruleset went in.
+func (s *State) install(r Request, present bool) (rulesInstalled bool, err error) {
+	spec := s.spec()
+	install := enforce.Create // never over a table that appeared meanwhile
+	if present {
+		install = enforce.Apply // the leftover goes
+	}
+	applied := make(chan error, 1)
+	go func() { applied <- install(r.NetNS, spec) }()
+	var hostErr error
+	if r.HostLayer {
+		hostErr = s.applyHostLayer(r.HostIfaces, r.ipam())
+	}
+	if err := <-applied; err != nil {
+		return false, err
+	}
+	return true, hostErr
 }
 
 // runtimeNetNS is the namespace the host-side layer lives in: the one the
