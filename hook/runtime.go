@@ -290,42 +290,7 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 		return fmt.Errorf("parse %s: %w", path, err)
 	}
 
-	annotations := spec.Annotations
-	if _, ok := annotations[AnnotationMode]; !ok {
-		if _, ok := annotations[AnnotationAllowedHosts]; !ok {
-			labels, name := dockerLabels(orDefault(cfg.DockerRoot, "/var/lib/docker"), id)
-			added := map[string]string{}
-			for _, k := range []string{AnnotationMode, AnnotationAllowedHosts} {
-				if v, ok := labels[k]; ok {
-					added[k] = v
-				}
-			}
-			if name != "" {
-				added[annotationDockerName] = name
-			}
-			if len(added) > 0 {
-				annotations = mergeAnnotations(annotations, added)
-				rawAnn, _ := raw["annotations"].(map[string]any)
-				if rawAnn == nil {
-					rawAnn = map[string]any{}
-				}
-				for k, v := range added {
-					rawAnn[k] = v
-				}
-				raw["annotations"] = rawAnn
-			}
-		}
-	}
-	if dns, ok := dockerDNS(orDefault(cfg.DockerRoot, "/var/lib/docker"), id); ok {
-		// Always Docker's own record, whatever the spec says.
-		annotations = mergeAnnotations(annotations, map[string]string{annotationDockerDNS: dns})
-		rawAnn, _ := raw["annotations"].(map[string]any)
-		if rawAnn == nil {
-			rawAnn = map[string]any{}
-		}
-		rawAnn[annotationDockerDNS] = dns
-		raw["annotations"] = rawAnn
-	}
+	annotations := dockerAnnotations(raw, spec.Annotations, cfg, id)
 	pol, _, err := policyFor(annotations, cfg.DefaultPolicy)
 	if err != nil {
 		return err
@@ -351,6 +316,44 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 		return err
 	}
 	return writeFileKeepMode(path, out)
+}
+
+// dockerAnnotations adds to the annotations of container id (both the
+// raw config, which is written back, and the map returned) what dockerd
+// records of it and does not pass to the runtime: its doorman.io/* labels
+// and its name, where the spec carries no doorman annotation, and always
+// its DNS servers (Docker's own record, whatever the spec says).
+func dockerAnnotations(raw map[string]any, annotations map[string]string, cfg RuntimeConfig, id string) map[string]string {
+	root := orDefault(cfg.DockerRoot, "/var/lib/docker")
+	added := map[string]string{}
+	_, hasMode := annotations[AnnotationMode]
+	_, hasHosts := annotations[AnnotationAllowedHosts]
+	if !hasMode && !hasHosts {
+		labels, name := dockerLabels(root, id)
+		for _, k := range []string{AnnotationMode, AnnotationAllowedHosts} {
+			if v, ok := labels[k]; ok {
+				added[k] = v
+			}
+		}
+		if name != "" {
+			added[annotationDockerName] = name
+		}
+	}
+	if dns, ok := dockerDNS(root, id); ok {
+		added[annotationDockerDNS] = dns
+	}
+	if len(added) == 0 {
+		return annotations
+	}
+	rawAnn, _ := raw["annotations"].(map[string]any)
+	if rawAnn == nil {
+		rawAnn = map[string]any{}
+	}
+	for k, v := range added {
+		rawAnn[k] = v
+	}
+	raw["annotations"] = rawAnn
+	return mergeAnnotations(annotations, added)
 }
 
 // sharesRuntimeNetNS reports whether the container will run in the
