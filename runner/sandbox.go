@@ -98,43 +98,49 @@ func attach(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 			}
 		}
 	}()
-	// The record goes first: from here on, a crash leaves something the
-	// next run knows how to undo.
-	if err := s.rec.save(s.dir); err != nil {
+	if err = s.wire(ctx, c, chainConf); err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// wire makes what the run's record says, recording each part before it
+// is made: from here on, a crash leaves something the next run knows how
+// to undo. Called with the lock held; the caller undoes it on error.
+func (s *Sandbox) wire(ctx context.Context, c Config, chainConf []byte) error {
+	if err := s.rec.save(s.dir); err != nil {
+		return err
+	}
+	var err error
 	if s.resolvConf, err = writeResolvConf(s.dir, c.Resolvers, c.Search); err != nil {
-		return nil, err
+		return err
 	}
 	if err := createNetns(s.rec.NetNS); err != nil {
-		return nil, err
+		return err
 	}
 	existing, err := findBridge(c.Bridge)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, list := range [][]byte{loopbackList(), chainConf} {
 		// Recorded before the ADD: a failed ADD is undone by a DEL too.
 		s.rec.Networks = append(s.rec.Networks, list)
 		if err := s.rec.save(s.dir); err != nil {
-			return nil, err
+			return err
 		}
 		err := s.add(ctx, list)
 		if existing == nil {
 			// Marked even if the ADD failed after making it, so that
-			// the teardown below can remove it.
+			// the teardown can remove it.
 			if merr := markBridge(c.Bridge); merr != nil && err == nil {
 				err = merr
 			}
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := applyMasq(c.Bridge, c.Subnets); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return applyMasq(c.Bridge, c.Subnets)
 }
 
 // cni is the libcni handle of this run: its plugin path, its own cache.
