@@ -107,6 +107,16 @@ func (c *cli) parse(args []string, min, max int) (pos []string, code int, ok boo
 	return nil, exitUsage, false
 }
 
+// parseOutput is parse, then checks the -o value that parsing set in
+// out.
+func (c *cli) parseOutput(args []string, min, max int, out *string) ([]string, int, bool) {
+	pos, code, ok := c.parse(args, min, max)
+	if ok && !c.checkOutput(*out) {
+		return nil, exitUsage, false
+	}
+	return pos, code, ok
+}
+
 // checkOutput validates an -o value.
 func (c *cli) checkOutput(o string) bool {
 	if o == "text" || o == "json" {

@@ -52,16 +52,7 @@ Adds entries to a sandbox's allowlist: example.com, *.example.com,
 
 `+sandboxArg+"\n\n"+editHelp, stdout, stderr)
 	ef := addEditFlags(c)
-	pos, code, ok := c.parse(args, 2, -1)
-	if !ok {
-		return code
-	}
-	entries, ok := c.parseEntries(pos[1:])
-	if !ok {
-		c.errorf("%v", errNothingChanged)
-		return exitUsage
-	}
-	s, code := c.find(pos[0])
+	s, entries, code := c.sandboxEntries(args)
 	if s == nil {
 		return code
 	}
@@ -100,16 +91,7 @@ CIDR prefix) is an error, since removing nothing would leave it admitted.
 
 `+sandboxArg+"\n\n"+editHelp, stdout, stderr)
 	ef := addEditFlags(c)
-	pos, code, ok := c.parse(args, 2, -1)
-	if !ok {
-		return code
-	}
-	entries, ok := c.parseEntries(pos[1:])
-	if !ok {
-		c.errorf("%v", errNothingChanged)
-		return exitUsage
-	}
-	s, code := c.find(pos[0])
+	s, entries, code := c.sandboxEntries(args)
 	if s == nil {
 		return code
 	}
@@ -154,6 +136,22 @@ CIDR prefix) is an error, since removing nothing would leave it admitted.
 		}
 		return "removed " + strings.Join(removed, ", ")
 	})
+}
+
+// sandboxEntries parses the arguments of allow and deny, SANDBOX ENTRY...,
+// and finds the sandbox; with a nil sandbox, the command exits with code.
+func (c *cli) sandboxEntries(args []string) (*sandbox.State, []conf.Entry, int) {
+	pos, code, ok := c.parse(args, 2, -1)
+	if !ok {
+		return nil, nil, code
+	}
+	entries, ok := c.parseEntries(pos[1:])
+	if !ok {
+		c.errorf("%v", errNothingChanged)
+		return nil, nil, exitUsage
+	}
+	s, code := c.find(pos[0])
+	return s, entries, code
 }
 
 // sameHostAndPorts reports whether deny entry e removes entry f: the same

@@ -30,12 +30,9 @@ as they are ("msg" is "connection" or "dns").
 	denied := c.fs.Bool("denied", false, "only denials")
 	since := c.fs.String("since", "", "only decisions since a `time` or a duration ago (15m, 2h, 3d, 2006-01-02T15:04:05Z)")
 	n := c.fs.Int("n", 0, "only the last `N` decisions (0: all) before following")
-	pos, code, ok := c.parse(args, 1, 1)
+	pos, code, ok := c.parseOutput(args, 1, 1, out)
 	if !ok {
 		return code
-	}
-	if !c.checkOutput(*out) {
-		return exitUsage
 	}
 	f := decisionlog.Filter{Denied: *denied}
 	if *since != "" {

@@ -112,11 +112,8 @@ denied since it was enforced, DNS queries its DNS filter refused ("-"
 without the filter), and its enforcement label. -o json has the DNS
 filter's counts under "dnsQueries".`, stdout, stderr)
 	out := c.outputFlag()
-	if _, code, ok := c.parse(args, 0, 0); !ok {
+	if _, code, ok := c.parseOutput(args, 0, 0, out); !ok {
 		return code
-	}
-	if !c.checkOutput(*out) {
-		return exitUsage
 	}
 	states, err := sandbox.List(c.stateDir)
 	if err != nil {
@@ -197,12 +194,9 @@ and its most recent decisions, DNS queries included.
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
 	n := c.fs.Int("n", 10, "how many recent decisions to show")
-	pos, code, ok := c.parse(args, 1, 1)
+	pos, code, ok := c.parseOutput(args, 1, 1, out)
 	if !ok {
 		return code
-	}
-	if !c.checkOutput(*out) {
-		return exitUsage
 	}
 	s, code := c.find(pos[0])
 	if s == nil {
@@ -234,6 +228,26 @@ and its most recent decisions, DNS queries included.
 func printShow(w io.Writer, i showInfo, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	i.identityRows(row, now)
+	i.policyRows(row)
+	i.networkRows(row)
+	i.proxyRows(row, now)
+	row("log", i.LogFile)
+	row("state", i.StateDir)
+	tw.Flush()
+	fmt.Fprintln(w)
+	if len(i.Recent) == 0 {
+		fmt.Fprintln(w, "no decisions logged yet")
+		return
+	}
+	fmt.Fprintln(w, "recent decisions:")
+	for _, d := range i.Recent {
+		fmt.Fprintln(w, "  "+decisionlog.Format(d))
+	}
+}
+
+// identityRows are show's rows on which sandbox it is.
+func (i showInfo) identityRows(row func(k, v string), now time.Time) {
 	row("sandbox", i.Key)
 	row("id", i.ID)
 	row("name", orDash(i.Name))
@@ -245,6 +259,10 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 	row("netns", i.NetNS)
 	row("created", fmt.Sprintf("%s (%s ago)", i.Created.Local().Format(time.DateTime), roundAge(now.Sub(i.Created))))
 	row("label", i.Label)
+}
+
+// policyRows are show's rows on the live policy.
+func (i showInfo) policyRows(row func(k, v string)) {
 	row("mode", i.Mode)
 	switch {
 	case i.PolicyError != "":
@@ -260,25 +278,26 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 			row(k, h)
 		}
 	}
-	res := make([]string, 0, len(i.Resolvers))
-	for _, r := range i.Resolvers {
-		res = append(res, r.String())
-	}
-	row("resolvers", orDash(strings.Join(res, ", ")))
-	lookups := make([]string, 0, len(i.ProxyResolvers))
-	for _, r := range i.ProxyResolvers {
-		lookups = append(lookups, r.String())
-	}
-	if len(lookups) == 0 {
+}
+
+// networkRows are show's rows on DNS, allowDirect and ICMP.
+func (i showInfo) networkRows(row func(k, v string)) {
+	row("resolvers", orDash(joinStrings(i.Resolvers)))
+	lookups := joinStrings(i.ProxyResolvers)
+	if lookups == "" {
 		// No resolver of the sandbox's the proxy can reach (or a
 		// sandbox recorded so by an older doorman).
-		lookups = append(lookups, "this host's /etc/resolv.conf")
+		lookups = "this host's /etc/resolv.conf"
 	}
-	row("proxy dns", strings.Join(lookups, ", "))
+	row("proxy dns", lookups)
 	if len(i.AllowDirect) > 0 {
 		row("allowDirect", joinStrings(i.AllowDirect))
 	}
 	row("icmp", i.ICMP)
+}
+
+// proxyRows are show's rows on the proxy and what it counted.
+func (i showInfo) proxyRows(row func(k, v string), now time.Time) {
 	switch i.Proxy.Health {
 	case healthUp:
 		up := "up"
@@ -302,18 +321,6 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 			dns = i.CountError
 		}
 		row("dns queries", dns)
-	}
-	row("log", i.LogFile)
-	row("state", i.StateDir)
-	tw.Flush()
-	fmt.Fprintln(w)
-	if len(i.Recent) == 0 {
-		fmt.Fprintln(w, "no decisions logged yet")
-		return
-	}
-	fmt.Fprintln(w, "recent decisions:")
-	for _, d := range i.Recent {
-		fmt.Fprintln(w, "  "+decisionlog.Format(d))
 	}
 }
 
