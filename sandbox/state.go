@@ -263,14 +263,13 @@ func (s *State) save() error {
 	return writeAtomic(filepath.Join(s.Dir, stateFile), data, 0o600)
 }
 
-// writePolicy writes a new sandbox's policy file as conf.WriteFileAtomic
-// does (mode 0644), but without its fsyncs: see writeAtomic.
+// writePolicy writes the policy file of a sandbox that Enforce puts under
+// p as conf.WriteFileAtomic does (mode 0644), but without its fsyncs (see
+// writeAtomic) and without parsing the file back: p comes from a Spec, so
+// from conf's parsers (and a file the proxy could not read would put it in
+// deny-all, not open it).
 func writePolicy(path string, p *conf.Policy) error {
-	data, err := conf.EncodeFile(p)
-	if err != nil {
-		return fmt.Errorf("policy file %s: %w", path, err)
-	}
-	return writeAtomic(path, data, 0o644)
+	return writeAtomic(path, p.MarshalFile(), 0o644)
 }
 
 // writeAtomic replaces path with data through a temporary file and a
