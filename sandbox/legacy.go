@@ -31,18 +31,24 @@ import (
 //
 // Proxies those releases started took their settings as flags, and keep
 // running as they are: a proxy is only ever started anew with a config
-// file (see spawnProxy).
+// file (see spawnProxy), by a binary of this release. The binary such a
+// state records is one that takes flags, so the next proxy of its sandbox
+// is started from this executable instead.
 type legacyFields struct {
 	ProxyResolver string `json:"proxyResolver"`
 	OTLPConfig    string `json:"otlpConfig"`
 }
 
+// stateVersion is the format of the state files this release writes: the
+// first whose proxies take a config file.
+const stateVersion = 1
+
 // launchFile is the launch record of states recorded before proxyBinary.
 const launchFile = "proxy.json"
 
-// launch is a launch record: how a proxy was started.
+// launch is a launch record: how a proxy was started. Its binary is not
+// needed: it took flags, and the next proxy is this release's.
 type launch struct {
-	Binary    string           `json:"binary"`
 	Resolvers []netip.AddrPort `json:"resolvers,omitempty"`
 	// Resolver is the one resolver of records written before Resolvers
 	// was.
@@ -54,6 +60,9 @@ type launch struct {
 // the next proxy start, rather than failing Load: such a sandbox must
 // still be listed, checked and torn down.
 func (s *State) migrate(data []byte) {
+	if s.Version >= stateVersion {
+		return
+	}
 	var old legacyFields
 	if json.Unmarshal(data, &old) != nil {
 		return
@@ -68,28 +77,30 @@ func (s *State) migrate(data []byte) {
 		}
 		s.OTLP = proxyconf.OTLPOf(c)
 	}
-	if s.ProxyBinary == "" {
-		s.migrateLaunch()
+	if s.ProxyBinary != "" || s.migrateLaunch() {
+		// The recorded binary takes flags; this one, the config file.
+		exe, err := os.Executable()
+		if err != nil {
+			s.legacyErr = fmt.Errorf("find the doorman binary: %w", err)
+		}
+		s.ProxyBinary = exe
 	}
 }
 
-// migrateLaunch fills in how the proxy of a state recorded before
-// proxyBinary was started: from its launch record, else from the running
-// proxy's command line. With neither, ProxyBinary stays "" and leaving
-// mode none says what the new proxy resolves with (see leaveNone).
-func (s *State) migrateLaunch() {
+// migrateLaunch reports whether it knows how the proxy of a state recorded
+// before proxyBinary was started, from its launch record, else from the
+// running proxy's command line, and takes its resolvers from there. Without
+// either, leaving mode none says what the new proxy resolves with (see
+// leaveNone).
+func (s *State) migrateLaunch() bool {
 	l, ok := loadLaunch(s.Dir)
 	if !ok && s.PID > 0 && s.ProxyAlive() {
 		l, ok = launchOf(s.PID)
 	}
-	if !ok {
-		return
+	if ok {
+		s.ProxyResolvers = l.Resolvers
 	}
-	if l.Binary == "" {
-		// The binary that started it is gone (replaced on disk).
-		l.Binary, _ = os.Executable()
-	}
-	s.ProxyBinary, s.ProxyResolvers = l.Binary, l.Resolvers
+	return ok
 }
 
 // legacyResolver is the one resolver an older doorman recorded (as its
@@ -117,17 +128,10 @@ func loadLaunch(dir string) (l launch, ok bool) {
 	return l, true
 }
 
-// launchOf reads how the running proxy pid was started, from /proc: its
-// binary and its --resolver flags.
+// launchOf reads how the running proxy pid was started, from its command
+// line in /proc: its --resolver flags.
 func launchOf(pid int) (launch, bool) {
 	var l launch
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	if err != nil {
-		return l, false
-	}
-	if !strings.HasSuffix(exe, " (deleted)") {
-		l.Binary = exe
-	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return l, false

@@ -55,6 +55,7 @@ func TestLoadOlderProxyResolver(t *testing.T) {
 	if _, ok := raw["proxyResolvers"]; ok {
 		t.Fatalf("fake sandbox already has resolvers: %v", raw)
 	}
+	delete(raw, "version") // as an older doorman wrote it
 	raw["proxyResolver"] = "203.0.113.53:53"
 	data, _ := json.Marshal(raw)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -133,23 +134,27 @@ func TestLeaveNoneKeepsResolvers(t *testing.T) {
 			if err == nil {
 				t.Fatal("a proxy that exits at once: no error")
 			}
-			args := strings.Split(strings.TrimSpace(readFile(t, argsFile)), "\n")
-			if got := startedResolvers(t, args); !slices.Equal(got, tc.want) {
-				t.Errorf("the new proxy's resolvers: %q, want %q (all its arguments: %q)", got, tc.want, args)
+			if got := startedResolvers(t, s.Dir, argsFile); !slices.Equal(got, tc.want) {
+				t.Errorf("the new proxy's resolvers: %q, want %q", got, tc.want)
 			}
 		})
 	}
 }
 
-// startedResolvers are the resolvers of the proxy started with args: those
-// of its --config file.
-func startedResolvers(t *testing.T, args []string) []string {
+// startedResolvers are the resolvers of the proxy last started for the
+// sandbox in dir: those of its config file, which the proxy was given
+// (as the arguments it wrote to argsFile say, where it did: a sandbox an
+// older doorman recorded starts this test binary, not the script).
+func startedResolvers(t *testing.T, dir, argsFile string) []string {
 	t.Helper()
-	files := flagValues(args, "config")
-	if len(files) != 1 {
-		t.Fatalf("the proxy was started without one --config: %q", args)
+	path := filepath.Join(dir, proxyConfigFile)
+	if data, err := os.ReadFile(argsFile); err == nil {
+		args := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if files := flagValues(args, "config"); len(files) != 1 || files[0] != path {
+			t.Fatalf("the proxy was started without --config %s: %q", path, args)
+		}
 	}
-	cfg, err := proxyconf.Load(files[0])
+	cfg, err := proxyconf.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +166,8 @@ func startedResolvers(t *testing.T, args []string) []string {
 }
 
 // writeOlderState rewrites s's state file as an older doorman wrote it:
-// without proxyBinary and proxyResolvers, with the fields in extra.
+// without version, proxyBinary and proxyResolvers, with the fields in
+// extra.
 func writeOlderState(t *testing.T, s *State, extra map[string]any) {
 	t.Helper()
 	path := filepath.Join(s.Dir, stateFile)
@@ -169,6 +175,7 @@ func writeOlderState(t *testing.T, s *State, extra map[string]any) {
 	if err := json.Unmarshal([]byte(readFile(t, path)), &raw); err != nil {
 		t.Fatal(err)
 	}
+	delete(raw, "version")
 	delete(raw, "proxyBinary")
 	delete(raw, "proxyResolvers")
 	for k, v := range extra {

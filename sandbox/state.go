@@ -28,6 +28,9 @@ const (
 // State is what doorman records about one enforced sandbox. It is written
 // as state.json in the sandbox's directory under the state dir.
 type State struct {
+	// Version is the format of the state file: stateVersion for those
+	// this release writes, 0 for those of earlier releases (see migrate).
+	Version   int          `json:"version,omitempty"`
 	Key       string       `json:"key"`                // directory name: unique per attachment
 	ID        string       `json:"id"`                 // container id
 	Name      string       `json:"name,omitempty"`     // container name, where known
@@ -256,6 +259,7 @@ func List(stateDir string) ([]*State, error) {
 
 // save writes the state atomically.
 func (s *State) save() error {
+	s.Version = stateVersion
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err

@@ -177,10 +177,16 @@ func TestFlagValues(t *testing.T) {
 }
 
 // An older doorman's launch record says how the proxy of a state
-// recorded before proxyBinary was started: Load reads it, in both of its
-// forms (a list of resolvers, or one "resolver").
+// recorded before proxyBinary was started: Load reads its resolvers, in
+// both of its forms (a list, or one "resolver"); the next proxy is this
+// binary's, which takes a config file.
 func TestLoadOlderLaunchRecord(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stateDir, s := fakeSandbox(t, conf.ModeNone)
+	writeOlderState(t, s, nil)
 	if got, err := Load(stateDir, s.Key); err != nil || got.ProxyBinary != "" || got.ProxyResolvers != nil {
 		t.Fatalf("no launch record: %+v, %v", got, err)
 	}
@@ -193,8 +199,8 @@ func TestLoadOlderLaunchRecord(t *testing.T) {
 	} {
 		os.WriteFile(filepath.Join(s.Dir, launchFile), []byte(tc.record), 0o600)
 		got, err := Load(stateDir, s.Key)
-		if err != nil || got.ProxyBinary != "/usr/bin/doorman" || !slices.Equal(got.ProxyResolvers, tc.want) {
-			t.Errorf("launch record %s: %+v, %v; want the binary and %v", tc.record, got, err, tc.want)
+		if err != nil || got.ProxyBinary != self || !slices.Equal(got.ProxyResolvers, tc.want) {
+			t.Errorf("launch record %s: %+v, %v; want %v, started by this binary (%s)", tc.record, got, err, tc.want, self)
 		}
 	}
 }
@@ -208,14 +214,11 @@ func TestLoadOlderRunningProxy(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	stateDir, s := fakeSandbox(t, conf.ModeAllowlist)
-	s.PID = cmd.Process.Pid
-	var err error
-	if s.PIDStart, err = processStart(s.PID); err != nil {
+	start, err := processStart(cmd.Process.Pid)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.save(); err != nil {
-		t.Fatal(err)
-	}
+	writeOlderState(t, s, map[string]any{"pid": cmd.Process.Pid, "pidStart": start})
 	// Start returns once the exec is under way; the new command line is
 	// there a moment later.
 	want := addrPorts("203.0.113.53:53", "[2001:db8::53]:5353")
