@@ -1,9 +1,6 @@
 package integration
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -48,41 +45,4 @@ func TestEscapeRowsFailOnThePreviousRelease(t *testing.T) {
 			t.Logf("row %s against %s: %s", id, previousRelease[:7], strings.Join(cells, "; "))
 		}
 	}
-}
-
-// buildPreviousDoorman builds the doorman binary of commit from this
-// repository's history into a directory that also holds the reference CNI
-// plugins under test, and returns the directory. It skips the test when
-// the checkout has no such commit (a shallow clone, an exported tree).
-func buildPreviousDoorman(t *testing.T, commit string) string {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
-	if out, err := exec.Command("git", "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-		t.Skipf("this checkout does not have commit %s (a shallow clone?): %v %s", commit, err, out)
-	}
-	dir := t.TempDir()
-	src, out := filepath.Join(dir, "src"), filepath.Join(dir, "bin")
-	for _, d := range []string{src, out} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	archive := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive "$1" | tar -x -C "$2"`, "sh", commit, src)
-	if b, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", commit, err, b)
-	}
-	build := exec.Command("go", "build", "-o", filepath.Join(out, "doorman"), "./cmd/doorman")
-	build.Dir = src
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build doorman at %s: %v\n%s", commit, err, b)
-	}
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if err := os.Symlink(filepath.Join(binDir, p), filepath.Join(out, p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
 }

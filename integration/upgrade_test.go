@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/hook"
+)
+
+// upgradeFrom is the release the doorman under test must take over on a
+// running host: the last commit before one typed Spec, the proxy's config
+// file and the state migration (issue 15). Its sandboxes record their
+// state in its format, and its proxies were started with flags.
+const upgradeFrom = "6eaae5a15de3055ebc3330c757e90ad72c01be37"
+
+// exeOf is the binary process pid runs.
+func exeOf(t *testing.T, pid int) string {
+	t.Helper()
+	exe, err := os.Readlink(filepath.Join("/proc", itoa(pid), "exe"))
+	if err != nil {
+		t.Fatalf("binary of process %d: %v", pid, err)
+	}
+	return exe
+}
+
+// cmdlineOf is process pid's command line.
+func cmdlineOf(t *testing.T, pid int) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "cmdline"))
+	if err != nil {
+		t.Fatalf("command line of process %d: %v", pid, err)
+	}
+	return strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+}
+
+// TestUpgradeInPlaceCNI adds two CNI sandboxes with the doorman of
+// upgradeFrom, then, with the doorman under test only: lists and checks
+// them; edits one (allow, deny: its old proxy picks the edits up, and a
+// connection through it stays up), takes it to mode none and back (which
+// starts a proxy of this doorman, with a config file) and checks it again;
+// and DELs both, leaving no table, state or process.
+func TestUpgradeInPlaceCNI(t *testing.T) {
+	skipUnlessRoot(t)
+	oldDir := buildPreviousDoorman(t, upgradeFrom)
+	e := newCNIEnv(t)
+	current := e.cni
+	e.cni = libcni.NewCNIConfig([]string{oldDir}, nil)
+	edited, kept := e.newContainer(), e.newContainer()
+	e.mustAdd(edited, e.conflist(nil))
+	e.mustAdd(kept, e.conflist(map[string]any{"allowedHosts": []string{apiName, otherName}}))
+	e.cni = current // from here on, the doorman under test
+
+	oldProxies := map[*container]int{}
+	for _, c := range []*container{edited, kept} {
+		s := e.state(c)
+		if exe := exeOf(t, s.PID); exe != filepath.Join(oldDir, "doorman") {
+			t.Fatalf("proxy of %s runs %s, want the old release's doorman", c.key, exe)
+		}
+		if args := cmdlineOf(t, s.PID); slices.Contains(args, "--config") {
+			t.Fatalf("the old release started its proxy with a config file? %q", args)
+		}
+		oldProxies[c] = s.PID
+		if l := e.ls(c); l.Mode != "allowlist" || l.Proxy.Health != "up" || l.Runtime != "cni" {
+			t.Errorf("ls of an old sandbox: %+v", l)
+		}
+		if err := e.check(c); err != nil {
+			t.Errorf("CHECK of an old sandbox: %v", err)
+		}
+	}
+	apiURL, otherURL := "https://"+apiName+"/", "https://"+otherName+"/"
+	if !e.reaches(edited, apiURL, apiName) || !e.unresolved(edited, otherName) {
+		t.Fatal("the old proxy does not enforce its policy")
+	}
+	held := e.holdConn(edited, apiName)
+
+	// Edits: the old proxy reloads the policy file the new doorman writes.
+	id := edited.rt.ContainerID
+	if r := e.mustCLI("allow", id, otherName); !strings.Contains(r.stdout, "in force") {
+		t.Errorf("allow on an old sandbox: %v", r)
+	}
+	if !e.reaches(edited, otherURL, otherName) {
+		t.Error("a name allowed by the new doorman is refused by the old proxy")
+	}
+	if !held.open(100*time.Millisecond) || held.get(apiName) != nil {
+		t.Error("a connection through the old proxy was disturbed by an edit that kept its permission")
+	}
+	e.mustCLI("deny", id, apiName)
+	if !e.unresolved(edited, apiName) || !e.refusedTLS(edited, apiName, apiAddr4) {
+		t.Error("a name denied by the new doorman still reaches through the old proxy")
+	}
+	if pid := e.state(edited).PID; pid != oldProxies[edited] {
+		t.Errorf("edits within the proxy's modes replaced the old proxy (pid %d, was %d)", pid, oldProxies[edited])
+	}
+
+	// Mode none and back: the new doorman's proxy, with a config file.
+	e.mustCLI("mode", id, "none")
+	waitGone(t, oldProxies[edited])
+	if l := e.ls(edited); l.Mode != "none" || l.Proxy.Health != "none" {
+		t.Errorf("ls after mode none: %+v", l)
+	}
+	e.mustCLI("mode", id, "allowlist")
+	s := e.state(edited)
+	if exe := exeOf(t, s.PID); exe != doormanBin() {
+		t.Errorf("proxy after mode allowlist runs %s, want %s", exe, doormanBin())
+	}
+	if args := cmdlineOf(t, s.PID); !slices.Contains(args, "--config") || !slices.Contains(args, id) {
+		t.Errorf("proxy after mode allowlist: command line %q, want --sandbox %s --config FILE", args, id)
+	}
+	if !e.reaches(edited, otherURL, otherName) || !e.unresolved(edited, apiName) {
+		t.Error("the new proxy does not enforce the edited policy")
+	}
+	if err := e.check(edited); err != nil {
+		t.Errorf("CHECK after the new proxy started: %v", err)
+	}
+	// The other sandbox's old proxy still serves.
+	if !e.reaches(kept, otherURL, otherName) {
+		t.Error("an untouched old proxy stopped serving")
+	}
+
+	// DEL with the new doorman: nothing is left.
+	pids := []int{s.PID, oldProxies[kept]}
+	for _, c := range []*container{edited, kept} {
+		if err := e.del(c); err != nil {
+			t.Fatalf("DEL of %s: %v", c.key, err)
+		}
+		if tablePresent(t, c) {
+			t.Errorf("doorman's table left in %s", c.ns.Path())
+		}
+		if _, err := os.Stat(filepath.Join(e.stateDir, c.key)); !os.IsNotExist(err) {
+			t.Errorf("state of %s left: %v", c.key, err)
+		}
+		if pids := proxiesFor(c.rt.ContainerID); len(pids) != 0 {
+			t.Errorf("proxies of %s left: %v", c.key, pids)
+		}
+	}
+	for _, pid := range pids {
+		waitGone(t, pid)
+	}
+}
+
+// TestUpgradeInPlaceHook runs a runc container whose createRuntime hook
+// is the doorman of upgradeFrom and whose poststop hook is the doorman
+// under test: the new doorman lists the old hook sandbox, its old proxy
+// serves the container, and `runc delete` tears it down with nothing left.
+func TestUpgradeInPlaceHook(t *testing.T) {
+	skipUnlessRoot(t)
+	oldDir := buildPreviousDoorman(t, upgradeFrom)
+	e := newRuncEnv(t)
+	sbx := e.net.NewSandbox(t)
+	old := filepath.Join(oldDir, "doorman")
+	c := e.newContainer("upgrade", withNetNS(sbx.Path()), allowAPI(), func(s *specs.Spec) {
+		for i := range s.Hooks.CreateRuntime {
+			s.Hooks.CreateRuntime[i].Path = old
+		}
+	})
+	e.runDetached(c)
+	s := e.state(c)
+	if exe := exeOf(t, s.PID); exe != old {
+		t.Fatalf("the container's proxy runs %s, want the old release's doorman", exe)
+	}
+	if l := e.ls(c.ctr()); l.Runtime != "hook" || l.ID != c.id || l.Proxy.Health != "up" || l.Mode != "allowlist" {
+		t.Errorf("ls of an old hook sandbox: %+v", l)
+	}
+	if r := e.exec(c, "/probe", "get", "https://"+apiName+"/upgrade", "--ca", "/ca.pem"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+		t.Errorf("allowed HTTPS through the old proxy: %v", r)
+	}
+	if ok, err := enforce.Present(sbx.Path()); !ok || err != nil {
+		t.Fatalf("no doorman table in the container's netns: %v", err)
+	}
+	e.delete(c) // poststop: the doorman under test
+	e.assertNoSandbox(c)
+	waitGone(t, s.PID)
+	if _, err := os.Stat(filepath.Join(e.stateDir, hook.Key(c.id))); !os.IsNotExist(err) {
+		t.Errorf("state left: %v", err)
+	}
+}
