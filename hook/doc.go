@@ -6,9 +6,13 @@
 //
 // The OCI hook (Hook.Run) reads the runtime's state on stdin and the bundle's
 // config.json, finds the container's network namespace, works out its
-// policy and enforcement label, and calls the same enforcement core as the
-// CNI plugin (package sandbox). Any failure exits non-zero, so the runtime
-// refuses to start the container: an unenforced container never runs.
+// policy and enforcement label, builds one sandbox.Spec from its
+// annotations, the resolv.conf the container will see and the hook's
+// flags, and calls the same enforcement core as the CNI plugin (package
+// sandbox). A container whose namespace another sandbox holds
+// (sandbox.Holder) joins that sandbox's enforcement instead. Any failure
+// exits non-zero, so the runtime refuses to start the container: an
+// unenforced container never runs.
 //
 // The runtime wrapper (Wrap) sits where dockerd expects runc. On `create`
 // and `run` it adds doorman's hooks to config.json (once), copies

@@ -5,4 +5,9 @@
 // through unchanged, DEL undoes it, CHECK verifies the ruleset and the
 // proxy, GC reaps attachments the runtime no longer knows, and STATUS says
 // whether this host can enforce at all.
+//
+// The conflist entry is this front door's keys: ADD turns them into one
+// sandbox.Spec (the policy parsed once, with conf.ParseJSON, or from a
+// per-container file in policyDir), and a bad value is an error naming
+// the key, the value and why.
 package plugin

@@ -9,6 +9,12 @@
 // same doorman plugin binary, driven through libcni exactly as a runtime
 // drives them. Nothing here enforces anything itself.
 //
+// Run is a whole `doorman run`: Attach, Start, Wait with the signals a
+// shell would forward passed on, Detach, and the exit status. It takes a
+// Config whose settings are typed (the caller parsed its flags once); the
+// doorman entry of the conflist it writes is the plugin's to parse, as a
+// runtime's would be.
+//
 // A run goes:
 //
 //  1. Attach: take the run directory's lock; reap runs whose `doorman run`

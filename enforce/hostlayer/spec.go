@@ -16,7 +16,7 @@ type Spec struct {
 	// Key identifies the sandbox (unique in the runtime's namespace). It
 	// names the sandbox's chains, sbx-<Key>: letters, digits, '_', '.',
 	// '-', at most 201, starting with a letter or digit (the sandbox keys
-	// of package enforce/sandbox all qualify).
+	// of package sandbox all qualify).
 	Key string
 	// SandboxNetNS is the path of the sandbox's network namespace. Apply
 	// reads there, from the sandbox's end of each veth, the identity it
@@ -98,7 +98,7 @@ func (p Pin) String() string {
 }
 
 // validKey reports whether key may name a sandbox's chains: it matches
-// enforce/sandbox.ValidKey, and makes a chain name of at most 205 bytes
+// sandbox.ValidKey, and makes a chain name of at most 205 bytes
 // (nftables allows 255). Hand-written, not a regexp: this package is in
 // every doorman process, and a package-level regexp costs each of them
 // at start.
