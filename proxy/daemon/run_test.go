@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,13 +29,19 @@ func TestRunServesItsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A descriptor of its own, as a proxy inherits it: Run takes it over.
 	f, err := ln.(*net.TCPListener).File()
 	ln.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	fd, err := syscall.Dup(int(f.Fd()))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := proxyconf.Config{Sandbox: "ctr-run", PolicyFile: policy, LogFile: logFile, DrainTimeout: proxyconf.Duration(100 * time.Millisecond),
-		Listeners: proxyconf.Listeners{TCP: []int{int(f.Fd())}}}
+		Listeners: proxyconf.Listeners{TCP: []int{fd}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready, done := make(chan struct{}), make(chan error, 1)
