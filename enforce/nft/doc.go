@@ -1,7 +1,7 @@
 // Package nft is doorman's nftables toolkit: the matches, verdicts and
 // commented rules that the sandbox's ruleset (package enforce), the
 // host-side layer (package enforce/hostlayer) and the masquerading of
-// `doorman run` (package plugin/chain) build their rules from; the
+// `doorman run` (package runner) build their rules from; the
 // comparison by which their Check functions tell whether an installed rule
 // is the one they would install; and the network namespace handles they
 // talk netlink through.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/guard"
@@ -131,10 +131,10 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 			return nil, nil, nil, fmt.Errorf("resolvers: %w", err)
 		}
 		pc.Resolver = stub
-		logger.Info("resolver", "sandbox", cfg.Sandbox, "servers", cfg.Resolvers)
+		decisionlog.Resolver{Sandbox: cfg.Sandbox, Servers: cfg.Resolvers}.Log(context.Background(), logger)
 	} else {
-		logger.Warn("resolver", "sandbox", cfg.Sandbox, "servers", []netip.AddrPort{}, "resolvConf", hostResolvConf,
-			"why", "no --resolver given: names admitted by name rules resolve with this host's resolv.conf, not the sandbox's resolvers")
+		decisionlog.Resolver{Sandbox: cfg.Sandbox, ResolvConf: hostResolvConf,
+			Why: "no --resolver given: names admitted by name rules resolve with this host's resolv.conf, not the sandbox's resolvers"}.Log(context.Background(), logger)
 	}
 	p := proxy.New(pc)
 	// A policy that does not load leaves the proxy serving in deny-all:
@@ -157,7 +157,7 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
 	direct, err := openDirectLog(cfg, ln, logger)
 	if err != nil {
-		logger.Error("allowDirect flows are not logged", "sandbox", cfg.Sandbox, "err", err.Error())
+		logger.Error(decisionlog.MsgDirectNotLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
 		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
 		return
 	}
@@ -165,7 +165,7 @@ func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, 
 	go func() {
 		defer wg.Done()
 		if err := direct.Run(ctx); err != nil {
-			logger.Error("allowDirect flows are no longer logged", "sandbox", cfg.Sandbox, "err", err.Error())
+			logger.Error(decisionlog.MsgDirectNoLongerLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
 		}
 	}()
 }
