@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/doorman-net/doorman/internal/atomicfile"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -76,7 +78,7 @@ func writeChecked(path string, data, expect []byte, like string) (err error) {
 	if err = swapChecked(tmp, path, expect); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 // swapChecked puts tmp in place of path if path holds expect (is absent,
@@ -209,18 +211,7 @@ func removeChecked(path string, expect []byte) error {
 	if err := os.Remove(aside); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir fsyncs a directory so that a rename or removal in it survives a
-// crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.SyncDir(filepath.Dir(path))
 }
 
 // lockDir takes an exclusive flock on dir, so that two installers on one
@@ -291,38 +282,11 @@ func sameContent(a, b string) (bool, error) {
 // synced, renamed over it, the directory synced) with mode perm. A running
 // process started from the old dst keeps its file; the next exec gets the
 // new one.
-func copyFile(src, dst string, perm fs.FileMode) (err error) {
+func copyFile(src, dst string, perm fs.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	dir := filepath.Dir(dst)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(dst)+tmpInfix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = io.Copy(f, in); err != nil {
-		return err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, dst); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return atomicfile.Write(dst, in, atomicfile.Options{Perm: perm, Durable: true, TempInfix: tmpInfix})
 }

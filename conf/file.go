@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 	"unicode"
+
+	"github.com/doorman-net/doorman/internal/atomicfile"
 )
 
 // fileHeader opens every file MarshalFile renders.
@@ -156,43 +157,8 @@ func WriteFileAtomic(path string, p *Policy) (err error) {
 	if fi, serr := os.Stat(path); serr == nil {
 		perm = fi.Mode().Perm()
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(path, bytes.NewReader(data), atomicfile.Options{Perm: perm, Durable: true}); err != nil {
 		return fmt.Errorf("policy file %s: %w", path, err)
 	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("policy file %s: %w", path, err)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so that a rename in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }

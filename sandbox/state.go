@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/doorman-net/doorman/internal/atomicfile"
 
 	"golang.org/x/sys/unix"
 
@@ -284,23 +287,7 @@ func writePolicy(path string, p *conf.Policy) error {
 // empty reads as unreadable state, which Enforce and Teardown replace.
 // On a disk the fsyncs cost milliseconds on every ADD.
 func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, bytes.NewReader(data), atomicfile.Options{Perm: perm, TempInfix: "."}); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
