@@ -112,7 +112,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		}
 		closeFile()
 	}
-	return slog.New(handler), closeAll, nil
+	return decisionlog.WithPod(slog.New(handler), cfg.PodUID), closeAll, nil
 }
 
 // newServers makes the proxy and, with DNS listeners, the DNS filter,

@@ -38,6 +38,9 @@ const (
 type Config struct {
 	// Sandbox is the sandbox id, for the decision log and the 403 page.
 	Sandbox string `json:"sandbox"`
+	// PodUID is the uid of the Kubernetes pod the sandbox is, if any:
+	// every line of the log carries it (decisionlog.WithPod).
+	PodUID string `json:"podUID,omitempty"`
 	// PolicyFile is the policy in the plain form (see conf.ParseFile),
 	// watched for changes.
 	PolicyFile string `json:"policyFile"`

@@ -31,7 +31,7 @@ func mustDirect(t *testing.T, ss ...string) []conf.Direct {
 func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "proxy-config.json")
 	want := Config{
-		Sandbox: "ctr1", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
+		Sandbox: "team-a/web-0", PodUID: "0b1c2d3e-0000-4000-8000-000000000001", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
 		AllowDirect:  mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
 		OTLP:         &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
 		DrainTimeout: Duration(500 * time.Millisecond),
