@@ -51,9 +51,13 @@ type Spec struct {
 // Attachment is who a sandbox is: the container and, for CNI, the
 // attachment of it that the sandbox enforces.
 type Attachment struct {
-	Key     string // unique per attachment; names the state directory (see ValidKey)
-	ID      string // container id (default Key)
+	Key string // unique per attachment; names the state directory (see ValidKey)
+	// ID is what the sandbox is called (default Key): the container id,
+	// or for a Kubernetes pod "<namespace>/<pod name>". The decision log
+	// and the CLI show it, and the CLI takes it as a selector.
+	ID      string
 	Name    string // container name, if known
+	PodUID  string // a Kubernetes pod's uid, if known: in the decision log with the ID
 	Runtime string // "cni" or "hook"
 	Network string // CNI network name, if any
 	IfName  string // CNI interface name, if any
@@ -73,6 +77,10 @@ type Attachment struct {
 	// identity on that interface, it pins these rather than those the
 	// interface has. Empty means read them from the interface.
 	Addrs []netip.Addr
+	// CgroupParent is the cgroup the runtime names for the sandbox (CNI
+	// cgroupPath capability: a Kubernetes pod's cgroup parent), "" if
+	// none; recorded in the state.
+	CgroupParent string
 }
 
 // validate checks what Enforce needs of s and a; each value in them was

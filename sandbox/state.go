@@ -37,6 +37,7 @@ type State struct {
 	Key       string       `json:"key"`                // directory name: unique per attachment
 	ID        string       `json:"id"`                 // container id
 	Name      string       `json:"name,omitempty"`     // container name, where known
+	PodUID    string       `json:"podUID,omitempty"`   // Kubernetes pod uid, where known
 	Runtime   string       `json:"runtime"`            // "cni" or "hook"
 	Network   string       `json:"network,omitempty"`  // CNI network name
 	IfName    string       `json:"ifName,omitempty"`   // CNI interface name
@@ -89,6 +90,16 @@ type State struct {
 	LogFile  string    `json:"logFile"`  // decision log
 	Created  time.Time `json:"created"`  //
 	Dir      string    `json:"-"`        // the sandbox's state directory
+
+	// CgroupParent is the cgroup the runtime named for the sandbox
+	// (Attachment.CgroupParent), if any.
+	CgroupParent string `json:"cgroupParent,omitempty"`
+	// Unenforced, when set, says why doorman enforces nothing on this
+	// attachment ("excluded namespace"): the record of a sandbox the
+	// front door passed through on purpose, so that the CLI lists it,
+	// with no policy file, proxy, ruleset or host-side layer (see
+	// RecordUnenforced).
+	Unenforced string `json:"unenforced,omitempty"`
 
 	// legacyErr says why what an earlier release recorded could not be
 	// read (see migrate); starting a proxy fails with it.
