@@ -21,6 +21,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -187,7 +188,18 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 	if s.OTLP, err = n.otlp(); err != nil {
 		return s, err
 	}
+	s.ClusterNames = n.clusterNames()
 	return s, nil
+}
+
+// clusterNames open the network's serviceCIDRs and podCIDRs to the names
+// under its clusterDomain (none if it names no CIDR).
+func (n *NetConf) clusterNames() []proxyconf.NameScope {
+	prefixes := slices.Concat(n.ServiceCIDRs, n.PodCIDRs)
+	if len(prefixes) == 0 {
+		return nil
+	}
+	return []proxyconf.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
 }
 
 // resolvers picks the DNS servers containers may query: the network's

@@ -37,7 +37,9 @@
 //     lists it;
 //   - its resolvers are the servers of the dns capability: what the
 //     kubelet writes into the pod's resolv.conf, so they come before the
-//     interface plugin's result, which the kubelet does not use.
+//     interface plugin's result, which the kubelet does not use;
+//   - names under clusterDomain may reach serviceCIDRs and podCIDRs
+//     through the proxy, and no other private range (see package guard).
 //
 // The runtime sends DEL twice, at the pod's stop (with prevResult and its
 // netns) and at its removal (with neither); the second finds nothing left

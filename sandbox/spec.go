@@ -9,6 +9,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -46,6 +47,10 @@ type Spec struct {
 	// OTLP, when its Endpoint is set, makes the proxy also export its
 	// decision and DNS records to that OpenTelemetry collector.
 	OTLP otlplog.Config
+	// ClusterNames open private ranges to the names under a domain, for
+	// the proxy and its DNS filter: a Kubernetes cluster's service and
+	// pod CIDRs to the names under its cluster domain (see guard.Scope).
+	ClusterNames []proxyconf.NameScope
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the

@@ -77,6 +77,10 @@ type State struct {
 	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool `json:"dnsFilter,omitempty"`
+	// ClusterNames are the private ranges open to the names under a
+	// domain (Spec.ClusterNames), as every proxy of the sandbox gets
+	// them.
+	ClusterNames []proxyconf.NameScope `json:"clusterNames,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the
 	// sandbox was enforced: its nsfs device and inode. A path such as
 	// /proc/PID/ns/net names another process's namespace once PID has
