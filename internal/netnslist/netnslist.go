@@ -103,23 +103,35 @@ func List(proc string) ([]Namespace, error) {
 	return out, nil
 }
 
-// cgroupPath picks a process's cgroup from /proc/PID/cgroup: the v2
-// line's ("0::PATH"), else the first line's.
+// cgroupPath picks a process's cgroup from /proc/PID/cgroup, the most
+// telling one where the hierarchies differ (a host with cgroup v1
+// controllers beside an unused v2 hierarchy, whose path is "/"): the
+// first path naming a pod, else the v2 path ("0::PATH") unless it is the
+// root, else the first other path that is not the root, else the root.
 func cgroupPath(data string) string {
-	first := ""
+	var v2, other string
 	for _, line := range strings.Split(strings.TrimSpace(data), "\n") {
 		f := strings.SplitN(line, ":", 3)
 		if len(f) != 3 {
 			continue
 		}
-		if f[0] == "0" && f[1] == "" {
-			return f[2]
-		}
-		if first == "" {
-			first = f[2]
+		path := f[2]
+		switch {
+		case PodUID(path) != "":
+			return path
+		case f[0] == "0" && f[1] == "":
+			v2 = path
+		case other == "" && path != "/":
+			other = path
 		}
 	}
-	return first
+	switch {
+	case v2 != "" && v2 != "/":
+		return v2
+	case other != "":
+		return other
+	}
+	return v2
 }
 
 // podUIDPattern is a pod uid in a cgroup path, dashes or (systemd

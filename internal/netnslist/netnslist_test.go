@@ -98,8 +98,10 @@ func TestPodUID(t *testing.T) {
 func TestCgroupPath(t *testing.T) {
 	for _, tc := range []struct{ data, want string }{
 		{"0::/kubepods/pod1/abc\n", "/kubepods/pod1/abc"},
-		{"12:pids:/kubepods/pod1/abc\n11:memory:/kubepods/pod1/abc\n0::/\n", "/"},
-		{"12:pids:/kubepods/pod1/abc\n11:memory:/other\n", "/kubepods/pod1/abc"},
+		{"12:pids:/kubepods/pod1/abc\n11:memory:/kubepods/pod1/abc\n0::/\n", "/kubepods/pod1/abc"},
+		{"12:pids:/\n11:memory:/a\n0::/b\n", "/b"},
+		{"9:name=systemd:/\n4:memory:/kubepods/pod0b1c2d3e-0000-4000-8000-000000000001/3f\n0::/x\n", "/kubepods/pod0b1c2d3e-0000-4000-8000-000000000001/3f"},
+		{"9:name=systemd:/\n0::/\n", "/"},
 		{"", ""},
 	} {
 		if got := cgroupPath(tc.data); got != tc.want {
