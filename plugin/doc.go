@@ -40,6 +40,9 @@
 //     interface plugin's result, which the kubelet does not use;
 //   - names under clusterDomain may reach serviceCIDRs and podCIDRs
 //     through the proxy, and no other private range (see package guard).
+//   - its cgroup (the cgroupPath capability: a cgroupfs path or a systemd
+//     slice name; anything else fails the ADD) is recorded in the
+//     sandbox's state as its cgroupParent.
 //
 // The runtime sends DEL twice, at the pod's stop (with prevResult and its
 // netns) and at its removal (with neither); the second finds nothing left

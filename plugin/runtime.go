@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -21,7 +22,11 @@ type RuntimeConfig struct {
 	// its doorman.io/* policy is (see package annotation).
 	PodAnnotations map[string]string
 	// CgroupPath is the cgroupPath capability: the cgroup the runtime
-	// names for the sandbox (a pod's cgroup parent), "" if none.
+	// names for the sandbox (a pod's cgroup parent), "" if none. It is
+	// either a cgroupfs path, absolute and clean
+	// ("/kubepods/burstable/pod<uid>"), or, under the systemd cgroup
+	// driver, a slice's unit name ("kubepods-burstable-pod<uid>.slice",
+	// which systemd nests by its dashes); see parseCgroupPath.
 	CgroupPath string
 }
 
@@ -70,9 +75,44 @@ func ParseRuntimeConfig(data json.RawMessage) (RuntimeConfig, error) {
 	if r := raw[capCgroupPath]; !isNull(r) {
 		if err := json.Unmarshal(r, &rc.CgroupPath); err != nil {
 			errs = append(errs, fmt.Errorf("runtimeConfig %s %s: want a string", capCgroupPath, compact(r)))
+		} else if err := checkCgroupPath(rc.CgroupPath); err != nil {
+			rc.CgroupPath = ""
+			errs = append(errs, fmt.Errorf("runtimeConfig %s %s: %w", capCgroupPath, compact(r), err))
 		}
 	}
 	return rc, errors.Join(errs...)
+}
+
+// checkCgroupPath checks that p names a cgroup in one of the two forms a
+// CRI runtime passes: a cgroupfs path or a systemd slice. Whatever later
+// places processes there joins it to the cgroup root or expands the slice
+// by its dashes, so a path that climbs out ("..") or is relative, or a
+// slice name with a slash or characters systemd refuses, is an error
+// rather than a cgroup somewhere else.
+func checkCgroupPath(p string) error {
+	switch {
+	case p == "":
+		return nil // none named, as if absent
+	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return errors.New("holds a control character")
+	case strings.HasPrefix(p, "/"):
+		if path.Clean(p) != p {
+			return errors.New("want a clean absolute cgroup path (no ., .., // or trailing /)")
+		}
+		return nil
+	case strings.HasSuffix(p, ".slice"):
+		if len(p) > 255 || strings.ContainsFunc(p, func(r rune) bool { return !isUnitNameRune(r) }) {
+			return errors.New("want a systemd slice name: at most 255 of A-Z a-z 0-9 : _ . - \\, ending in .slice")
+		}
+		return nil
+	default:
+		return errors.New("want an absolute cgroup path or a systemd slice name (ending in .slice)")
+	}
+}
+
+// isUnitNameRune reports whether systemd allows r in a unit name.
+func isUnitNameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":_.-\\", r)
 }
 
 // parseDNSCapability parses the dns capability's object: its keys in

@@ -31,6 +31,9 @@ func TestParseRuntimeConfig(t *testing.T) {
 		{"the conventions' lower case", `{"dns": {"servers": ["2001:db8::53"], "searches": ["example.test"], "options": null, "domain": "example.test"}}`,
 			RuntimeConfig{DNS: &DNSCapability{Servers: []string{"2001:db8::53"}, Searches: []string{"example.test"}}}},
 		{"dns without servers", `{"dns": {"Servers": null}}`, RuntimeConfig{DNS: &DNSCapability{}}},
+		{"the systemd cgroup driver's slice", `{"cgroupPath": "kubepods-besteffort-pod0b1c_2d3e.slice"}`, RuntimeConfig{CgroupPath: "kubepods-besteffort-pod0b1c_2d3e.slice"}},
+		{"cgroupfs root", `{"cgroupPath": "/"}`, RuntimeConfig{CgroupPath: "/"}},
+		{"empty cgroupPath", `{"cgroupPath": ""}`, RuntimeConfig{}},
 		{"capabilities doorman does not use", `{"portMappings": [{"hostPort": 80}], "bandwidth": {}}`, RuntimeConfig{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,6 +58,12 @@ func TestParseRuntimeConfigErrors(t *testing.T) {
 		{`{"io.kubernetes.cri.pod-annotations": {"doorman.io/mode": 1}}`, `runtimeConfig io.kubernetes.cri.pod-annotations {"doorman.io/mode":1}: want an object of strings`},
 		{`{"io.kubernetes.cri.pod-annotations": {"doorman.io/mode": null}}`, `want an object of strings`},
 		{`{"cgroupPath": 7}`, `runtimeConfig cgroupPath 7: want a string`},
+		{`{"cgroupPath": "kubepods/besteffort/pod1234"}`, `runtimeConfig cgroupPath "kubepods/besteffort/pod1234": want an absolute cgroup path or a systemd slice name`},
+		{`{"cgroupPath": "/kubepods/../../system.slice"}`, `runtimeConfig cgroupPath "/kubepods/../../system.slice": want a clean absolute cgroup path`},
+		{`{"cgroupPath": "/kubepods/pod1234/"}`, `want a clean absolute cgroup path`},
+		{`{"cgroupPath": "/kubepods/pod\n1234"}`, `runtimeConfig cgroupPath "/kubepods/pod\n1234": holds a control character`},
+		{`{"cgroupPath": "../kubepods.slice"}`, `want a systemd slice name`},
+		{`{"cgroupPath": "kube pods.slice"}`, `want a systemd slice name`},
 	} {
 		got, err := ParseRuntimeConfig(json.RawMessage(tc.json))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

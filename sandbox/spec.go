@@ -84,7 +84,11 @@ type Attachment struct {
 	Addrs []netip.Addr
 	// CgroupParent is the cgroup the runtime names for the sandbox (CNI
 	// cgroupPath capability: a Kubernetes pod's cgroup parent), "" if
-	// none; recorded in the state.
+	// none; recorded in the state. The plugin passes it only in one of
+	// two forms: a clean absolute cgroupfs path
+	// ("/kubepods/burstable/pod<uid>", relative to the cgroup root) or,
+	// under the systemd cgroup driver, a slice's unit name
+	// ("kubepods-burstable-pod<uid>.slice", nested by its dashes).
 	CgroupParent string
 }
 
