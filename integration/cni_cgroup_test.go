@@ -10,8 +10,9 @@ import (
 // TestCNICgroupPath: an entry that declares the cgroupPath capability
 // gets the runtime's value in runtimeConfig (libcni puts it there, as
 // containerd's CRI does from the pod's cgroup parent), and doorman
-// records it in the sandbox's state (cgroupParent) as it came: a
-// cgroupfs path or the systemd cgroup driver's slice name. A value that
+// records it in the sandbox's state (cgroupParent) as it came, a
+// cgroupfs path or the systemd cgroup driver's slice name, which show
+// reports. A value that
 // names no cgroup in either form (relative, or climbing out with ..)
 // fails the ADD, naming the capability and the value, and leaves no
 // state and no proxy.
@@ -24,6 +25,9 @@ func TestCNICgroupPath(t *testing.T) {
 		e.mustAdd(c, list)
 		if s := e.state(c); s.CgroupParent != cgroup {
 			t.Errorf("state of %s: cgroupParent %q, want the runtime's %q", c.key, s.CgroupParent, cgroup)
+		}
+		if r := e.mustCLI("show", c.key); !strings.Contains(r.stdout, "\ncgroup       "+cgroup+"\n") {
+			t.Errorf("show %s has no row for its cgroup %s:\n%s", c.key, cgroup, r.stdout)
 		}
 	}
 	for _, cgroup := range []string{"kubepods/besteffort/pod0b1c2d3e", "/kubepods/../../system.slice"} {

@@ -24,14 +24,17 @@ const (
 // sandboxInfo is one sandbox as ls and show report it; -o json writes it
 // as is.
 type sandboxInfo struct {
-	Key     string `json:"key"`
-	ID      string `json:"id"`
-	Name    string `json:"name,omitempty"`
-	PodUID  string `json:"podUID,omitempty"`
-	Runtime string `json:"runtime"`
-	Network string `json:"network,omitempty"`
-	IfName  string `json:"ifName,omitempty"`
-	NetNS   string `json:"netns"`
+	Key    string `json:"key"`
+	ID     string `json:"id"`
+	Name   string `json:"name,omitempty"`
+	PodUID string `json:"podUID,omitempty"`
+	// CgroupParent is the cgroup the runtime named for the sandbox (a
+	// pod's cgroup parent: a cgroupfs path or a systemd slice), if any.
+	CgroupParent string `json:"cgroupParent,omitempty"`
+	Runtime      string `json:"runtime"`
+	Network      string `json:"network,omitempty"`
+	IfName       string `json:"ifName,omitempty"`
+	NetNS        string `json:"netns"`
 	// Mode is the mode of the live policy file, what the proxy applies;
 	// "invalid" if it does not load (the proxy then denies everything).
 	Mode        string    `json:"mode"`
@@ -64,7 +67,7 @@ type proxyInfo struct {
 // sandbox, and a later one with the same key appends to it).
 func describe(s *sandbox.State) *sandboxInfo {
 	info := &sandboxInfo{
-		Key: s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
+		Key: s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
 		NetNS: s.NetNS, Created: s.Created, StateDir: s.Dir, PolicyFile: s.PolicyPath(), LogFile: s.LogFile,
 		state: s,
 	}
@@ -229,9 +232,10 @@ func icmpSummary(s *sandbox.State) string {
 
 func runShow(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
-Shows one sandbox: its policy, resolvers, enforcement label, proxy pid and
-uptime, counts of connections and of DNS queries (with the DNS filter on),
-and its most recent decisions, DNS queries included.
+Shows one sandbox: its policy, resolvers, enforcement label (for a pod,
+its uid and the cgroup the runtime named), proxy pid and uptime, counts
+of connections and of DNS queries (with the DNS filter on), and its most
+recent decisions, DNS queries included.
 
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
@@ -315,6 +319,9 @@ func (i showInfo) identityRows(row func(k, v string), now time.Time) {
 	row("name", orDash(i.Name))
 	if i.PodUID != "" {
 		row("pod uid", i.PodUID)
+	}
+	if i.CgroupParent != "" {
+		row("cgroup", i.CgroupParent)
 	}
 	rt := i.Runtime
 	if i.Network != "" || i.IfName != "" {
