@@ -50,7 +50,7 @@ func TestValidateConfigErrors(t *testing.T) {
 		{`{"clusterDomain": "10.0.0.1"}`, []string{"an address"}},
 		{`{"serviceCIDRs": ["10.96.0.1/12"]}`, []string{`serviceCIDRs[0] "10.96.0.1/12": host bits set: did you mean 10.96.0.0/12?`}},
 		{`{"podCIDRs": ["10.244.0.0"]}`, []string{`podCIDRs[0] "10.244.0.0": not a CIDR prefix`}},
-		{`{"allowDirect": ["db.example.com"]}`, []string{`allowDirect[0] "db.example.com": only an IP or CIDR`}},
+		{`{"allowDirect": ["db.example.com"]}`, []string{`allowDirect[0] "db.example.com": only an IP address or CIDR`}},
 		{`{"allowDirect": ["10.0.0.1/8"]}`, []string{`allowDirect[0]`, "10.0.0.1/8"}},
 		{`{"stateDir": "run/doorman"}`, []string{`stateDir "run/doorman": want a clean absolute path`}},
 		{`{"logDir": "/var/log/../log"}`, []string{`logDir "/var/log/../log"`}},
@@ -61,6 +61,11 @@ func TestValidateConfigErrors(t *testing.T) {
 		{`{"dnsFilter": "false"}`, []string{`dnsFilter "false": want true or false`}},
 		{`{"hostLayer": 0}`, []string{`hostLayer 0: want true or false`}},
 		{`{"allowICMP": "yes"}`, []string{`allowICMP "yes": want true or false`}},
+		// The plugin's other keys: the plugin's parser judges them.
+		{`{"resolvers": ["203.0.113.53", "dns.example"]}`, []string{`resolvers[1] "dns.example": not an IP address`}},
+		{`{"upstreamResolver": "dns.example:53"}`, []string{`upstreamResolver "dns.example:53": "dns.example" is not an IP address`}},
+		{`{"policyDir": "policies"}`, []string{`policyDir "policies": want a clean absolute path`}},
+		{`{"type": "doorman"}`, []string{`unknown key "type"`}}, // the CNI's keys are not the installer's
 		// Every problem at once.
 		{`{"mode": "x", "allowDirect": ["a.example"], "bogus": 1}`, []string{`mode: invalid mode "x"`, "allowDirect[0]", `unknown key "bogus"`}},
 	} {

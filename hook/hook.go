@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
@@ -202,7 +203,7 @@ func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec,
 		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream,
 	}
 	var err error
-	if s.AllowDirect, err = allowDirect(c.annotations); err != nil {
+	if s.AllowDirect, err = annotation.Direct(c.annotations); err != nil {
 		return s, err
 	}
 	if s.Resolvers, err = resolvers(c.oci, c.st.Bundle); err != nil {

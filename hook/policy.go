@@ -8,30 +8,20 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/sandbox"
 )
 
-// The annotations (and, on Docker, container labels) that carry a policy.
+// The annotations (and, on Docker, container labels) that carry a policy
+// (see package annotation, which parses them for the hook and the CNI
+// plugin alike).
 const (
-	AnnotationMode         = "doorman.io/mode"
-	AnnotationAllowedHosts = "doorman.io/allowed-hosts"
+	AnnotationMode         = annotation.Mode
+	AnnotationAllowedHosts = annotation.AllowedHosts
+	// AnnotationAllowDirect lists IP/CIDR entries (comma-separated, with
+	// an optional port) the container reaches without the proxy.
+	AnnotationAllowDirect = annotation.AllowDirect
 )
-
-// AnnotationAllowDirect lists IP/CIDR entries (comma-separated, with an
-// optional port) the container reaches without the proxy.
-const AnnotationAllowDirect = "doorman.io/allow-direct"
-
-// allowDirect parses the allow-direct annotation: address entries only.
-func allowDirect(annotations map[string]string) ([]conf.Direct, error) {
-	var values []string
-	for _, raw := range strings.Split(annotations[AnnotationAllowDirect], ",") {
-		if raw = strings.TrimSpace(raw); raw != "" {
-			values = append(values, raw)
-		}
-	}
-	return sandbox.ParseAllowDirect("annotation "+AnnotationAllowDirect, values)
-}
 
 // DefaultPolicyFile is the policy for containers that carry no doorman
 // annotation, in the plain allowlist form.
@@ -43,27 +33,8 @@ var errNoPolicy = errors.New("no doorman policy")
 // policyFor returns the policy a container's annotations give it, or else
 // the default policy file's. It never falls back to "allow everything".
 func policyFor(annotations map[string]string, defaultFile string) (*conf.Policy, string, error) {
-	mode, hasMode := annotations[AnnotationMode]
-	hosts, hasHosts := annotations[AnnotationAllowedHosts]
-	if hasMode || hasHosts {
-		m := conf.ModeAllowlist
-		if hasMode {
-			var err error
-			if m, err = conf.ParseMode(mode); err != nil {
-				return nil, "", fmt.Errorf("annotation %s: %w", AnnotationMode, err)
-			}
-		}
-		var entries []string
-		for _, h := range strings.Split(hosts, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				entries = append(entries, h)
-			}
-		}
-		p, err := conf.NewPolicy(m, entries)
-		if err != nil {
-			return nil, "", fmt.Errorf("annotation %s: %w", AnnotationAllowedHosts, err)
-		}
-		return p, "annotations", nil
+	if p, ok, err := annotation.Policy(annotations); ok {
+		return p, "annotations", err
 	}
 	if defaultFile == "" {
 		defaultFile = DefaultPolicyFile

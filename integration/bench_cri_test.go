@@ -54,8 +54,8 @@ func BenchmarkCRIRunPodSandbox(b *testing.B) {
 			if _, err := os.Stat(filepath.Join(e.stateDir, p.key)); err != nil {
 				b.Fatalf("after runp, doorman has no state for %s: %v", p.key, err)
 			}
-			if pids := proxiesFor(p.id); len(pids) != 1 {
-				b.Fatalf("after runp, proxy processes for %s: %v, want one", p.id, pids)
+			if pids := proxiesFor(p.sandboxID()); len(pids) != 1 {
+				b.Fatalf("after runp, proxy processes for %s: %v, want one", p.sandboxID(), pids)
 			}
 		}
 		t0 = time.Now()

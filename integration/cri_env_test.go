@@ -365,9 +365,9 @@ func criDoormanEntry(e *cniEnv) map[string]any {
 	}
 }
 
-// installByHand is the criInstaller the tests use until `doorman
-// install-cni` exists: it appends criDoormanEntry to the conflist the
-// runtime loads from confDir.
+// installByHand is the criInstaller most tests use: it appends
+// criDoormanEntry to the conflist the runtime loads from confDir.
+// realInstaller runs `doorman install-cni` instead.
 func installByHand(c *criEnv, confDir string) {
 	tb := c.tb
 	tb.Helper()
@@ -446,6 +446,10 @@ type criPod struct {
 	config               string // its sandbox config file, for crictl create
 	key                  string // doorman's sandbox key: <id>-eth0
 }
+
+// sandboxID is the pod's doorman sandbox id: <namespace>/<name>, in the
+// decision log, the CLI and its proxy's --sandbox.
+func (p *criPod) sandboxID() string { return p.namespace + "/" + p.name }
 
 // podConfig writes the sandbox config of spec as crictl reads it (the CRI's
 // PodSandboxConfig in JSON) and returns the pod it describes.

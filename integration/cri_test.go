@@ -21,14 +21,16 @@ import (
 // TestCRIPolicy runs a pod through containerd's CRI plugin, as the kubelet
 // does, on a node whose conflist chains doorman after the primary network
 // (bridge, host-local, portmap) with a network-wide policy allowing
-// apiName. doorman records the pod sandbox (CNI_CONTAINERID is the pod
-// sandbox's id, K8S_POD_NAME its name) with its resolvers from the pod's
-// dns_config, one proxy, its ruleset in the pod's namespace and the
-// host-side layer. From a container of the pod, the probe reaches apiName
-// over HTTPS and HTTP, by name through the pod's resolvers (the DNS
-// filter); evilName does not resolve, gets a TLS alert and a 403 naming
-// the pod at its addresses; raw TCP, UDP and QUIC (UDP 443) reach nothing,
-// and the fake internet's listeners count nothing from the pod.
+// apiName. doorman records the pod sandbox (under the key of
+// CNI_CONTAINERID, the pod sandbox's id; named <namespace>/<pod name>
+// from CNI_ARGS) with its resolvers from the pod's dns_config, one proxy,
+// its ruleset in the pod's namespace and the host-side layer. From a
+// container of the pod, the probe reaches apiName over HTTPS and HTTP, by
+// name through the pod's resolvers (the DNS filter); evilName does not
+// resolve, gets a TLS alert and a 403 naming the pod at its addresses; raw
+// TCP, UDP and QUIC (UDP 443) reach nothing, and the fake internet's
+// listeners count nothing from the pod. The decision lines name the pod
+// and carry its uid.
 func TestCRIPolicy(t *testing.T) {
 	skipUnlessCRI(t)
 	begin := time.Now()
@@ -37,8 +39,8 @@ func TestCRIPolicy(t *testing.T) {
 	t.Logf("setup (fake internet, containerd, pause and probe images): %v", time.Since(begin).Round(time.Millisecond))
 
 	step := time.Now()
-	// An annotation of no meaning to doorman: today's plugin ignores the
-	// pod's annotations (and capabilities it does not know).
+	// An annotation of no meaning to doorman: the network's policy
+	// applies.
 	p := c.mustRunPod(criPodSpec{annotations: map[string]string{"example.com/team": "ci"}})
 	t.Logf("crictl runp: %v", time.Since(step).Round(time.Millisecond))
 	assertCRIEnforced(t, c, p)
@@ -88,8 +90,8 @@ func TestCRIPolicy(t *testing.T) {
 		}
 	}
 	if r := probe("get", "http://"+evilName+"/", "--resolve", evilName+":"+evilAddr4.String()); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
-		!strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, p.id) {
-		t.Errorf("denied HTTP: want a 403 naming %s and the pod sandbox %s, got %v", evilName, p.id, r)
+		!strings.Contains(r.stdout, evilName) || !strings.Contains(r.stdout, p.sandboxID()) {
+		t.Errorf("denied HTTP: want a 403 naming %s and the pod %s, got %v", evilName, p.sandboxID(), r)
 	}
 
 	// Raw TCP to the denied host, UDP to it and QUIC to the allowed one.
@@ -113,8 +115,12 @@ func TestCRIPolicy(t *testing.T) {
 		t.Errorf("%s's UDP 443 got %d datagrams from the pod (QUIC)", apiName, after.apiUDP-before.apiUDP)
 	}
 
-	// The decision log, under the pod sandbox's key.
-	e.waitDecision(&container{key: p.key}, decided(apiName, "allow"))
+	// The decision log, under the pod sandbox's key: the lines name the
+	// pod and carry its uid.
+	d := e.waitDecision(&container{key: p.key}, decided(apiName, "allow"))
+	if d["sandbox"] != p.sandboxID() || d["pod_uid"] != p.uid {
+		t.Errorf("decision line: sandbox %v pod_uid %v, want %s and %s", d["sandbox"], d["pod_uid"], p.sandboxID(), p.uid)
+	}
 	e.waitDecision(&container{key: p.key}, decided(evilName, "deny"))
 	e.waitDNSDecision(&container{key: p.key}, evilName, "deny")
 	t.Logf("checks by crictl exec: %v", time.Since(step).Round(time.Millisecond))
@@ -123,11 +129,13 @@ func TestCRIPolicy(t *testing.T) {
 // TestCRIPodDNS gives a pod a dns_config naming a resolver the node's
 // resolv.conf does not (the fake internet's second server, playing the
 // cluster DNS) and a name only that resolver knows (the node's resolvers
-// answer NXDOMAIN for it), allowed by the network's policy. containerd
-// passes the servers in the dns capability; doorman makes them the
-// sandbox's resolvers and the proxy's: the pod resolves the name through
-// the DNS filter and reaches it, and every query for it went to the pod's
-// resolver, none to the node's.
+// answer NXDOMAIN for it), allowed by the pod's annotation. The primary
+// network's result names the node's resolver (the bridge's "dns"), as an
+// interface plugin's may: the kubelet ignores it, and so does doorman.
+// containerd passes the pod's servers in the dns capability; doorman makes
+// them the sandbox's resolvers and the proxy's: the pod resolves the name
+// through the DNS filter and reaches it, and every query for it went to
+// the pod's resolver, none to the node's.
 func TestCRIPodDNS(t *testing.T) {
 	skipUnlessCRI(t)
 	const name = "internal.example.test"
@@ -135,17 +143,21 @@ func TestCRIPodDNS(t *testing.T) {
 	internal := e.net.AddHost(name, netip.MustParseAddr("203.0.113.40"))
 	clusterDNS := []netip.Addr{e.net.RogueDNS, e.net.RogueDNS6}
 	e.net.AnswerOnlyAt(name, clusterDNS...)
-	// The network's policy allows the name too (per-pod policy is for
-	// the plugin to come).
 	install := func(c *criEnv, confDir string) {
-		entry := criDoormanEntry(c.e)
-		entry["allowedHosts"] = []string{apiName, name}
 		path := firstCNIConfig(t, confDir)
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, path, appendCNIPlugin(t, data, entry))
+		var list map[string]any
+		if err := json.Unmarshal(data, &list); err != nil {
+			t.Fatal(err)
+		}
+		list["plugins"].([]any)[0].(map[string]any)["dns"] = map[string]any{"nameservers": []string{e.net.DNS.String()}}
+		if data, err = json.Marshal(list); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, appendCNIPlugin(t, data, criDoormanEntry(c.e)))
 	}
 	c := newCRIEnv(t, e, withCRIInstaller(install))
 
@@ -156,7 +168,8 @@ func TestCRIPodDNS(t *testing.T) {
 	}
 	nodeQueries := e.net.QueriesAt(e.net.DNS, name) + e.net.QueriesAt(e.net.DNS6, name)
 
-	p := c.mustRunPod(criPodSpec{dns: &criDNS{Servers: []string{clusterDNS[0].String(), clusterDNS[1].String()}}})
+	p := c.mustRunPod(criPodSpec{dns: &criDNS{Servers: []string{clusterDNS[0].String(), clusterDNS[1].String()}},
+		annotations: map[string]string{"doorman.io/allowed-hosts": name}})
 	assertCRIEnforced(t, c, p)
 	s := e.state(&container{key: p.key})
 	if !slices.Equal(s.Resolvers, clusterDNS) {
@@ -231,7 +244,7 @@ func TestCRIStopRemove(t *testing.T) {
 		}
 	}
 	waitGone(t, s.PID)
-	assertSandboxGone(t, e, p.id)
+	assertPodGone(t, e, p)
 	if hostLayerHolds(t, e.net.HostPath(), p.key) {
 		t.Errorf("the host-side layer still has a chain for %s after stopp", p.key)
 	}
@@ -264,7 +277,7 @@ func TestCRIStopRemove(t *testing.T) {
 				where, del.ContainerID, del.Netns, del.IfName, criHasPrevResult(t, del), p.id)
 		}
 	}
-	assertSandboxGone(t, e, p.id)
+	assertPodGone(t, e, p)
 	if pods := c.mustCrictl("pods", "--quiet"); pods != "" {
 		t.Errorf("pods listed after rmp: %s", pods)
 	}
@@ -310,8 +323,8 @@ func TestCRIManyPods(t *testing.T) {
 			t.Errorf("pod %d: allowed HTTPS: %v", i, r)
 		}
 		if r := c.probe(ctrs[p.id], "get", "http://"+evilName+"/", "--resolve", evilName+":"+evilAddr4.String()); r.exit != 0 ||
-			!strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, p.id) {
-			t.Errorf("pod %d: denied HTTP: want a 403 naming the pod sandbox %s, got %v", i, p.id, r)
+			!strings.HasPrefix(r.stdout, "status: 403\n") || !strings.Contains(r.stdout, p.sandboxID()) {
+			t.Errorf("pod %d: denied HTTP: want a 403 naming the pod %s, got %v", i, p.sandboxID(), r)
 		}
 	}
 	if n := e.evil.Requests(); n != 0 {
@@ -329,7 +342,7 @@ func TestCRIManyPods(t *testing.T) {
 		}
 	}
 	for _, p := range all {
-		assertSandboxGone(t, e, p.id)
+		assertPodGone(t, e, p)
 	}
 	t.Logf("stopp and rmp of %d pods: %v", pods, time.Since(step).Round(time.Millisecond))
 }
@@ -450,24 +463,42 @@ func TestCRIRuntimeConfig(t *testing.T) {
 }
 
 // assertCRIEnforced checks that doorman enforces pod p as its CNI plugin
-// does a container: its state under <pod sandbox id>-eth0, one live proxy
-// (the recorded one), the ruleset in the pod's network namespace and the
-// host-side layer's chain.
+// does a container: its state under <pod sandbox id>-eth0, named
+// <namespace>/<pod name> with the pod's uid, one live proxy (the recorded
+// one), the ruleset in the pod's network namespace and the host-side
+// layer's chain.
 func assertCRIEnforced(t *testing.T, c *criEnv, p *criPod) {
 	t.Helper()
 	s := c.e.state(&container{key: p.key})
-	if s.Runtime != "cni" || s.ID != p.id || s.Label != "full" || !s.HostLayer || !s.DNSFilter {
-		t.Errorf("state of %s: runtime %q id %q label %q, host-side layer %v, DNS filter %v; want cni, the pod sandbox id, full, both layers",
-			p.key, s.Runtime, s.ID, s.Label, s.HostLayer, s.DNSFilter)
+	if s.Runtime != "cni" || s.ID != p.sandboxID() || s.PodUID != p.uid || s.Label != "full" || !s.HostLayer || !s.DNSFilter {
+		t.Errorf("state of %s: runtime %q id %q pod uid %q label %q, host-side layer %v, DNS filter %v; want cni, %s, %s, full, both layers",
+			p.key, s.Runtime, s.ID, s.PodUID, s.Label, s.HostLayer, s.DNSFilter, p.sandboxID(), p.uid)
 	}
-	if pids := proxiesFor(p.id); !slices.Equal(pids, []int{s.PID}) {
-		t.Errorf("proxy processes for %s: %v, want the recorded pid %d", p.id, pids, s.PID)
+	if pids := proxiesFor(p.sandboxID()); !slices.Equal(pids, []int{s.PID}) {
+		t.Errorf("proxy processes for %s: %v, want the recorded pid %d", p.sandboxID(), pids, s.PID)
 	}
 	if ok, err := enforce.Present(c.netnsPath(p)); err != nil || !ok {
 		t.Errorf("doorman's table in pod %s's namespace: present %v (%v)", p.id, ok, err)
 	}
 	if !hostLayerHolds(t, c.e.net.HostPath(), p.key) {
 		t.Errorf("the host-side layer has no chain for %s", p.key)
+	}
+}
+
+// assertPodGone checks that pod p has no state in doorman's state dir and
+// no proxy process (waiting a little for a proxy to exit).
+func assertPodGone(t *testing.T, e *cniEnv, p *criPod) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(e.stateDir, p.key)); !os.IsNotExist(err) {
+		t.Errorf("state of %s (%s) left after the pod went: %v", p.key, p.sandboxID(), err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pids := proxiesFor(p.sandboxID()); len(pids) > 0; pids = proxiesFor(p.sandboxID()) {
+		if time.Now().After(deadline) {
+			t.Errorf("proxy processes of %s left after the pod went: %v", p.sandboxID(), pids)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

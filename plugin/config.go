@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -16,76 +17,67 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
-// NetConf is doorman's entry in a conflist. The network-wide policy, its
-// keys mode and allowedHosts, is no field of it: conf.ParseJSON reads it
-// from the same bytes, once, when an ADD needs it (see spec).
+// NetConf is doorman's entry in a conflist, as the runtime passes it:
+// the CNI's keys (types.PluginConf), doorman's own (Settings, parsed and
+// checked by ParseEntry), and the runtimeConfig of the capabilities the
+// entry declares (RuntimeConfig).
 type NetConf struct {
 	types.PluginConf
-	// Resolvers are the DNS servers containers may query. Default: the
-	// DNS servers in prevResult or the runtime's dns capability, else the
-	// host's /etc/resolv.conf (systemd-resolved's upstreams when that
-	// names only a loopback stub).
-	Resolvers []string `json:"resolvers,omitempty"`
-	// AllowICMP lets ICMP and ICMPv6 echo requests out to the AllowDirect
-	// destinations, with at most 64 bytes of data (default false). The
-	// ICMP errors of admitted flows and IPv6 neighbour discovery pass
-	// either way; no other ICMP does.
-	AllowICMP bool `json:"allowICMP,omitempty"`
-	// PolicyDir holds per-container policy files (plain allowlist form)
-	// named by container id or name; one there overrides the network's.
-	PolicyDir string `json:"policyDir,omitempty"`
-	// StateDir (default /run/doorman) and LogDir (default /var/log/doorman).
-	StateDir string `json:"stateDir,omitempty"`
-	LogDir   string `json:"logDir,omitempty"`
-	// UpstreamResolver is the DNS server ("addr" or "addr:port", see
-	// resolver.ParseServer) the proxy resolves allowed names with.
-	// Default: the container's resolvers (those of Resolvers the proxy
-	// can reach), else the host's resolv.conf.
-	UpstreamResolver string `json:"upstreamResolver,omitempty"`
-	// HostLayer adds rules on the container's host-side veth that a
-	// workload holding CAP_NET_ADMIN cannot remove (default true).
-	HostLayer *bool `json:"hostLayer,omitempty"`
-	// AllowDirect are IP or CIDR entries, optionally with a port
-	// ("10.0.0.5:5432"), the containers reach without the proxy.
-	AllowDirect []string `json:"allowDirect,omitempty"`
-	// OTLPEndpoint makes each proxy also export its records to this
-	// OpenTelemetry collector (OTLP/HTTP: a URL, or host:port with
-	// OTLPInsecure for plaintext). Default: /etc/doorman/otlp.json if it
-	// exists (host-wide), else none.
-	OTLPEndpoint string            `json:"otlpEndpoint,omitempty"`
-	OTLPInsecure bool              `json:"otlpInsecure,omitempty"`
-	OTLPHeaders  map[string]string `json:"otlpHeaders,omitempty"`
-	// DNSFilter sends the containers' DNS through the proxy's filter,
-	// which answers only names the policy could admit (default true).
-	DNSFilter *bool `json:"dnsFilter,omitempty"`
-
-	RuntimeConfig struct {
-		DNS *struct {
-			Servers []string `json:"servers,omitempty"`
-		} `json:"dns,omitempty"`
-	} `json:"runtimeConfig,omitempty"`
+	Settings
+	// settingsErr says which of doorman's keys did not parse: ADD,
+	// CHECK and STATUS fail with it, while DEL and GC tear down with
+	// the defaults of those keys (a DEL must succeed).
+	settingsErr error
+	// RuntimeConfig is what the runtime passed for the capabilities;
+	// runtimeErr says what of it did not parse (an ADD that needs it
+	// fails with it).
+	RuntimeConfig RuntimeConfig
+	runtimeErr    error
 }
 
 // parseNetConf reads the conflist entry. It does not require prevResult:
-// DEL and GC may come without one.
+// DEL and GC may come without one. Only an entry the CNI's types cannot
+// decode is an error here; what doorman's keys and runtimeConfig hold is
+// judged where a verb needs it (see valid).
 func parseNetConf(data []byte) (*NetConf, error) {
 	var n NetConf
-	if err := json.Unmarshal(data, &n); err != nil {
+	if err := json.Unmarshal(data, &n.PluginConf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
 	}
-	if n.StateDir == "" {
-		n.StateDir = hostconf.DefaultStateDir
+	s, err := ParseEntry(data)
+	n.Settings, n.settingsErr = *s, err
+	var rc struct {
+		RuntimeConfig json.RawMessage `json:"runtimeConfig"`
 	}
-	if n.LogDir == "" {
-		n.LogDir = hostconf.DefaultLogDir
+	if err := json.Unmarshal(data, &rc); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
 	}
+	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(rc.RuntimeConfig)
 	return &n, nil
+}
+
+// valid is the CNI error of an entry whose doorman keys do not all parse,
+// naming each bad one, or nil.
+func (n *NetConf) valid() error {
+	if n.settingsErr == nil {
+		return nil
+	}
+	return types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("doorman: invalid configuration of network %q: %s", n.Name, oneLine(n.settingsErr)), "")
+}
+
+// oneLine renders err, which may join several, on one line: a CNI error
+// ends up in a pod's events and in a runtime's log line.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
 
 // prevResult returns the previous plugin's result, required for ADD and
@@ -105,10 +97,18 @@ func (n *NetConf) prevResult() (*current.Result, error) {
 	return res, nil
 }
 
-// policy is the policy for this container: a policy file in PolicyDir named
-// by the container's id or name if there is one, else the network's. Any
-// error here refuses the ADD (fail closed).
-func (n *NetConf) policy(raw []byte, args *skel.CmdArgs) (*conf.Policy, string, error) {
+// policy is the policy for this container: the one its pod's annotations
+// ask for (see package annotation), else a policy file in PolicyDir named
+// by the container's id or name, else the network's. Any error here
+// refuses the ADD (fail closed): annotations that do not parse never
+// fall back to a policy they did not ask for.
+func (n *NetConf) policy(args *skel.CmdArgs) (*conf.Policy, error) {
+	if p, ok, err := annotation.Policy(n.RuntimeConfig.PodAnnotations); ok {
+		if err != nil {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
+		}
+		return p, nil
+	}
 	if n.PolicyDir != "" {
 		for _, name := range policyNames(args) {
 			path := filepath.Join(n.PolicyDir, name)
@@ -117,16 +117,20 @@ func (n *NetConf) policy(raw []byte, args *skel.CmdArgs) (*conf.Policy, string, 
 				continue
 			}
 			if err != nil {
-				return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "doorman: per-container policy file", err.Error())
+				return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: per-container policy file", err.Error())
 			}
-			return p, path, nil
+			return p, nil
 		}
 	}
-	p, err := conf.ParseJSON(raw)
-	if err != nil {
-		return nil, "", types.NewError(types.ErrInvalidNetworkConfig, "doorman: invalid policy in network "+quote(n.Name), err.Error())
+	return n.Settings.Policy, nil
+}
+
+// describePod names the pod (or container) of args in an error.
+func describePod(args *skel.CmdArgs) string {
+	if pod, ok := podOf(cniArgs(args.Args)); ok {
+		return "pod " + pod.ID()
 	}
-	return p, "", nil
+	return "container " + args.ContainerID
 }
 
 // policyNames are the file names a container's policy may have in
@@ -155,62 +159,64 @@ func policyNames(args *skel.CmdArgs) []string {
 	return out
 }
 
-// cniArgs parses CNI_ARGS ("K=V;K=V").
-func cniArgs(s string) map[string]string {
-	out := map[string]string{}
-	for _, kv := range strings.Split(s, ";") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// containerName is the name the runtime passed, if any.
-func containerName(args *skel.CmdArgs) string {
-	return cniArgs(args.Args)["K8S_POD_NAME"]
-}
-
-// spec is what the ADD of this conflist entry enforces, each setting
-// parsed once: the container's policy (see policy), its resolvers, the
-// upstream resolver, allowDirect, the layers, the log directory and the
-// OTLP export.
-func (n *NetConf) spec(raw []byte, args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, error) {
+// spec is what the ADD of this conflist entry enforces on the container
+// of args, each setting parsed once (by ParseEntry, ParseRuntimeConfig
+// and the annotation package): its policy (see policy), its resolvers,
+// the upstream resolver, allowDirect (the network's and its pod's), the
+// cluster's names, the layers, the log directory and the OTLP export.
+func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, error) {
 	s := sandbox.Spec{
-		AllowICMP: n.AllowICMP,
-		DNSFilter: n.DNSFilter == nil || *n.DNSFilter,
-		HostLayer: n.HostLayer == nil || *n.HostLayer,
-		LogDir:    n.LogDir,
+		AllowICMP:         n.AllowICMP,
+		DNSFilter:         n.DNSFilter,
+		HostLayer:         n.HostLayer,
+		LogDir:            n.LogDir,
+		UpstreamResolvers: n.UpstreamResolvers,
+		AllowDirect:       slices.Clone(n.Settings.AllowDirect),
 	}
 	var err error
-	if s.Policy, _, err = n.policy(raw, args); err != nil {
+	if s.Policy, err = n.policy(args); err != nil {
 		return s, err
 	}
+	podDirect, err := annotation.Direct(n.RuntimeConfig.PodAnnotations)
+	if err != nil {
+		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
+	}
+	s.AllowDirect = append(s.AllowDirect, podDirect...)
 	if s.Resolvers, err = n.resolvers(prev); err != nil {
-		return s, err
-	}
-	if s.UpstreamResolvers, err = n.upstreamResolver(); err != nil {
-		return s, err
-	}
-	if s.AllowDirect, err = n.allowDirect(); err != nil {
 		return s, err
 	}
 	if s.OTLP, err = n.otlp(); err != nil {
 		return s, err
 	}
+	s.ClusterNames = n.clusterNames()
 	return s, nil
 }
 
-// resolvers picks the DNS servers containers may query.
+// clusterNames open the network's serviceCIDRs and podCIDRs to the names
+// under its clusterDomain (none if it names no CIDR).
+func (n *NetConf) clusterNames() []proxyconf.NameScope {
+	prefixes := slices.Concat(n.ServiceCIDRs, n.PodCIDRs)
+	if len(prefixes) == 0 {
+		return nil
+	}
+	return []proxyconf.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
+}
+
+// resolvers picks the DNS servers containers may query: the network's
+// resolvers key, else the servers of the runtime's dns capability (a
+// Kubernetes pod's dns_config: what the kubelet writes into its
+// resolv.conf, whatever the interface plugin's result says), else the
+// interface plugin's, else the conflist's dns.nameservers, else the
+// host's.
 func (n *NetConf) resolvers(prev *current.Result) ([]netip.Addr, error) {
-	if len(n.Resolvers) > 0 {
-		return parseAddrs("resolvers", n.Resolvers)
+	if len(n.Settings.Resolvers) > 0 {
+		return n.Settings.Resolvers, nil
+	}
+	if dns := n.RuntimeConfig.DNS; dns != nil && len(dns.Servers) > 0 {
+		return parseAddrs("runtimeConfig dns.servers", dns.Servers)
 	}
 	if prev != nil && len(prev.DNS.Nameservers) > 0 {
 		return parseAddrs("prevResult dns.nameservers", prev.DNS.Nameservers)
-	}
-	if n.RuntimeConfig.DNS != nil && len(n.RuntimeConfig.DNS.Servers) > 0 {
-		return parseAddrs("runtimeConfig dns.servers", n.RuntimeConfig.DNS.Servers)
 	}
 	if len(n.DNS.Nameservers) > 0 {
 		return parseAddrs("dns.nameservers", n.DNS.Nameservers)
@@ -246,25 +252,9 @@ func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
 func parseAddrs(key string, values []string) ([]netip.Addr, error) {
 	addrs, err := sandbox.ParseAddrs(key, values)
 	if err != nil {
-		return nil, invalidConfig(err)
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
 	}
 	return addrs, nil
-}
-
-// invalidConfig is the CNI error of a bad setting (a sandbox.FieldError,
-// which names the key, the value and why).
-func invalidConfig(err error) error {
-	return types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
-}
-
-// upstreamResolver parses UpstreamResolver: none (the proxy then asks the
-// sandbox's resolvers), or the one server the proxy asks instead.
-func (n *NetConf) upstreamResolver() ([]netip.AddrPort, error) {
-	ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", n.UpstreamResolver)
-	if err != nil {
-		return nil, invalidConfig(err)
-	}
-	return ups, nil
 }
 
 // sandboxKey names an attachment's state: container id and interface.
@@ -278,25 +268,10 @@ func sandboxKey(containerID, ifName string) string {
 	return "h" + hex.EncodeToString(sum[:16])
 }
 
-func quote(s string) string { return fmt.Sprintf("%q", s) }
-
-// allowDirect parses AllowDirect: address entries only.
-func (n *NetConf) allowDirect() ([]conf.Direct, error) {
-	direct, err := sandbox.ParseAllowDirect("allowDirect", n.AllowDirect)
-	if err != nil {
-		return nil, invalidConfig(err)
-	}
-	return direct, nil
-}
-
 // otlp returns the OTLP export settings: the network's, else the host's.
 func (n *NetConf) otlp() (otlplog.Config, error) {
-	if n.OTLPEndpoint != "" {
-		c := otlplog.Config{Endpoint: n.OTLPEndpoint, Insecure: n.OTLPInsecure, Headers: n.OTLPHeaders}
-		if err := c.Validate(); err != nil {
-			return c, types.NewError(types.ErrInvalidNetworkConfig, "doorman: otlpEndpoint", err.Error())
-		}
-		return c, nil
+	if n.OTLP.Endpoint != "" {
+		return n.OTLP, nil
 	}
 	return hostconf.OTLP(hostconf.OTLPFile)
 }

@@ -3,10 +3,14 @@ package plugin
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/doorman-net/doorman/hostconf"
@@ -50,16 +54,18 @@ func TestUpstreamResolver(t *testing.T) {
 		{"2001:db8::53", "[2001:db8::53]:53"},
 		{"[2001:db8::53]:53", "[2001:db8::53]:53"},
 	} {
-		got, err := (&NetConf{UpstreamResolver: tc.in}).upstreamResolver()
-		if err != nil || !slices.Equal(got, []netip.AddrPort{netip.MustParseAddrPort(tc.want)}) {
-			t.Errorf("upstreamResolver %q: %v, %v; want %s", tc.in, got, err, tc.want)
+		s, err := ParseEntry([]byte(`{"upstreamResolver": "` + tc.in + `"}`))
+		if err != nil || !slices.Equal(s.UpstreamResolvers, []netip.AddrPort{netip.MustParseAddrPort(tc.want)}) {
+			t.Errorf("upstreamResolver %q: %v, %v; want %s", tc.in, s.UpstreamResolvers, err, tc.want)
 		}
 	}
-	if got, err := (&NetConf{}).upstreamResolver(); got != nil || err != nil {
-		t.Errorf("no upstreamResolver: %v, %v; want none (the sandbox's resolvers)", got, err)
+	for _, entry := range []string{`{}`, `{"upstreamResolver": ""}`} {
+		if s, err := ParseEntry([]byte(entry)); s.UpstreamResolvers != nil || err != nil {
+			t.Errorf("%s: %v, %v; want none (the sandbox's resolvers)", entry, s.UpstreamResolvers, err)
+		}
 	}
-	_, err := (&NetConf{UpstreamResolver: "dns.example:53"}).upstreamResolver()
-	const want = `doorman: upstreamResolver "dns.example:53": "dns.example" is not an IP address (name the server by its address); want addr or addr:port, such as 203.0.113.53, 203.0.113.53:5353, 2001:db8::53 or [2001:db8::53]:5353`
+	_, err := ParseEntry([]byte(`{"upstreamResolver": "dns.example:53"}`))
+	const want = `upstreamResolver "dns.example:53": "dns.example" is not an IP address (name the server by its address); want addr or addr:port, such as 203.0.113.53, 203.0.113.53:5353, 2001:db8::53 or [2001:db8::53]:5353`
 	if err == nil || err.Error() != want {
 		t.Errorf("bad upstreamResolver: %v\nwant %s", err, want)
 	}
@@ -97,4 +103,84 @@ func mustIPNet(t *testing.T, s string) net.IPNet {
 	}
 	n.IP = ip
 	return *n
+}
+
+// netConf parses entry (with runtimeConfig) as parseNetConf does at ADD.
+func netConf(t *testing.T, entry string) *NetConf {
+	t.Helper()
+	n, err := parseNetConf([]byte(entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.valid(); err != nil {
+		t.Fatal(err)
+	}
+	if n.runtimeErr != nil {
+		t.Fatal(n.runtimeErr)
+	}
+	return n
+}
+
+// The resolvers: the network's key, else the pod's dns capability (what
+// its resolv.conf names), else prevResult's, else the conflist's dns.
+func TestResolversPrecedence(t *testing.T) {
+	prev := &current.Result{DNS: types.DNS{Nameservers: []string{"198.51.100.53"}}}
+	for _, tc := range []struct {
+		entry string
+		prev  *current.Result
+		want  string
+	}{
+		{`{"resolvers": ["203.0.113.1"], "runtimeConfig": {"dns": {"Servers": ["203.0.113.2"]}}, "dns": {"nameservers": ["203.0.113.3"]}}`, prev, "203.0.113.1"},
+		{`{"runtimeConfig": {"dns": {"Servers": ["203.0.113.2"]}}, "dns": {"nameservers": ["203.0.113.3"]}}`, prev, "203.0.113.2"},
+		{`{"runtimeConfig": {"dns": {"servers": ["2001:db8::2"]}}}`, prev, "2001:db8::2"},
+		{`{"runtimeConfig": {"dns": {"Servers": []}}, "dns": {"nameservers": ["203.0.113.3"]}}`, prev, "198.51.100.53"},
+		{`{"runtimeConfig": {"dns": null}, "dns": {"nameservers": ["203.0.113.3"]}}`, nil, "203.0.113.3"},
+	} {
+		got, err := netConf(t, tc.entry).resolvers(tc.prev)
+		if err != nil || len(got) != 1 || got[0].String() != tc.want {
+			t.Errorf("%s: %v, %v; want %s", tc.entry, got, err, tc.want)
+		}
+	}
+	_, err := netConf(t, `{"runtimeConfig": {"dns": {"Servers": ["10.96.0.10", "kube-dns"]}}}`).resolvers(prev)
+	if err == nil || !strings.Contains(err.Error(), `runtimeConfig dns.servers "kube-dns": not an IP address`) {
+		t.Errorf("a bad server in the dns capability: %v", err)
+	}
+}
+
+// The policy: the pod's annotations, else a policyDir file, else the
+// network's. Annotations that do not parse refuse the pod, naming the
+// annotation and the value.
+func TestPolicyPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "team-a_web-0"), []byte("mode: open\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := &skel.CmdArgs{ContainerID: "3f2a", Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0;K8S_POD_UID=0b1c"}
+	for _, tc := range []struct{ entry, want string }{
+		{`{"mode": "none", "policyDir": "` + dir + `", "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/allowed-hosts": "api.example.com"}}}`, "allowlist api.example.com"},
+		{`{"mode": "none", "policyDir": "` + dir + `", "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"example.com/team": "ci"}}}`, "open"},
+		{`{"mode": "none", "policyDir": "` + dir + `", "runtimeConfig": {"io.kubernetes.cri.pod-annotations": null}}`, "open"},
+		{`{"mode": "none", "allowedHosts": ["x.example.com"]}`, "none x.example.com"},
+	} {
+		p, err := netConf(t, tc.entry).policy(args)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.entry, err)
+		}
+		if got := strings.Join(append([]string{string(p.Mode)}, p.Hosts()...), " "); got != tc.want {
+			t.Errorf("%s: policy %q, want %q", tc.entry, got, tc.want)
+		}
+	}
+	_, err := netConf(t, `{"runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/mode": "permissive"}}}`).policy(args)
+	if err == nil || !strings.Contains(err.Error(), `doorman: pod team-a/web-0: annotation doorman.io/mode: invalid mode "permissive"`) {
+		t.Errorf("a bad mode annotation: %v", err)
+	}
+	n := netConf(t, `{"allowDirect": ["203.0.113.7"], "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/allow-direct": "198.51.100.7:5432"}}}`)
+	s, err := n.spec(args, &current.Result{DNS: types.DNS{Nameservers: []string{"198.51.100.53"}}})
+	if err != nil || len(s.AllowDirect) != 2 || s.AllowDirect[0].String() != "203.0.113.7" || s.AllowDirect[1].String() != "198.51.100.7:5432" {
+		t.Errorf("allowDirect: the network's and the pod's: %v, %v", s.AllowDirect, err)
+	}
+	_, err = netConf(t, `{"runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/allow-direct": "db.example.com"}}}`).spec(args, nil)
+	if err == nil || !strings.Contains(err.Error(), `pod team-a/web-0: annotation doorman.io/allow-direct "db.example.com"`) {
+		t.Errorf("a bad allow-direct annotation: %v", err)
+	}
 }

@@ -4,17 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
-// supportedVersions are the CNI spec versions doorman speaks.
-var supportedVersions = version.PluginSupports("0.4.0", "1.0.0", "1.1.0")
+// supportedVersions are the CNI spec versions doorman speaks. 0.3.x is
+// what the conflists of kindnet, flannel, Calico and Cilium say: it has
+// ADD and DEL (DEL without prevResult), no CHECK (skel refuses it, and
+// runtimes do not send it), no GC or STATUS.
+var supportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 // labelCNI is what a CNI sandbox's enforcement covers until the host-side
 // layer exists: rules inside the sandbox only, which a workload holding
@@ -34,42 +39,74 @@ func Main(ver string) {
 	}, supportedVersions, "doorman "+ver+": holds containers to an allowlist of hosts")
 }
 
+// labelExcluded is the label of a pod in an excluded namespace, which
+// doorman passes through untouched.
+var labelExcluded = sandbox.LabelUnenforced(whyExcluded)
+
+// whyExcluded is what the record of such a pod says.
+const whyExcluded = "excluded namespace"
+
 func cmdAdd(args *skel.CmdArgs) error {
 	n, err := parseNetConf(args.StdinData)
 	if err != nil {
+		return err
+	}
+	if err := n.valid(); err != nil {
 		return err
 	}
 	prev, err := n.prevResult()
 	if err != nil {
 		return err
 	}
-	spec, err := n.spec(args.StdinData, args, prev)
-	if err != nil {
-		return err
-	}
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
-	_, err = sandbox.Enforce(sandbox.Request{
-		Attachment: sandbox.Attachment{
-			Key:     sandboxKey(args.ContainerID, args.IfName),
-			ID:      args.ContainerID,
-			Name:    containerName(args),
-			Runtime: "cni",
-			Network: n.Name,
-			IfName:  args.IfName,
-			NetNS:   args.Netns,
-			// The label says what enforcement covers when it
-			// applies; in mode open the CLI shows n/a.
-			Label: labelCNI,
-			Addrs: ipamAddrs(prev, args.IfName),
-		},
-		Spec:     spec,
-		StateDir: n.StateDir,
-	})
+	kv := cniArgs(args.Args)
+	a := sandbox.Attachment{
+		Key:     sandboxKey(args.ContainerID, args.IfName),
+		ID:      args.ContainerID,
+		Name:    containerName(kv),
+		Runtime: "cni",
+		Network: n.Name,
+		IfName:  args.IfName,
+		NetNS:   args.Netns,
+		// The label says what enforcement covers when it applies; in
+		// mode open the CLI shows n/a.
+		Label: labelCNI,
+		Addrs: ipamAddrs(prev, args.IfName),
+	}
+	pod, isPod := podOf(kv)
+	if isPod {
+		a.ID, a.PodUID = pod.ID(), pod.UID
+		if slices.Contains(n.ExcludeNamespaces, pod.Namespace) {
+			return n.passThrough(a, pod, prev)
+		}
+	}
+	if n.runtimeErr != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+oneLine(n.runtimeErr), "")
+	}
+	a.CgroupParent = n.RuntimeConfig.CgroupPath
+	spec, err := n.spec(args, prev)
+	if err != nil {
+		return err
+	}
+	_, err = sandbox.Enforce(sandbox.Request{Attachment: a, Spec: spec, StateDir: n.StateDir})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())
 	}
+	return types.PrintResult(prev, n.CNIVersion)
+}
+
+// passThrough lets pod, in one of the namespaces the network excludes
+// (kube-system by default: cluster DNS and the CNI's own pods), through
+// untouched: prevResult is its result, nothing is enforced, and the
+// attachment is recorded as unenforced so that `doorman ls` shows it.
+// The line on stderr goes to the runtime's log.
+func (n *NetConf) passThrough(a sandbox.Attachment, pod Pod, prev *current.Result) error {
+	if _, err := sandbox.RecordUnenforced(n.StateDir, a, whyExcluded); err != nil {
+		return types.NewError(types.ErrInternal, "doorman: cannot record pod "+pod.ID(), err.Error())
+	}
+	fmt.Fprintf(os.Stderr, "doorman: pod %s (sandbox %s) is in excluded namespace %s: passed through, not enforced\n", pod.ID(), a.Key, pod.Namespace)
 	return types.PrintResult(prev, n.CNIVersion)
 }
 
@@ -96,6 +133,9 @@ func cmdDel(args *skel.CmdArgs) error {
 func cmdCheck(args *skel.CmdArgs) error {
 	n, err := parseNetConf(args.StdinData)
 	if err != nil {
+		return err
+	}
+	if err := n.valid(); err != nil {
 		return err
 	}
 	if _, err := n.prevResult(); err != nil {
@@ -143,6 +183,10 @@ func cmdStatus(args *skel.CmdArgs) error {
 	n, err := parseNetConf(args.StdinData)
 	if err != nil {
 		return err
+	}
+	if err := n.valid(); err != nil {
+		// No ADD of this network can succeed.
+		return types.NewError(types.ErrPluginNotAvailable, "doorman: "+oneLine(n.settingsErr), "")
 	}
 	if err := os.MkdirAll(n.StateDir, 0o700); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, "doorman: state directory not usable", err.Error())

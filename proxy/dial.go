@@ -37,12 +37,14 @@ func (e *refusedError) upstream() netip.AddrPort {
 // the log has one reason to look for.
 func privateUpstream(r *guard.Refusal) string { return decisionlog.ReasonPrivateUpstream + r.String() }
 
-// refusal asks the guard whether a:port may be dialed under pol.
-func (p *Proxy) refusal(pol *conf.Policy, a netip.Addr, port uint16) *guard.Refusal {
+// refusal asks the guard whether a:port may be dialed under pol, for
+// name: the name the proxy resolved to a (whose scopes then apply, see
+// guard.CheckName), or "" for the client's own destination.
+func (p *Proxy) refusal(pol *conf.Policy, name string, a netip.Addr, port uint16) *guard.Refusal {
 	if p.permitUpstream != nil && p.permitUpstream(a.Unmap()) {
 		return nil
 	}
-	return p.guard.Check(pol, a, port)
+	return p.guard.CheckName(pol, name, a, port)
 }
 
 // dialUpstream connects to the upstream for decision d: the addresses of
@@ -65,7 +67,7 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 	var refused []*guard.Refusal
 	var permitted []netip.Addr
 	for _, a := range candidates {
-		if r := p.refusal(pol, a, dst.Port()); r != nil {
+		if r := p.refusal(pol, d.dialName, a, dst.Port()); r != nil {
 			refused = append(refused, r)
 			continue
 		}
@@ -96,10 +98,11 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 // destination, then the guard's on the upstream it reached (an address
 // entry inside a private range may have gone).
 func (p *Proxy) lostPermission(pol *conf.Policy, t *tracked) string {
-	if d := decide(pol, t.currentName(), t.dst); d.verdict == Deny {
+	d := decide(pol, t.currentName(), t.dst)
+	if d.verdict == Deny {
 		return d.reason
 	}
-	if r := p.refusal(pol, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
+	if r := p.refusal(pol, d.dialName, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
 		return privateUpstream(r)
 	}
 	return ""

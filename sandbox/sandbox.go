@@ -159,11 +159,12 @@ func newState(r Request) (*State, error) {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
 	s := &State{
-		Key: r.Key, ID: r.ID, Name: r.Name, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
+		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
 		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
+		ClusterNames: slices.Clone(r.ClusterNames),
 	}
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
@@ -290,8 +291,9 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	}
 	defer socks.close()
 	cfg := proxyconf.Config{
-		Sandbox: s.ID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
+		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
 		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
+		ClusterNames: s.ClusterNames,
 	}
 	if filter {
 		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)
@@ -449,6 +451,13 @@ func Teardown(stateDir, key string) error {
 		}
 		return nil
 	}
+	if s.Unenforced != "" {
+		// Nothing was enforced: no proxy, rules or host-side layer.
+		if err := os.RemoveAll(s.Dir); err != nil {
+			return fmt.Errorf("tear down sandbox %s: %w", key, err)
+		}
+		return nil
+	}
 	// The proxy, the sandbox's ruleset and its host-side rules do not
 	// depend on each other, so they go at the same time: each removal of
 	// rules ends waiting for the kernel to free them after an RCU grace
@@ -521,6 +530,9 @@ func Check(stateDir, key string) error {
 	s, err := Load(stateDir, key)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
+	}
+	if s.Unenforced != "" {
+		return nil // as recorded: nothing enforced
 	}
 	if s.Mode != conf.ModeNone && !s.ProxyAlive() {
 		return fmt.Errorf("check sandbox %s: proxy (pid %d) is not running", key, s.PID)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -46,14 +47,22 @@ type Spec struct {
 	// OTLP, when its Endpoint is set, makes the proxy also export its
 	// decision and DNS records to that OpenTelemetry collector.
 	OTLP otlplog.Config
+	// ClusterNames open private ranges to the names under a domain, for
+	// the proxy and its DNS filter: a Kubernetes cluster's service and
+	// pod CIDRs to the names under its cluster domain (see guard.Scope).
+	ClusterNames []proxyconf.NameScope
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the
 // attachment of it that the sandbox enforces.
 type Attachment struct {
-	Key     string // unique per attachment; names the state directory (see ValidKey)
-	ID      string // container id (default Key)
+	Key string // unique per attachment; names the state directory (see ValidKey)
+	// ID is what the sandbox is called (default Key): the container id,
+	// or for a Kubernetes pod "<namespace>/<pod name>". The decision log
+	// and the CLI show it, and the CLI takes it as a selector.
+	ID      string
 	Name    string // container name, if known
+	PodUID  string // a Kubernetes pod's uid, if known: in the decision log with the ID
 	Runtime string // "cni" or "hook"
 	Network string // CNI network name, if any
 	IfName  string // CNI interface name, if any
@@ -73,6 +82,14 @@ type Attachment struct {
 	// identity on that interface, it pins these rather than those the
 	// interface has. Empty means read them from the interface.
 	Addrs []netip.Addr
+	// CgroupParent is the cgroup the runtime names for the sandbox (CNI
+	// cgroupPath capability: a Kubernetes pod's cgroup parent), "" if
+	// none; recorded in the state. The plugin passes it only in one of
+	// two forms: a clean absolute cgroupfs path
+	// ("/kubepods/burstable/pod<uid>", relative to the cgroup root) or,
+	// under the systemd cgroup driver, a slice's unit name
+	// ("kubepods-burstable-pod<uid>.slice", nested by its dashes).
+	CgroupParent string
 }
 
 // validate checks what Enforce needs of s and a; each value in them was

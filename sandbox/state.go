@@ -37,6 +37,7 @@ type State struct {
 	Key       string       `json:"key"`                // directory name: unique per attachment
 	ID        string       `json:"id"`                 // container id
 	Name      string       `json:"name,omitempty"`     // container name, where known
+	PodUID    string       `json:"podUID,omitempty"`   // Kubernetes pod uid, where known
 	Runtime   string       `json:"runtime"`            // "cni" or "hook"
 	Network   string       `json:"network,omitempty"`  // CNI network name
 	IfName    string       `json:"ifName,omitempty"`   // CNI interface name
@@ -76,6 +77,10 @@ type State struct {
 	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool `json:"dnsFilter,omitempty"`
+	// ClusterNames are the private ranges open to the names under a
+	// domain (Spec.ClusterNames), as every proxy of the sandbox gets
+	// them.
+	ClusterNames []proxyconf.NameScope `json:"clusterNames,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the
 	// sandbox was enforced: its nsfs device and inode. A path such as
 	// /proc/PID/ns/net names another process's namespace once PID has
@@ -89,6 +94,16 @@ type State struct {
 	LogFile  string    `json:"logFile"`  // decision log
 	Created  time.Time `json:"created"`  //
 	Dir      string    `json:"-"`        // the sandbox's state directory
+
+	// CgroupParent is the cgroup the runtime named for the sandbox
+	// (Attachment.CgroupParent), if any.
+	CgroupParent string `json:"cgroupParent,omitempty"`
+	// Unenforced, when set, says why doorman enforces nothing on this
+	// attachment ("excluded namespace"): the record of a sandbox the
+	// front door passed through on purpose, so that the CLI lists it,
+	// with no policy file, proxy, ruleset or host-side layer (see
+	// RecordUnenforced).
+	Unenforced string `json:"unenforced,omitempty"`
 
 	// legacyErr says why what an earlier release recorded could not be
 	// read (see migrate); starting a proxy fails with it.

@@ -87,6 +87,9 @@ func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*co
 	if err != nil {
 		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
 	}
+	if s.Unenforced != "" {
+		return nil, fmt.Errorf("update sandbox %s: doorman does not enforce it (%s), so it has no policy to change", s.ID, s.Unenforced)
+	}
 	oldData, readErr := os.ReadFile(s.PolicyPath())
 	var cur *conf.Policy
 	if readErr == nil {

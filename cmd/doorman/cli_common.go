@@ -33,8 +33,9 @@ const exitCodes = `Exit status: 0 done, 1 failed, 2 bad usage or invalid input (
 changed), 3 no sandbox matches, 4 more than one sandbox matches.`
 
 // sandboxArg is the usage text for how a SANDBOX argument is matched.
-const sandboxArg = `SANDBOX is a container id or a unique prefix of one, a container name, or
-the path of the sandbox's network namespace.`
+const sandboxArg = `SANDBOX is a container id or a unique prefix of one, a container name, a
+Kubernetes pod as <namespace>/<pod name>, or the path of the sandbox's
+network namespace.`
 
 // cli is what the operator commands share: a flag set with --state-dir,
 // the output streams, and how errors are reported.
@@ -157,6 +158,17 @@ func (c *cli) find(query string) (*sandbox.State, int) {
 		return nil, exitAmbiguous
 	}
 	return nil, exitFailed
+}
+
+// findEnforced is find for a command that needs what enforcement makes
+// (a decision log): a sandbox recorded as not enforced is an error.
+func (c *cli) findEnforced(query string) (*sandbox.State, int) {
+	s, code := c.find(query)
+	if s != nil && s.Unenforced != "" {
+		c.errorf("doorman does not enforce sandbox %s (%s): it has no decision log", s.ID, s.Unenforced)
+		return nil, exitFailed
+	}
+	return s, code
 }
 
 // writeJSON writes v indented, with a final newline.

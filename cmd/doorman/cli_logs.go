@@ -43,7 +43,7 @@ as they are ("msg" is "connection" or "dns").
 		}
 		f.Since = t
 	}
-	s, code := c.find(pos[0])
+	s, code := c.findEnforced(pos[0])
 	if s == nil {
 		return code
 	}
@@ -113,7 +113,7 @@ policy file:
 		}
 		from = t
 	}
-	s, code := c.find(pos[0])
+	s, code := c.findEnforced(pos[0])
 	if s == nil {
 		return code
 	}

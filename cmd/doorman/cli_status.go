@@ -18,18 +18,23 @@ const (
 	healthUp   = "up"   // running
 	healthDown = "down" // should run and does not: the sandbox's TCP is refused
 	healthNone = "none" // mode none: there is no proxy, nothing leaves
+	healthNA   = "n/a"  // not enforced (a pod passed through): no proxy, nothing held
 )
 
 // sandboxInfo is one sandbox as ls and show report it; -o json writes it
 // as is.
 type sandboxInfo struct {
-	Key     string `json:"key"`
-	ID      string `json:"id"`
-	Name    string `json:"name,omitempty"`
-	Runtime string `json:"runtime"`
-	Network string `json:"network,omitempty"`
-	IfName  string `json:"ifName,omitempty"`
-	NetNS   string `json:"netns"`
+	Key    string `json:"key"`
+	ID     string `json:"id"`
+	Name   string `json:"name,omitempty"`
+	PodUID string `json:"podUID,omitempty"`
+	// CgroupParent is the cgroup the runtime named for the sandbox (a
+	// pod's cgroup parent: a cgroupfs path or a systemd slice), if any.
+	CgroupParent string `json:"cgroupParent,omitempty"`
+	Runtime      string `json:"runtime"`
+	Network      string `json:"network,omitempty"`
+	IfName       string `json:"ifName,omitempty"`
+	NetNS        string `json:"netns"`
 	// Mode is the mode of the live policy file, what the proxy applies;
 	// "invalid" if it does not load (the proxy then denies everything).
 	Mode        string    `json:"mode"`
@@ -43,6 +48,9 @@ type sandboxInfo struct {
 	StateDir   string    `json:"stateDir"`
 	PolicyFile string    `json:"policyFile"`
 	LogFile    string    `json:"logFile"`
+	// Unenforced says why doorman enforces nothing here (a pod in an
+	// excluded namespace); its mode is "-" and its proxy n/a.
+	Unenforced string `json:"unenforced,omitempty"`
 
 	policy *conf.Policy
 	state  *sandbox.State
@@ -59,9 +67,15 @@ type proxyInfo struct {
 // sandbox, and a later one with the same key appends to it).
 func describe(s *sandbox.State) *sandboxInfo {
 	info := &sandboxInfo{
-		Key: s.Key, ID: s.ID, Name: s.Name, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
+		Key: s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
 		NetNS: s.NetNS, Created: s.Created, StateDir: s.Dir, PolicyFile: s.PolicyPath(), LogFile: s.LogFile,
 		state: s,
+	}
+	if s.Unenforced != "" {
+		// A record without a policy, proxy or log.
+		info.Unenforced, info.Mode, info.Entries, info.Label = s.Unenforced, "-", -1, s.Label
+		info.Proxy.Health, info.PolicyFile, info.LogFile = healthNA, "", ""
+		return info
 	}
 	p, err := s.Policy()
 	if err != nil {
@@ -104,14 +118,26 @@ func displayLabel(label string, mode conf.Mode) string {
 }
 
 func runLs(args []string, stdout, stderr io.Writer) int {
-	c := newCLI("ls", "[-o json]", `
-Lists every enforced sandbox on this host: id, container name, runtime path
-(cni or hook), policy mode and number of entries, proxy health (up, down:
-its TCP is refused, none: mode none has no proxy), connections allowed and
-denied since it was enforced, DNS queries its DNS filter refused ("-"
-without the filter), and its enforcement label. -o json has the DNS
-filter's counts under "dnsQueries".`, stdout, stderr)
+	c := newCLI("ls", "[-o json] [--all]", `
+Lists every enforced sandbox on this host: id (for a Kubernetes pod,
+<namespace>/<pod name>), container name, runtime path (cni or hook),
+policy mode and number of entries, proxy health (up, down: its TCP is
+refused, none: mode none has no proxy, n/a: not enforced), connections
+allowed and denied since it was enforced, DNS queries its DNS filter
+refused ("-" without the filter), and its enforcement label. A pod in a
+namespace the CNI configuration excludes is listed with the label
+"n/a (excluded namespace)". -o json has the DNS filter's counts under
+"dnsQueries".
+
+--all also lists, after the sandboxes, the network namespaces of this
+host's processes that doorman does not enforce (label "unenforced"): no
+sandbox is recorded on them and they hold no doorman table, such as the
+pods a node started before doorman joined its CNI configuration. Each is
+named by a path to it (a runtime's bind mount, else /proc/PID/ns/net), its
+first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr)
 	out := c.outputFlag()
+	all := c.fs.Bool("all", false, "also list the network namespaces doorman does not enforce")
+	c.fs.BoolVar(all, "a", false, "same as --all")
 	if _, code, ok := c.parseOutput(args, 0, 0, out); !ok {
 		return code
 	}
@@ -123,8 +149,24 @@ filter's counts under "dnsQueries".`, stdout, stderr)
 	for _, s := range states {
 		infos = append(infos, describe(s))
 	}
+	var unenforced []unenforcedInfo
+	if *all {
+		if unenforced, err = unenforcedNamespaces(states); err != nil {
+			return c.fail(err)
+		}
+	}
 	if *out == "json" {
-		return c.writeJSON(infos)
+		if !*all {
+			return c.writeJSON(infos)
+		}
+		rows := make([]any, 0, len(infos)+len(unenforced))
+		for _, i := range infos {
+			rows = append(rows, i)
+		}
+		for _, u := range unenforced {
+			rows = append(rows, u)
+		}
+		return c.writeJSON(rows)
 	}
 	// A container on several networks has one sandbox per interface:
 	// show their keys, which tell them apart.
@@ -149,6 +191,9 @@ filter's counts under "dnsQueries".`, stdout, stderr)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
 			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, i.Allowed, i.Denied, dnsDenied, i.Label)
+	}
+	for _, u := range unenforced {
+		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -187,9 +232,10 @@ func icmpSummary(s *sandbox.State) string {
 
 func runShow(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
-Shows one sandbox: its policy, resolvers, enforcement label, proxy pid and
-uptime, counts of connections and of DNS queries (with the DNS filter on),
-and its most recent decisions, DNS queries included.
+Shows one sandbox: its policy, resolvers, enforcement label (for a pod,
+its uid and the cgroup the runtime named), proxy pid and uptime, counts
+of connections and of DNS queries (with the DNS filter on), and its most
+recent decisions, DNS queries included.
 
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
@@ -201,6 +247,9 @@ and its most recent decisions, DNS queries included.
 	s, code := c.find(pos[0])
 	if s == nil {
 		return code
+	}
+	if s.Unenforced != "" {
+		return c.showUnenforced(describe(s), *out)
 	}
 	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, ProxyResolvers: s.ProxyResolvers, AllowICMP: s.AllowICMP,
 		ICMP: icmpSummary(s), AllowDirect: s.AllowDirect}
@@ -246,11 +295,34 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 	}
 }
 
+// showUnenforced is show of a sandbox doorman records but does not
+// enforce: who it is and why, nothing of a policy or a proxy.
+func (c *cli) showUnenforced(i *sandboxInfo, out string) int {
+	if out == "json" {
+		return c.writeJSON(i)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	showInfo{sandboxInfo: i}.identityRows(row, time.Now())
+	row("enforced", "no ("+i.Unenforced+"): doorman passed it through, with no policy, proxy or rules")
+	row("state", i.StateDir)
+	if err := tw.Flush(); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
 // identityRows are show's rows on which sandbox it is.
 func (i showInfo) identityRows(row func(k, v string), now time.Time) {
 	row("sandbox", i.Key)
 	row("id", i.ID)
 	row("name", orDash(i.Name))
+	if i.PodUID != "" {
+		row("pod uid", i.PodUID)
+	}
+	if i.CgroupParent != "" {
+		row("cgroup", i.CgroupParent)
+	}
 	rt := i.Runtime
 	if i.Network != "" || i.IfName != "" {
 		rt += fmt.Sprintf(" (network %s, interface %s)", orDash(i.Network), orDash(i.IfName))

@@ -112,7 +112,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		}
 		closeFile()
 	}
-	return slog.New(handler), closeAll, nil
+	return decisionlog.WithPod(slog.New(handler), cfg.PodUID), closeAll, nil
 }
 
 // newServers makes the proxy and, with DNS listeners, the DNS filter,
@@ -120,7 +120,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
 func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
-	upstreamGuard := guard.New(guard.Config{})
+	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames)})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
 	pc := proxy.Config{Sandbox: cfg.Sandbox, SniffTimeout: cfg.SniffTimeout.Or(proxyconf.DefaultSniffTimeout), Logger: logger,
@@ -149,6 +149,15 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 		watcher.Also(filter)
 	}
 	return p, filter, watcher, nil
+}
+
+// scopes are the guard's scopes of the cluster names c.
+func scopes(c []proxyconf.NameScope) []guard.Scope {
+	var out []guard.Scope
+	for _, n := range c {
+		out = append(out, guard.Scope{Domain: n.Domain, Prefixes: n.Prefixes})
+	}
+	return out
 }
 
 // watchDirect logs the sandbox's allowDirect flows, which never reach the

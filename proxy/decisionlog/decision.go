@@ -16,6 +16,7 @@ type Decision struct {
 	Level   string    `json:"level"`
 	Kind    string    `json:"kind"` // KindConnection or KindDNS: the line's msg
 	Sandbox string    `json:"sandbox"`
+	PodUID  string    `json:"pod_uid,omitempty"` // the sandbox's Kubernetes pod, if it is one
 	Client  string    `json:"client"`
 	Dst     string    `json:"dst"`   // original destination, addr:port; "" for DNS
 	Proto   string    `json:"proto"` // tls, http, h2c, unknown; for DNS udp or tcp

@@ -65,6 +65,7 @@ const (
 // line that concerns a sandbox has SandboxKey.
 const (
 	SandboxKey = "sandbox" // string: the sandbox's id
+	PodUIDKey  = "pod_uid" // string: the uid of the Kubernetes pod the sandbox is (on every line of its proxy, see WithPod); absent for other sandboxes
 	ErrKey     = "err"     // string: what failed
 
 	// Decisions: connection and dns lines.

@@ -55,13 +55,14 @@ func lineKeys(t *testing.T, log func(*slog.Logger)) []string {
 // The reader's JSON tags are the writers' keys: every field a decision
 // line is written with is read into Decision, and every field Decision
 // reads is written by one of the two kinds. A key spelt one way in a
-// writer and another in the reader fails here.
+// writer and another in the reader fails here. The lines are a pod's
+// (WithPod), which carry every key.
 func TestDecisionReadsWhatIsWritten(t *testing.T) {
 	ctx := context.Background()
 	conn := lineKeys(t, func(l *slog.Logger) {
-		Connection{Verdict: Allow, Upstream: netip.MustParseAddrPort("203.0.113.7:443")}.Log(ctx, l)
+		Connection{Verdict: Allow, Upstream: netip.MustParseAddrPort("203.0.113.7:443")}.Log(ctx, WithPod(l, "0b1c"))
 	})
-	query := lineKeys(t, func(l *slog.Logger) { DNSQuery{Verdict: Deny}.Log(ctx, l) })
+	query := lineKeys(t, func(l *slog.Logger) { DNSQuery{Verdict: Deny}.Log(ctx, WithPod(l, "0b1c")) })
 	read := jsonKeys(reflect.TypeFor[Decision]())
 	for _, k := range slices.Concat(conn, query) {
 		if !slices.Contains(read, k) {
@@ -137,6 +138,26 @@ func TestTypedLinesRoundTrip(t *testing.T) {
 	}
 	if ev, ok := parsePolicyEvent([]byte(lines[3])); !ok || ev.Loaded || ev.Err != "bad entry" {
 		t.Errorf("policy rejected: %+v, %v", ev, ok)
+	}
+}
+
+// A pod's lines (WithPod) carry its uid, which reads back; other
+// sandboxes' lines have no such field.
+func TestPodLines(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewJSONHandler(&buf, nil))
+	ctx := context.Background()
+	Connection{Sandbox: "team-a/web-0", Verdict: Deny}.Log(ctx, WithPod(l, "0b1c2d3e-0000-4000-8000-000000000001"))
+	Connection{Sandbox: "3f2a", Verdict: Deny}.Log(ctx, WithPod(l, ""))
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines: %q", len(lines), lines)
+	}
+	if d, ok := Parse([]byte(lines[0])); !ok || d.Sandbox != "team-a/web-0" || d.PodUID != "0b1c2d3e-0000-4000-8000-000000000001" {
+		t.Errorf("a pod's line reads back as %+v (%v): %s", d, ok, lines[0])
+	}
+	if strings.Contains(lines[1], PodUIDKey) {
+		t.Errorf("a line without a pod: %s", lines[1])
 	}
 }
 

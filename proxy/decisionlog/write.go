@@ -7,6 +7,15 @@ import (
 	"time"
 )
 
+// WithPod returns l, whose every line then carries the uid of the
+// Kubernetes pod the sandbox is (PodUIDKey), or l itself for uid "".
+func WithPod(l *slog.Logger, uid string) *slog.Logger {
+	if uid == "" {
+		return l
+	}
+	return l.With(slog.String(PodUIDKey, uid))
+}
+
 // Connection is a connection line: what the proxy did with one TCP
 // connection, or an allowDirect flow that bypassed it.
 type Connection struct {

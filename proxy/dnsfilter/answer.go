@@ -101,6 +101,9 @@ func (f *Filter) respond(ctx context.Context, query []byte, r *record) (reply, r
 		return m, req
 	}
 	r.verdict, r.reason = decisionlog.Allow, d.reason
+	if d.byName {
+		r.admittedName = d.name
+	}
 	return f.forward(ctx, req, r, p), req
 }
 

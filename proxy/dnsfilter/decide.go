@@ -23,6 +23,9 @@ type decision struct {
 	// ".svc.cluster.local"). Such a query is answered NXDOMAIN, not
 	// forwarded: see searchExpansion.
 	expansion bool
+	// byName: a name entry admitted the name (mode allowlist), as the
+	// proxy admits a connection it then dials by resolving the name.
+	byName bool
 }
 
 // decide applies policy p to question q. In mode open every question is
@@ -48,7 +51,7 @@ func decide(p *conf.Policy, q dns.Question) decision {
 		return d
 	}
 	if e, ok := admitName(p, name); ok {
-		d.allow, d.rule, d.reason = true, e.String(), "name allowed"
+		d.allow, d.rule, d.reason, d.byName = true, e.String(), "name allowed", true
 		return d
 	}
 	if a, ok := reverseAddr(name); ok {

@@ -93,7 +93,7 @@ func (f *Filter) relay(reply, req *dns.Msg, r *record, p *conf.Policy) *dns.Msg 
 	}
 	qtype := req.Question[0].Qtype
 	had := countType(reply.Answer, qtype)
-	if pa := f.stripPrivate(reply, p); pa.removed > 0 {
+	if pa := f.stripPrivate(reply, p, r.admittedName); pa.removed > 0 {
 		reply.AuthenticatedData = false
 		r.privateRemoved = pa.removed
 		if (qtype == dns.TypeA || qtype == dns.TypeAAAA) && had > 0 && countType(reply.Answer, qtype) == 0 {

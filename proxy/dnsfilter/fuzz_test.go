@@ -123,7 +123,7 @@ func FuzzFilterQuery(f *testing.F) {
 		if stripECH(&r) {
 			t.Fatalf("reply carries ECH: %v", &r)
 		}
-		if pa := flt.stripPrivate(&r, p); pa.removed != 0 {
+		if pa := flt.stripPrivate(&r, p, ""); pa.removed != 0 {
 			t.Fatalf("reply carries private addresses (%s): %v", pa.reason(), &r)
 		}
 		if r.Rcode == dns.RcodeRefused && len(r.Answer) != 0 {

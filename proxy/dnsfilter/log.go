@@ -24,7 +24,11 @@ type record struct {
 	// privateRemoved counts the addresses the guard refused that were
 	// removed from the answer (records and hint values).
 	privateRemoved int
-	start          time.Time
+	// admittedName is the question's name when a name entry admitted it
+	// (not mode open, not a reverse name): the guard's scopes apply to
+	// its answer (see stripPrivate).
+	admittedName string
+	start        time.Time
 }
 
 // deny sets the verdict deny, with the reason formatted.

@@ -30,8 +30,10 @@ func (pa privateAnswers) reason() string {
 // parameters of HTTPS and SVCB records (a hint left without values goes,
 // and from the record's mandatory list with it). Whatever an allowed
 // name's DNS says, the sandbox then never learns a private address for
-// it.
-func (f *Filter) stripPrivate(m *dns.Msg, p *conf.Policy) privateAnswers {
+// it. name, if not "", is the question's name, which a name entry of p
+// admitted: the guard's scopes for it apply (guard.CheckNameAnyPort), as
+// they do when the proxy resolves it.
+func (f *Filter) stripPrivate(m *dns.Msg, p *conf.Policy, name string) privateAnswers {
 	var pa privateAnswers
 	refused := func(ip net.IP) bool {
 		a, ok := netip.AddrFromSlice(ip)
@@ -39,7 +41,7 @@ func (f *Filter) stripPrivate(m *dns.Msg, p *conf.Policy) privateAnswers {
 			pa.removed++ // not an address: nothing to pass on
 			return true
 		}
-		if r := f.guard.CheckAnyPort(p, a); r != nil {
+		if r := f.guard.CheckNameAnyPort(p, name, a); r != nil {
 			pa.removed++
 			pa.refusals = append(pa.refusals, r)
 			return true

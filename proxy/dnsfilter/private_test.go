@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 )
 
 // adWriter sets the AD bit on every answer, as a validating resolver
@@ -192,7 +193,7 @@ func TestStripPrivateEverySection(t *testing.T) {
 	hint := m.Extra[2].(*dns.SVCB).Value[1].(*dns.SVCBIPv6Hint)
 	hint.Hint = append(hint.Hint, net.ParseIP("::ffff:10.1.1.1"))
 	m.SetEdns0(1232, false)
-	pa := f.stripPrivate(m, nil)
+	pa := f.stripPrivate(m, nil, "")
 	got := rrStrings(slices.Concat(m.Answer, m.Ns, m.Extra))
 	want := []string{
 		"a.example.\t1\tIN\tA\t203.0.113.1",
@@ -215,7 +216,7 @@ func TestStripPrivateEverySection(t *testing.T) {
 	if _, err := m.Pack(); err != nil {
 		t.Errorf("stripped message does not pack: %v", err)
 	}
-	if pa := f.stripPrivate(m, nil); pa.removed != 0 {
+	if pa := f.stripPrivate(m, nil, ""); pa.removed != 0 {
 		t.Errorf("second stripPrivate removed %d", pa.removed)
 	}
 }
@@ -231,10 +232,67 @@ func TestStripHintsKeepsEachFamily(t *testing.T) {
 	}
 	m := new(dns.Msg)
 	m.Answer = []dns.RR{rr}
-	if pa := f.stripPrivate(m, nil); pa.removed != 2 {
+	if pa := f.stripPrivate(m, nil, ""); pa.removed != 2 {
 		t.Errorf("removed %d, want 2", pa.removed)
 	}
 	if got, want := m.Answer[0].String(), "b.example.\t1\tIN\tSVCB\t1 . ipv4hint=\"203.0.113.1\" ipv6hint=\"2001:db8::1\""; got != want {
 		t.Errorf("after stripPrivate\n %s\nwant %s", got, want)
+	}
+}
+
+// TestClusterNames: with the cluster's service CIDR open to the names
+// under its domain (a guard.Scope), an admitted cluster name's answer in
+// that range passes, through a CNAME too; the same address is still
+// removed from the answer for any other name, and a cluster name's
+// address outside the range is removed as before. In mode open no name
+// entry admits the name, and the proxy would dial the client's choice of
+// address: the scope does not apply.
+func TestClusterNames(t *testing.T) {
+	t.Parallel()
+	z := zone{}
+	for _, s := range []string{
+		"api.default.svc.cluster.local. 300 IN A 10.96.0.10",
+		"alias.default.svc.cluster.local. 300 IN CNAME ext.example.net.",
+		"ext.example.net. 300 IN A 10.96.0.11",
+		"db.default.svc.cluster.local. 300 IN A 10.0.0.5",
+		"svc.example.com. 300 IN A 10.96.0.10",
+	} {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		z.add(rr)
+	}
+	up := startUpstream(t, z)
+	g := guard.New(guard.Config{
+		OwnAddrs:         func() ([]netip.Addr, error) { return nil, nil },
+		ConnectedSubnets: func() ([]netip.Prefix, error) { return nil, nil },
+		Scopes:           []guard.Scope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
+	})
+	allow := startFilter(t, Config{Upstreams: []netip.AddrPort{up.addr}, Guard: g}, policy(t, conf.ModeAllowlist, "*.svc.cluster.local", "*.example.com"))
+	open := startFilter(t, Config{Upstreams: []netip.AddrPort{up.addr}, Guard: g}, policy(t, conf.ModeOpen))
+	for _, tc := range []struct {
+		tf    *testFilter
+		name  string
+		rcode int
+		addr  string // the answer's last A record, if any
+	}{
+		{allow, "api.default.svc.cluster.local.", dns.RcodeSuccess, "10.96.0.10"},
+		{allow, "alias.default.svc.cluster.local.", dns.RcodeSuccess, "10.96.0.11"},
+		{allow, "db.default.svc.cluster.local.", dns.RcodeRefused, ""},
+		{allow, "svc.example.com.", dns.RcodeRefused, ""},
+		{open, "api.default.svc.cluster.local.", dns.RcodeRefused, ""},
+	} {
+		r, rec := askLogged(t, tc.tf, tc.name, dns.TypeA)
+		var addr string
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				addr = a.A.String()
+			}
+		}
+		if r.Rcode != tc.rcode || addr != tc.addr {
+			t.Errorf("%s (%s): %s %q, want %s %q; log %v", tc.name, rec["rule"], dns.RcodeToString[r.Rcode], addr,
+				dns.RcodeToString[tc.rcode], tc.addr, rec)
+		}
 	}
 }

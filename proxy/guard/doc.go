@@ -68,5 +68,21 @@
 // must admit the IPv4 address. An address entry also admits connections
 // to those addresses by address, with or without a name: that is how a
 // private service is reached through the proxy. A name entry alone never
-// reaches a refused address, whatever its DNS says.
+// reaches a refused address, whatever its DNS says, with one exception:
+//
+// # The names of a cluster
+//
+// A Kubernetes cluster's services and pods live on private addresses,
+// which its pods reach by the names its DNS gives them under the cluster
+// domain (api.default.svc.cluster.local). A Scope (Config.Scopes) opens
+// the cluster's service and pod CIDRs to those names, and to no other:
+// CheckName and CheckNameAnyPort, which the proxy calls for the addresses
+// of a name a name entry admitted (it resolved them itself) and the DNS
+// filter for the addresses of an answer to such a name, admit an address
+// inside a Scope's prefix for a name under its domain when what refuses
+// it is private space or a connected subnet. The host's own addresses,
+// loopback, link-local, multicast and the metadata services stay refused
+// whatever the prefixes hold, and so do addresses the client chose (mode
+// open dials those) and names outside the domain, which therefore never
+// reach the cluster's ranges, however their DNS points there.
 package guard

@@ -28,6 +28,46 @@ type Config struct {
 	// without a router. nil: ConnectedSubnets, the routes of the
 	// namespace's main table that have no gateway.
 	ConnectedSubnets func() ([]netip.Prefix, error)
+	// Scopes open private ranges to the names under a domain only: a
+	// Kubernetes cluster's service and pod CIDRs to the names under its
+	// cluster domain (see Scope, and CheckName).
+	Scopes []Scope
+}
+
+// Scope lets the names under Domain reach the addresses inside Prefixes
+// that would otherwise be refused as private space (RFC 1918, CGNAT, ULA,
+// site-local, benchmarking) or as one of the host's connected subnets. It
+// opens nothing else: not the host's own addresses (a pod subnet's
+// gateway on a node's bridge is one), loopback, link-local, multicast or
+// a metadata service, whatever a prefix holds, and not the IPv6 forms
+// that carry an IPv4 address to a translator. Names outside Domain never
+// reach Prefixes by it, and neither does an address the client chose.
+//
+// Cluster DNS answers for any name under its domain, some of it for
+// names anyone can make up (CoreDNS's "pods insecure" gives
+// 10-96-0-1.default.pod.cluster.local the address 10.96.0.1), so the
+// prefixes, not the names, bound what a Scope opens: name exactly the
+// cluster's ranges.
+type Scope struct {
+	// Domain is a DNS name in canonical form ("cluster.local"): the names
+	// below it are in the scope, the domain itself is not.
+	Domain string
+	// Prefixes are the ranges those names may reach.
+	Prefixes []netip.Prefix
+}
+
+// covers reports whether name lies under s.Domain and a inside one of its
+// prefixes. name is compared case-insensitively, without a final dot.
+func (s Scope) covers(name string, a netip.Addr) bool {
+	if s.Domain == "" || !strings.HasSuffix(strings.ToLower(strings.TrimSuffix(name, ".")), "."+s.Domain) {
+		return false
+	}
+	for _, p := range s.Prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // Guard decides whether an upstream address may be dialed under a policy.
@@ -35,6 +75,7 @@ type Config struct {
 type Guard struct {
 	ownAddrs  func() ([]netip.Addr, error)
 	connected func() ([]netip.Prefix, error)
+	scopes    []Scope
 
 	mu      sync.Mutex
 	host    hostView
@@ -49,7 +90,7 @@ type hostView struct {
 
 // New returns a guard configured by cfg.
 func New(cfg Config) *Guard {
-	g := &Guard{ownAddrs: cfg.OwnAddrs, connected: cfg.ConnectedSubnets}
+	g := &Guard{ownAddrs: cfg.OwnAddrs, connected: cfg.ConnectedSubnets, scopes: cfg.Scopes}
 	if g.ownAddrs == nil {
 		g.ownAddrs = interfaceAddrs
 	}
@@ -78,6 +119,10 @@ type Refusal struct {
 	// Err is set when the guard could not read the host's addresses or
 	// routes: it refuses then, since it cannot tell.
 	Err error
+
+	// private: Range is private space or a connected subnet, which a
+	// Scope may open.
+	private bool
 }
 
 // String renders r as a log reason reads after "private upstream ":
@@ -119,21 +164,39 @@ func Reason(prefix string, refusals []*Refusal) string {
 // Check returns nil if a may be dialed on port under policy p, or else
 // why not (see the package documentation).
 func (g *Guard) Check(p *conf.Policy, a netip.Addr, port uint16) *Refusal {
-	return g.check(p, a, func(e conf.Entry, a netip.Addr) bool { return e.MatchAddr(a, port) })
+	return g.CheckName(p, "", a, port)
+}
+
+// CheckName is Check for an address the proxy found for name, which a
+// name entry of p admits: the Scopes of that name apply too. name "" is
+// Check.
+func (g *Guard) CheckName(p *conf.Policy, name string, a netip.Addr, port uint16) *Refusal {
+	return g.check(p, name, a, func(e conf.Entry, a netip.Addr) bool { return e.MatchAddr(a, port) })
 }
 
 // CheckAnyPort is Check for an address that may be dialed on whatever
 // port an entry allows: a DNS answer carries no port, and the address may
 // be dialed on any of them.
 func (g *Guard) CheckAnyPort(p *conf.Policy, a netip.Addr) *Refusal {
-	return g.check(p, a, func(e conf.Entry, a netip.Addr) bool { return e.Prefix.Contains(a) })
+	return g.CheckNameAnyPort(p, "", a)
+}
+
+// CheckNameAnyPort is CheckAnyPort for an address of an answer for name,
+// which a name entry of p admits (see CheckName).
+func (g *Guard) CheckNameAnyPort(p *conf.Policy, name string, a netip.Addr) *Refusal {
+	return g.check(p, name, a, func(e conf.Entry, a netip.Addr) bool { return e.Prefix.Contains(a) })
 }
 
 // check judges a, then the IPv4 address it embeds, if any; admits says
-// whether an address entry admits an address.
-func (g *Guard) check(p *conf.Policy, a netip.Addr, admits func(conf.Entry, netip.Addr) bool) *Refusal {
+// whether an address entry admits an address. The Scopes of name apply
+// to a itself, never to an embedded address.
+func (g *Guard) check(p *conf.Policy, name string, a netip.Addr, admits func(conf.Entry, netip.Addr) bool) *Refusal {
 	a = a.Unmap().WithZone("")
-	if r := g.judge(p, a, admits); r != nil {
+	r := g.judge(p, a, admits)
+	if r != nil && r.private && name != "" && g.scoped(name, a) {
+		r = nil
+	}
+	if r != nil {
 		return r
 	}
 	if v4, form, ok := embeddedIPv4(a); ok {
@@ -153,7 +216,7 @@ func (g *Guard) judge(p *conf.Policy, a netip.Addr, admits func(conf.Entry, neti
 	narrower := func(pfx netip.Prefix) bool { return r == nil || pfx.Bits() > r.Range.Bits() }
 	for _, s := range specialRanges {
 		if s.prefix.Contains(a) && narrower(s.prefix) {
-			r = &Refusal{Addr: a, Range: s.prefix, What: s.describe()}
+			r = &Refusal{Addr: a, Range: s.prefix, What: s.describe(), private: s.private}
 		}
 	}
 	host, err := g.hostView()
@@ -167,13 +230,23 @@ func (g *Guard) judge(p *conf.Policy, a netip.Addr, admits func(conf.Entry, neti
 	}
 	for _, c := range host.connected {
 		if c.Contains(a) && narrower(c) {
-			r = &Refusal{Addr: a, Range: c, What: fmt.Sprintf("connected subnet %v of the proxy's host", c)}
+			r = &Refusal{Addr: a, Range: c, What: fmt.Sprintf("connected subnet %v of the proxy's host", c), private: true}
 		}
 	}
 	if r == nil || admitted(p, a, r.Range, admits) {
 		return nil
 	}
 	return r
+}
+
+// scoped reports whether a Scope of the guard opens a to name.
+func (g *Guard) scoped(name string, a netip.Addr) bool {
+	for _, s := range g.scopes {
+		if s.covers(name, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // admitted reports whether an address entry of p that lies inside r

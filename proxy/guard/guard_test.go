@@ -324,3 +324,78 @@ func TestReason(t *testing.T) {
 		t.Errorf("none: %q", got)
 	}
 }
+
+// clusterHost is testHost on a Kubernetes node: service CIDR 10.96.0.0/12
+// and pod CIDR 10.244.0.0/16, of which the node's bridge 10.244.1.0/24
+// (gateway 10.244.1.1, an address of the node) is a connected subnet; the
+// cluster's ranges are open to the names under cluster.local.
+func clusterHost() *Guard {
+	h := testHost()
+	own, connected := h.ownAddrs, h.connected
+	return New(Config{
+		OwnAddrs: func() ([]netip.Addr, error) {
+			a, err := own()
+			return append(a, netip.MustParseAddr("10.244.1.1"), netip.MustParseAddr("fd00:10:244:1::1")), err
+		},
+		ConnectedSubnets: func() ([]netip.Prefix, error) {
+			c, err := connected()
+			return append(c, netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")), err
+		},
+		Scopes: []Scope{{Domain: "cluster.local", Prefixes: []netip.Prefix{
+			netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("10.244.0.0/16"),
+			netip.MustParsePrefix("fd00:10:244::/56"), netip.MustParsePrefix("100.64.0.0/10"),
+		}}},
+	})
+}
+
+// A name under the cluster domain reaches the cluster's ranges, private
+// space and connected subnets alike; nothing else private, and no other
+// name reaches them; an address entry still works as before.
+func TestScopes(t *testing.T) {
+	g := clusterHost()
+	p := policy(t, "*.svc.cluster.local", "*.example.test")
+	for _, tc := range []struct {
+		name, addr string
+		want       string // the refusal; "" permitted
+	}{
+		{"api.default.svc.cluster.local", "10.96.0.10", ""},
+		{"API.Default.svc.cluster.local.", "10.96.0.10", ""},
+		{"web.default.svc.cluster.local", "10.244.3.7", ""},                                           // a pod on another node: RFC 1918
+		{"web.default.svc.cluster.local", "10.244.1.7", ""},                                           // a pod on this node: a connected subnet
+		{"web.default.svc.cluster.local", "fd00:10:244:1::7", ""},                                     // ULA, connected
+		{"web.default.svc.cluster.local", "10.244.1.1", "10.244.1.1: an address of the proxy's host"}, // the node itself
+		{"x.default.svc.cluster.local", "100.100.100.200", "100.100.100.200: cloud metadata service"}, // inside a prefix, still refused
+		{"x.default.svc.cluster.local", "10.0.0.5", "10.0.0.5: RFC 1918 (10.0.0.0/8)"},                // private, outside the prefixes
+		{"x.default.svc.cluster.local", "10.88.0.5", "10.88.0.5: connected subnet 10.88.0.0/16 of the proxy's host"},
+		{"x.default.svc.cluster.local", "127.0.0.1", "127.0.0.1: loopback (127.0.0.0/8)"},
+		{"x.default.svc.cluster.local", "64:ff9b::a60:a", "64:ff9b::a60:a: NAT64 form of 10.96.0.10, RFC 1918 (10.0.0.0/8)"},
+		{"cluster.local", "10.96.0.10", "10.96.0.10: RFC 1918 (10.0.0.0/8)"},     // the domain itself
+		{"api.example.test", "10.96.0.10", "10.96.0.10: RFC 1918 (10.0.0.0/8)"},  // another name
+		{"evilcluster.local", "10.96.0.10", "10.96.0.10: RFC 1918 (10.0.0.0/8)"}, // not under the domain
+		{"", "10.96.0.10", "10.96.0.10: RFC 1918 (10.0.0.0/8)"},                  // no name: the client's choice
+		{"api.default.svc.cluster.local", "203.0.113.7", ""},                     // public, as ever
+	} {
+		var got string
+		if r := g.CheckName(p, tc.name, netip.MustParseAddr(tc.addr), 443); r != nil {
+			got = r.String()
+		}
+		if got != tc.want {
+			t.Errorf("CheckName(%q, %s) = %q, want %q", tc.name, tc.addr, got, tc.want)
+		}
+		got = ""
+		if r := g.CheckNameAnyPort(p, tc.name, netip.MustParseAddr(tc.addr)); r != nil {
+			got = r.String()
+		}
+		if got != tc.want {
+			t.Errorf("CheckNameAnyPort(%q, %s) = %q, want %q", tc.name, tc.addr, got, tc.want)
+		}
+	}
+	// Without scopes a cluster name is any name; with them, Check (no
+	// name) is as before, and an address entry opens its range as ever.
+	if r := testHost().CheckName(p, "api.default.svc.cluster.local", netip.MustParseAddr("10.96.0.10"), 443); r == nil {
+		t.Error("a guard without scopes let a cluster name reach 10.96.0.10")
+	}
+	if r := g.Check(policy(t, "10.0.0.0/8"), netip.MustParseAddr("10.0.0.5"), 443); r != nil {
+		t.Errorf("an address entry: %v", r)
+	}
+}

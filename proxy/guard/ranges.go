@@ -7,9 +7,14 @@ import (
 
 // special is a range of addresses the proxy must not dial unless an entry
 // inside it admits them, with what it is in the words of a refusal.
+// private marks the address space networks are built on (RFC 1918, CGNAT,
+// ULA...), which a Scope's prefixes may open (see Config.Scopes); the
+// rest (loopback, link-local, multicast, metadata services...) no Scope
+// opens.
 type special struct {
-	prefix netip.Prefix
-	what   string
+	prefix  netip.Prefix
+	what    string
+	private bool
 }
 
 // describe renders s for a refusal: what it is and, unless it is one
@@ -22,7 +27,14 @@ func (s special) describe() string {
 }
 
 func sp(prefix, what string) special {
-	return special{netip.MustParsePrefix(prefix), what}
+	return special{prefix: netip.MustParsePrefix(prefix), what: what}
+}
+
+// spPrivate is sp for private address space.
+func spPrivate(prefix, what string) special {
+	s := sp(prefix, what)
+	s.private = true
+	return s
 }
 
 // metadata is what the cloud metadata services are called in refusals.
@@ -33,28 +45,28 @@ const metadata = "cloud metadata service"
 // narrowest one that holds an address is the one an entry must lie in.
 var specialRanges = []special{
 	sp("0.0.0.0/8", "this network"),
-	sp("10.0.0.0/8", "RFC 1918"),
-	sp("100.64.0.0/10", "shared address space (RFC 6598, CGNAT)"),
+	spPrivate("10.0.0.0/8", "RFC 1918"),
+	spPrivate("100.64.0.0/10", "shared address space (RFC 6598, CGNAT)"),
 	sp("100.100.100.200/32", metadata),
 	sp("127.0.0.0/8", "loopback"),
 	sp("168.63.129.16/32", metadata),
 	sp("169.254.0.0/16", "link-local"),
 	sp("169.254.169.254/32", metadata),
 	sp("169.254.170.2/32", metadata),
-	sp("172.16.0.0/12", "RFC 1918"),
+	spPrivate("172.16.0.0/12", "RFC 1918"),
 	sp("192.0.0.0/24", "IETF protocol assignments"),
-	sp("192.168.0.0/16", "RFC 1918"),
-	sp("198.18.0.0/15", "benchmarking (RFC 2544)"),
+	spPrivate("192.168.0.0/16", "RFC 1918"),
+	spPrivate("198.18.0.0/15", "benchmarking (RFC 2544)"),
 	sp("224.0.0.0/4", "multicast"),
 	sp("240.0.0.0/4", "reserved"),
 	sp("255.255.255.255/32", "broadcast"),
 
 	sp("::/128", "unspecified"),
 	sp("::1/128", "loopback"),
-	sp("fc00::/7", "unique local (ULA)"),
+	spPrivate("fc00::/7", "unique local (ULA)"),
 	sp("fd00:ec2::254/128", metadata),
 	sp("fe80::/10", "link-local"),
-	sp("fec0::/10", "site-local (deprecated)"),
+	spPrivate("fec0::/10", "site-local (deprecated)"),
 	sp("ff00::/8", "multicast"),
 }
 

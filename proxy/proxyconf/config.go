@@ -38,6 +38,9 @@ const (
 type Config struct {
 	// Sandbox is the sandbox id, for the decision log and the 403 page.
 	Sandbox string `json:"sandbox"`
+	// PodUID is the uid of the Kubernetes pod the sandbox is, if any:
+	// every line of the log carries it (decisionlog.WithPod).
+	PodUID string `json:"podUID,omitempty"`
 	// PolicyFile is the policy in the plain form (see conf.ParseFile),
 	// watched for changes.
 	PolicyFile string `json:"policyFile"`
@@ -54,6 +57,10 @@ type Config struct {
 	// AllowDirect are the destinations the sandbox reaches without the
 	// proxy: their new flows are logged from conntrack in NetNS.
 	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
+	// ClusterNames open private ranges to the names under a domain: a
+	// Kubernetes cluster's service and pod CIDRs to the names under its
+	// cluster domain (see guard.Scope), for the proxy and the DNS filter.
+	ClusterNames []NameScope `json:"clusterNames,omitempty"`
 	// NetNS is the network namespace whose allowDirect flows are logged;
 	// "" means the one the first listener was created in (the sandbox's,
 	// for an inherited listener).
@@ -67,6 +74,14 @@ type Config struct {
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
 	// Listeners are the sockets to serve.
 	Listeners Listeners `json:"listeners"`
+}
+
+// NameScope is one of Config.ClusterNames: the names under Domain (a DNS
+// name in canonical form, such as "cluster.local") may reach the private
+// addresses inside Prefixes.
+type NameScope struct {
+	Domain   string         `json:"domain"`
+	Prefixes []netip.Prefix `json:"prefixes"`
 }
 
 // Listeners say which sockets a proxy serves: descriptors it inherited
@@ -153,6 +168,16 @@ func (c Config) Validate() error {
 	}
 	if err := c.OTLP.Config().Validate(); err != nil {
 		return fmt.Errorf("otlp: %w", err)
+	}
+	for _, n := range c.ClusterNames {
+		if d, err := conf.NormalizeName(n.Domain); err != nil || d != n.Domain || d == "" {
+			return fmt.Errorf("clusterNames: domain %q: want a DNS name in canonical form, such as cluster.local", n.Domain)
+		}
+		for _, p := range n.Prefixes {
+			if !p.IsValid() || p.Masked() != p {
+				return fmt.Errorf("clusterNames: %s: prefix %v: want a CIDR prefix without host bits", n.Domain, p)
+			}
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package proxyconf
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -31,10 +32,11 @@ func mustDirect(t *testing.T, ss ...string) []conf.Direct {
 func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "proxy-config.json")
 	want := Config{
-		Sandbox: "ctr1", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
+		Sandbox: "team-a/web-0", PodUID: "0b1c2d3e-0000-4000-8000-000000000001", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
 		AllowDirect:  mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
 		OTLP:         &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
 		DrainTimeout: Duration(500 * time.Millisecond),
+		ClusterNames: []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
 		Listeners:    Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
 	}
 	if err := want.WriteFile(path); err != nil {
@@ -71,6 +73,8 @@ func TestConfigRefuses(t *testing.T) {
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"drainTimeout":"-1s"}`, "negative duration"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"otlp":{"endpoint":"https://x.example","insecure":true}}`, "otlp"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]}} {}`, "more than one JSON value"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"Cluster.Local","prefixes":["10.96.0.0/12"]}]}`, `clusterNames: domain "Cluster.Local"`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"cluster.local","prefixes":["10.96.0.1/12"]}]}`, `prefix 10.96.0.1/12`},
 	} {
 		if _, err := decode([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.json, err, tc.want)

@@ -1,0 +1,63 @@
+package annotation
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/sandbox"
+)
+
+// The annotations (and, on Docker, container labels) that carry a policy.
+const (
+	// Mode is the policy's mode: none, allowlist or open.
+	Mode = "doorman.io/mode"
+	// AllowedHosts are the policy's entries, comma-separated.
+	AllowedHosts = "doorman.io/allowed-hosts"
+	// AllowDirect are IP/CIDR entries (comma-separated, with an optional
+	// port) reached without the proxy.
+	AllowDirect = "doorman.io/allow-direct"
+)
+
+// Policy returns the policy that annotations ask for, and whether they ask
+// for one at all: they do when either Mode or AllowedHosts is present. A
+// mode alone has no entries; entries alone are an allowlist. The error
+// names the annotation and its value ("annotation doorman.io/mode:
+// invalid mode \"permissive\": ...").
+func Policy(annotations map[string]string) (p *conf.Policy, ok bool, err error) {
+	mode, hasMode := annotations[Mode]
+	hosts, hasHosts := annotations[AllowedHosts]
+	if !hasMode && !hasHosts {
+		return nil, false, nil
+	}
+	m := conf.ModeAllowlist
+	if hasMode {
+		if m, err = conf.ParseMode(mode); err != nil {
+			return nil, true, fmt.Errorf("annotation %s: %w", Mode, err)
+		}
+	}
+	p, err = conf.NewPolicy(m, split(hosts))
+	if err != nil {
+		return nil, true, fmt.Errorf("annotation %s: %w", AllowedHosts, err)
+	}
+	return p, true, nil
+}
+
+// Direct parses the AllowDirect annotation: address entries only, none if
+// it is absent. The error is a *sandbox.FieldError whose key is
+// "annotation doorman.io/allow-direct".
+func Direct(annotations map[string]string) ([]conf.Direct, error) {
+	return sandbox.ParseAllowDirect("annotation "+AllowDirect, split(annotations[AllowDirect]))
+}
+
+// split returns the comma-separated values of s, trimmed, without blank
+// ones.
+func split(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}

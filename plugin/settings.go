@@ -1,0 +1,430 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/sandbox"
+)
+
+// Keys are doorman's own keys in its conflist entry, in the order the
+// installer writes them (see package cniinstall, whose --config takes the
+// same keys and is checked by ParseSettings).
+var Keys = []string{
+	"mode", "allowedHosts", "excludeNamespaces", "clusterDomain",
+	"serviceCIDRs", "podCIDRs", "allowDirect", "resolvers", "upstreamResolver",
+	"policyDir", "stateDir", "logDir",
+	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
+	"dnsFilter", "hostLayer", "allowICMP",
+}
+
+// CNIKeys are the keys of a plugin's entry that belong to the CNI and the
+// runtime rather than to doorman: the spec's (type, name, cniVersion,
+// capabilities, dns, prevResult), what runtimes add (runtimeConfig, args,
+// the valid attachments of a GC). The CNI's parsers read them.
+var CNIKeys = []string{
+	"type", "name", "cniVersion", "capabilities", "dns", "runtimeConfig",
+	"prevResult", "args", "cni.dev/valid-attachments", "cni.dev/attachments",
+}
+
+// Defaults of the keys an entry may leave out (besides stateDir and
+// logDir, whose defaults are hostconf's).
+const (
+	// DefaultClusterDomain is the default of clusterDomain.
+	DefaultClusterDomain = "cluster.local"
+)
+
+// DefaultExcludeNamespaces is the default of excludeNamespaces: the
+// cluster's own namespace, whose CoreDNS and CNI pods must keep working.
+func DefaultExcludeNamespaces() []string { return []string{"kube-system"} }
+
+// Settings are doorman's own keys of its conflist entry (Keys), each
+// parsed and checked once (ParseEntry, ParseSettings), with the defaults
+// of the keys left out.
+type Settings struct {
+	// Policy is the network's policy, from mode (default allowlist) and
+	// allowedHosts (default none): that of a container or pod with no
+	// policy of its own.
+	Policy *conf.Policy
+	// ExcludeNamespaces are the Kubernetes namespaces whose pods doorman
+	// passes through untouched (default DefaultExcludeNamespaces).
+	ExcludeNamespaces []string
+	// ClusterDomain (default DefaultClusterDomain) is the cluster's DNS
+	// domain: names under it may reach ServiceCIDRs and PodCIDRs.
+	ClusterDomain          string
+	ServiceCIDRs, PodCIDRs []netip.Prefix
+	// AllowDirect are destinations reached without the proxy.
+	AllowDirect []conf.Direct
+	// Resolvers are the DNS servers containers may query; none means
+	// the runtime's or the interface plugin's (see NetConf.resolvers).
+	Resolvers []netip.Addr
+	// UpstreamResolvers, if any, is the one server the proxy resolves
+	// allowed names with instead of the sandbox's resolvers.
+	UpstreamResolvers []netip.AddrPort
+	// PolicyDir holds per-container policy files ("" none); StateDir and
+	// LogDir default to hostconf's.
+	PolicyDir, StateDir, LogDir string
+	// OTLP is the network's export settings; with no Endpoint, the
+	// host's (hostconf.OTLPFile) apply.
+	OTLP otlplog.Config
+	// DNSFilter and HostLayer (default true) are the protective layers;
+	// AllowICMP (default false) lets small echo requests out to the
+	// AllowDirect destinations.
+	DNSFilter, HostLayer, AllowICMP bool
+}
+
+// defaultSettings are the settings of an entry with none of Keys.
+func defaultSettings() *Settings {
+	return &Settings{
+		Policy:            &conf.Policy{Mode: conf.ModeAllowlist},
+		ExcludeNamespaces: DefaultExcludeNamespaces(),
+		ClusterDomain:     DefaultClusterDomain,
+		StateDir:          hostconf.DefaultStateDir,
+		LogDir:            hostconf.DefaultLogDir,
+		DNSFilter:         true,
+		HostLayer:         true,
+	}
+}
+
+// ParseEntry parses doorman's keys in its conflist entry data (a JSON
+// object, as the runtime passes it on stdin) and checks every value,
+// reporting every problem at once: each error names the key, the value
+// and why. A key that is neither one of Keys nor one of CNIKeys is an
+// error too, so that a misspelt key is never silently its default. It is
+// the one place these keys are judged: the installer checks its --config
+// with ParseSettings, and so writes only entries the plugin accepts.
+//
+// On error the settings returned hold what did parse and the defaults
+// of the rest: DEL, which must succeed, tears down with them.
+func ParseEntry(data []byte) (*Settings, error) {
+	return parseSettings(data, CNIKeys)
+}
+
+// ParseSettings is ParseEntry for doorman's keys alone (the installer's
+// --config): the CNI's keys are errors there. On error it returns nil.
+func ParseSettings(data []byte) (*Settings, error) {
+	s, err := parseSettings(data, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// parseSettings is ParseEntry, accepting the keys in other besides Keys.
+func parseSettings(data []byte, other []string) (*Settings, error) {
+	s := defaultSettings()
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return s, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if raw == nil {
+		return s, errors.New("not a JSON object: null")
+	}
+	var errs []error
+	var unknown []string
+	for k := range raw {
+		if !slices.Contains(Keys, k) && !slices.Contains(other, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	slices.Sort(unknown)
+	for _, k := range unknown {
+		errs = append(errs, fmt.Errorf("unknown key %q: the keys are %s", k, strings.Join(Keys, ", ")))
+	}
+	v := valueReader{raw: raw, errs: &errs}
+	s.parsePolicy(v)
+	s.parseCluster(v)
+	s.parseDNS(v)
+	var direct []string
+	if v.strings("allowDirect", &direct) {
+		for i, d := range direct {
+			parsed, err := sandbox.ParseAllowDirect(fmt.Sprintf("allowDirect[%d]", i), []string{d})
+			if err != nil {
+				errs = append(errs, err)
+			}
+			s.AllowDirect = append(s.AllowDirect, parsed...)
+		}
+	}
+	for _, d := range []struct {
+		key string
+		dst *string
+	}{{"policyDir", &s.PolicyDir}, {"stateDir", &s.StateDir}, {"logDir", &s.LogDir}} {
+		key, dst := d.key, d.dst
+		var p string
+		if !v.str(key, &p) || p == "" {
+			continue // "": the default
+		}
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+			errs = append(errs, fmt.Errorf("%s %q: want a clean absolute path on the node", key, p))
+			continue
+		}
+		*dst = p
+	}
+	s.parseOTLP(v)
+	v.boolean("dnsFilter", &s.DNSFilter)
+	v.boolean("hostLayer", &s.HostLayer)
+	v.boolean("allowICMP", &s.AllowICMP)
+	if len(errs) > 0 {
+		return s, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+// parsePolicy reads mode and allowedHosts into s.Policy.
+func (s *Settings) parsePolicy(v valueReader) {
+	mode := string(conf.ModeAllowlist)
+	var hosts []string
+	okMode := !v.has("mode") || v.str("mode", &mode)
+	okHosts := !v.has("allowedHosts") || v.strings("allowedHosts", &hosts)
+	m, err := conf.ParseMode(mode)
+	if okMode && err != nil {
+		*v.errs = append(*v.errs, fmt.Errorf("mode: %w", err))
+	}
+	ok := okMode && okHosts && err == nil
+	for i, h := range hosts {
+		if _, err := conf.ParseEntry(h); err != nil {
+			*v.errs = append(*v.errs, fmt.Errorf("allowedHosts[%d]: %w", i, err))
+			ok = false
+		}
+	}
+	if !ok {
+		return
+	}
+	p, err := conf.NewPolicy(m, hosts)
+	if err != nil {
+		// Every part was checked above.
+		*v.errs = append(*v.errs, err)
+		return
+	}
+	s.Policy = p
+}
+
+// parseCluster reads excludeNamespaces, clusterDomain, serviceCIDRs and
+// podCIDRs.
+func (s *Settings) parseCluster(v valueReader) {
+	if v.strings("excludeNamespaces", &s.ExcludeNamespaces) {
+		if s.ExcludeNamespaces == nil {
+			s.ExcludeNamespaces = []string{}
+		}
+		for i, ns := range s.ExcludeNamespaces {
+			if err := checkNamespace(ns); err != nil {
+				*v.errs = append(*v.errs, fmt.Errorf("excludeNamespaces[%d] %q: %v", i, ns, err))
+			}
+		}
+	}
+	var domain string
+	if v.str("clusterDomain", &domain) {
+		if err := checkDomain(domain); err != nil {
+			*v.errs = append(*v.errs, fmt.Errorf("clusterDomain %q: %v", domain, err))
+		} else {
+			s.ClusterDomain = domain
+		}
+	}
+	for _, r := range []struct {
+		key string
+		dst *[]netip.Prefix
+	}{{"serviceCIDRs", &s.ServiceCIDRs}, {"podCIDRs", &s.PodCIDRs}} {
+		key, dst := r.key, r.dst
+		var cidrs []string
+		if !v.strings(key, &cidrs) {
+			continue
+		}
+		for i, c := range cidrs {
+			p, err := checkCIDR(c)
+			if err != nil {
+				*v.errs = append(*v.errs, fmt.Errorf("%s[%d] %q: %v", key, i, c, err))
+				continue
+			}
+			*dst = append(*dst, p)
+		}
+	}
+}
+
+// parseDNS reads resolvers and upstreamResolver.
+func (s *Settings) parseDNS(v valueReader) {
+	var resolvers []string
+	if v.strings("resolvers", &resolvers) {
+		for i, r := range resolvers {
+			a, err := sandbox.ParseAddrs(fmt.Sprintf("resolvers[%d]", i), []string{r})
+			if err != nil {
+				*v.errs = append(*v.errs, err)
+			}
+			s.Resolvers = append(s.Resolvers, a...)
+		}
+	}
+	var upstream string
+	if v.str("upstreamResolver", &upstream) {
+		ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", upstream)
+		if err != nil {
+			*v.errs = append(*v.errs, err)
+		}
+		s.UpstreamResolvers = ups
+	}
+}
+
+// parseOTLP reads otlpEndpoint, otlpInsecure and otlpHeaders.
+func (s *Settings) parseOTLP(v valueReader) {
+	c := otlplog.Config{}
+	v.str("otlpEndpoint", &c.Endpoint)
+	v.boolean("otlpInsecure", &c.Insecure)
+	if r, ok := v.raw["otlpHeaders"]; ok {
+		if err := strictUnmarshal(r, &c.Headers); err != nil {
+			*v.errs = append(*v.errs, fmt.Errorf("otlpHeaders %s: want an object of strings", compact(r)))
+		}
+	}
+	if c.Endpoint == "" {
+		if c.Insecure || len(c.Headers) > 0 {
+			*v.errs = append(*v.errs, errors.New("otlpInsecure and otlpHeaders need an otlpEndpoint"))
+		}
+		return
+	}
+	if err := c.Validate(); err != nil {
+		// Its errors name the setting and the value.
+		*v.errs = append(*v.errs, err)
+		return
+	}
+	if len(c.Headers) == 0 {
+		c.Headers = nil
+	}
+	s.OTLP = c
+}
+
+// valueReader decodes the values of an entry's keys into their fields,
+// recording a type error for each value of the wrong type.
+type valueReader struct {
+	raw  map[string]json.RawMessage
+	errs *[]error
+}
+
+func (v valueReader) has(key string) bool { _, ok := v.raw[key]; return ok }
+
+// str decodes key into dst if it is present; it reports whether it was
+// present and decoded.
+func (v valueReader) str(key string, dst *string) bool {
+	return v.decode(key, dst, "a string")
+}
+
+func (v valueReader) strings(key string, dst *[]string) bool {
+	return v.decode(key, dst, "an array of strings")
+}
+
+func (v valueReader) boolean(key string, dst *bool) bool {
+	return v.decode(key, dst, "true or false")
+}
+
+func (v valueReader) decode(key string, dst any, want string) bool {
+	r, ok := v.raw[key]
+	if !ok {
+		return false
+	}
+	if err := strictUnmarshal(r, dst); err != nil {
+		*v.errs = append(*v.errs, fmt.Errorf("%s %s: want %s", key, compact(r), want))
+		return false
+	}
+	return true
+}
+
+// strictUnmarshal is json.Unmarshal that also refuses null, which
+// encoding/json would take as "leave the field alone", and null inside an
+// array or object of strings, which it would take as "".
+func strictUnmarshal(r json.RawMessage, dst any) error {
+	t := bytes.TrimSpace(r)
+	if bytes.Equal(t, []byte("null")) {
+		return errors.New("null")
+	}
+	if len(t) > 0 && (t[0] == '[' || t[0] == '{') {
+		var elems []json.RawMessage
+		if t[0] == '{' {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(t, &m); err == nil {
+				for _, e := range m {
+					elems = append(elems, e)
+				}
+			}
+		} else {
+			json.Unmarshal(t, &elems)
+		}
+		for _, e := range elems {
+			if bytes.Equal(bytes.TrimSpace(e), []byte("null")) {
+				return errors.New("null")
+			}
+		}
+	}
+	return json.Unmarshal(t, dst)
+}
+
+// compact renders a JSON value on one line for an error message, cut
+// short when long.
+func compact(r json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, r) != nil {
+		b.Reset()
+		b.Write(r)
+	}
+	s := b.String()
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+// dns1123Label is a Kubernetes namespace name.
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// checkNamespace says why ns cannot be a Kubernetes namespace name, which
+// is a DNS-1123 label.
+func checkNamespace(ns string) error {
+	if len(ns) > 63 {
+		return fmt.Errorf("longer than 63 characters: not a namespace name")
+	}
+	if !dns1123Label.MatchString(ns) {
+		return fmt.Errorf("not a namespace name: want lower-case letters, digits and '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// checkDomain says why d cannot be a cluster domain.
+func checkDomain(d string) error {
+	if d == "" {
+		return errors.New("empty: want a DNS name such as cluster.local")
+	}
+	if strings.HasPrefix(d, "*") {
+		return errors.New("a wildcard: want the domain itself, such as cluster.local")
+	}
+	if _, err := netip.ParseAddr(d); err == nil {
+		return errors.New("an address: want a DNS name such as cluster.local")
+	}
+	n, err := conf.NormalizeName(d)
+	if err != nil {
+		return err
+	}
+	if n != d {
+		return fmt.Errorf("not in canonical form: write %q", n)
+	}
+	return nil
+}
+
+// checkCIDR parses a service or pod CIDR, or says why s cannot be one.
+func checkCIDR(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, fmt.Errorf("not a CIDR prefix (such as 10.96.0.0/12 or fd00:10:96::/112)")
+	}
+	if p.Addr().Zone() != "" {
+		return p, errors.New("a prefix has no zone")
+	}
+	if m := p.Masked(); m != p {
+		return p, fmt.Errorf("host bits set: did you mean %s?", m)
+	}
+	return p, nil
+}

@@ -1,0 +1,118 @@
+package plugin
+
+import (
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
+)
+
+// An entry with none of doorman's keys has the documented defaults; the
+// CNI's keys are the CNI's.
+func TestParseEntryDefaults(t *testing.T) {
+	s, err := ParseEntry([]byte(`{"type": "doorman", "name": "k8s", "cniVersion": "0.3.1", "capabilities": {"dns": true},
+		"runtimeConfig": {"dns": null}, "prevResult": {}, "args": {}, "dns": {"nameservers": ["203.0.113.53"]},
+		"cni.dev/valid-attachments": []}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Settings{
+		Policy:            &conf.Policy{Mode: conf.ModeAllowlist},
+		ExcludeNamespaces: []string{"kube-system"},
+		ClusterDomain:     "cluster.local",
+		StateDir:          hostconf.DefaultStateDir,
+		LogDir:            hostconf.DefaultLogDir,
+		DNSFilter:         true,
+		HostLayer:         true,
+	}
+	if !s.Policy.Equal(want.Policy) {
+		t.Errorf("default policy %v, want %v", s.Policy, want.Policy)
+	}
+	s.Policy = want.Policy
+	if !reflect.DeepEqual(s, want) {
+		t.Errorf("defaults %+v\nwant %+v", s, want)
+	}
+	// An empty excludeNamespaces excludes none.
+	if s, err := ParseEntry([]byte(`{"excludeNamespaces": []}`)); err != nil || s.ExcludeNamespaces == nil || len(s.ExcludeNamespaces) != 0 {
+		t.Errorf("excludeNamespaces []: %v, %v", s.ExcludeNamespaces, err)
+	}
+}
+
+// Every key is read into its typed setting.
+func TestParseEntry(t *testing.T) {
+	s, err := ParseEntry([]byte(`{"type": "doorman", "mode": "open", "allowedHosts": ["api.example.com", "*.github.com:443"],
+		"excludeNamespaces": ["kube-system", "monitoring"], "clusterDomain": "k8s.example", "serviceCIDRs": ["10.96.0.0/12"],
+		"podCIDRs": ["10.244.0.0/16", "fd00:10:244::/56"], "allowDirect": ["10.0.0.5:5432"], "resolvers": ["203.0.113.53"],
+		"upstreamResolver": "203.0.113.54:5353", "policyDir": "/etc/doorman/pods", "stateDir": "/run/dm", "logDir": "/var/log/dm",
+		"otlpEndpoint": "collector.example.com:4318", "otlpInsecure": true, "otlpHeaders": {"Authorization": "Bearer x"},
+		"dnsFilter": false, "hostLayer": false, "allowICMP": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Policy.Mode != conf.ModeOpen || !slices.Equal(s.Policy.Hosts(), []string{"api.example.com", "*.github.com:443"}) ||
+		!slices.Equal(s.ExcludeNamespaces, []string{"kube-system", "monitoring"}) || s.ClusterDomain != "k8s.example" ||
+		!slices.Equal(s.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}) || len(s.PodCIDRs) != 2 ||
+		len(s.AllowDirect) != 1 || s.AllowDirect[0].String() != "10.0.0.5:5432" ||
+		!slices.Equal(s.Resolvers, []netip.Addr{netip.MustParseAddr("203.0.113.53")}) ||
+		!slices.Equal(s.UpstreamResolvers, []netip.AddrPort{netip.MustParseAddrPort("203.0.113.54:5353")}) ||
+		s.PolicyDir != "/etc/doorman/pods" || s.StateDir != "/run/dm" || s.LogDir != "/var/log/dm" ||
+		s.OTLP.Endpoint != "collector.example.com:4318" || !s.OTLP.Insecure || s.OTLP.Headers["Authorization"] != "Bearer x" ||
+		s.DNSFilter || s.HostLayer || !s.AllowICMP {
+		t.Errorf("settings %+v", s)
+	}
+}
+
+// A bad value is an error naming the key, the value and why; all of them
+// at once. The settings that come back with the error are what DEL uses:
+// the good values and the defaults of the bad.
+func TestParseEntryErrors(t *testing.T) {
+	s, err := ParseEntry([]byte(`{"type": "doorman", "mode": "permissive", "resolvers": ["dns.example"], "stateDir": "/run/dm",
+		"logDir": "log", "alowedHosts": []}`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{`unknown key "alowedHosts": the keys are mode, allowedHosts,`, `mode: invalid mode "permissive"`,
+		`resolvers[0] "dns.example": not an IP address`, `logDir "log": want a clean absolute path`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if s == nil || s.StateDir != "/run/dm" || s.LogDir != hostconf.DefaultLogDir {
+		t.Errorf("settings with the error: %+v", s)
+	}
+	if s, err := ParseSettings([]byte(`{"name": "k8s"}`)); s != nil || err == nil || !strings.Contains(err.Error(), `unknown key "name"`) {
+		t.Errorf("ParseSettings of a CNI key: %v, %v", s, err)
+	}
+	// The policy's entries are named by their index.
+	if _, err := ParseEntry([]byte(`{"allowedHosts": ["api.example.com", "a*b.example.com"]}`)); err == nil ||
+		!strings.Contains(err.Error(), `allowedHosts[1]: "a*b.example.com": wildcard`) {
+		t.Errorf("bad entry: %v", err)
+	}
+}
+
+// FuzzParseEntry checks that ParseEntry never panics, that it returns
+// settings with or without an error (DEL needs them), and that accepted
+// settings are complete.
+func FuzzParseEntry(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseEntry(data)
+		if s == nil || s.Policy == nil || s.StateDir == "" || s.LogDir == "" {
+			t.Fatalf("settings %+v (%v)", s, err)
+		}
+		if err != nil {
+			return
+		}
+		_, err = ParseSettings(data)
+		if err == nil {
+			return
+		}
+		// ParseSettings refuses only the CNI's keys more.
+		if !strings.Contains(err.Error(), "unknown key") {
+			t.Fatalf("ParseEntry accepts what ParseSettings refuses for another reason than a CNI key: %v", err)
+		}
+	})
+}
