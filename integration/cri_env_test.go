@@ -117,6 +117,25 @@ func withoutCRIProbeImage() criOption { return func(c *criEnv) { c.probeImage = 
 // containerd 1.6 times each pod's CNI setup (see cniSetupTime).
 func withCRIDebugLog() criOption { return func(c *criEnv) { c.debugLog = true } }
 
+// withCRIContainerd runs the containerd (and its runc shim) found in
+// binDir instead of the one on PATH: TestCRIPodCgroup needs a containerd
+// that passes the cgroupPath capability, which Debian's 1.6 never does
+// (.ci/run builds containerd 2 into criContainerd2Dir).
+func withCRIContainerd(binDir string) criOption {
+	return func(c *criEnv) {
+		for i, kv := range c.env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				c.env[i] = "PATH=" + binDir + ":" + v
+				return
+			}
+		}
+		c.env = append(c.env, "PATH="+binDir+":/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+}
+
+// criContainerd2Dir is where .ci/run puts containerd 2 and its shim.
+const criContainerd2Dir = "/opt/containerd2/bin"
+
 // skipUnlessCRI skips the test unless containerd (with ctr), crictl and
 // runc are installed.
 func skipUnlessCRI(tb testing.TB) {
@@ -127,6 +146,17 @@ func skipUnlessCRI(tb testing.TB) {
 	for _, tool := range []string{"containerd", "ctr", "crictl", "runc", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			tb.Skipf("%s is not installed (.ci/run builds crictl from its module; apt-get install containerd runc util-linux): %v", tool, err)
+		}
+	}
+}
+
+// skipUnlessContainerd2 skips the test unless .ci/run's containerd 2 is
+// in criContainerd2Dir.
+func skipUnlessContainerd2(tb testing.TB) {
+	tb.Helper()
+	for _, bin := range []string{"containerd", "containerd-shim-runc-v2"} {
+		if _, err := os.Stat(filepath.Join(criContainerd2Dir, bin)); err != nil {
+			tb.Skipf("containerd 2 is not built (.ci/run builds it into %s): %v", criContainerd2Dir, err)
 		}
 	}
 }

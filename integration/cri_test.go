@@ -361,10 +361,18 @@ func TestCRIManyPods(t *testing.T) {
 // CNI_NETNS the netns containerd made for the pod.
 func TestCRIRuntimeConfig(t *testing.T) {
 	skipUnlessCRI(t)
+	t.Run("debian", func(t *testing.T) { testCRIRuntimeConfig(t) })
+	t.Run("containerd2", func(t *testing.T) {
+		skipUnlessContainerd2(t)
+		testCRIRuntimeConfig(t, withCRIContainerd(criContainerd2Dir))
+	})
+}
+
+func testCRIRuntimeConfig(t *testing.T, opts ...criOption) {
 	e := newCNIEnv(t)
 	net := criDefaultNetwork
 	net.logged = true
-	c := newCRIEnv(t, e, withCRINetworks(net))
+	c := newCRIEnv(t, e, append(opts, withCRINetworks(net))...)
 	version := c.containerdVersion()
 
 	annotations := map[string]string{
