@@ -99,6 +99,12 @@ func (p *Proxy) lostPermission(pol *conf.Policy, t *tracked) string {
 	if d := decide(pol, t.currentName(), t.dst); d.verdict == Deny {
 		return d.reason
 	}
+	if !t.inspected && pol.InspectFor(t.currentName()) != nil {
+		return reasonNowInspected
+	}
+	if t.upstream == nil {
+		return "" // inspected: each upstream dial goes past the guard
+	}
 	if r := p.refusal(pol, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
 		return privateUpstream(r)
 	}
