@@ -46,6 +46,14 @@ type Spec struct {
 	// OTLP, when its Endpoint is set, makes the proxy also export its
 	// decision and DNS records to that OpenTelemetry collector.
 	OTLP otlplog.Config
+	// CADir is the sandbox's network's CA directory (package ca,
+	// hostconf.DefaultCADir/<network>), which a policy with request
+	// rules creates on first use and the proxy signs inspected hosts'
+	// certificates with.
+	CADir string
+	// UpstreamCAFile, if set, holds the PEM roots the proxy verifies
+	// inspected hosts' certificates against instead of the system's.
+	UpstreamCAFile string
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the

@@ -76,6 +76,10 @@ type State struct {
 	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool `json:"dnsFilter,omitempty"`
+	// CADir is the network's CA directory; UpstreamCAFile the roots
+	// inspected hosts are verified against, if not the system's.
+	CADir          string `json:"caDir,omitempty"`
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the
 	// sandbox was enforced: its nsfs device and inode. A path such as
 	// /proc/PID/ns/net names another process's namespace once PID has
