@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -64,6 +65,13 @@ type NetConf struct {
 	// DNSFilter sends the containers' DNS through the proxy's filter,
 	// which answers only names the policy could admit (default true).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
+	// CADir holds the networks' CAs (default /var/lib/doorman/ca); this
+	// network's is CADir/<network name>, made when a policy first
+	// inspects a host (the inspect key, see conf.ParseInspectJSON).
+	CADir string `json:"caDir,omitempty"`
+	// UpstreamCAFile, if set, holds the PEM roots the proxies verify
+	// inspected hosts' certificates against, instead of the host's.
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 
 	RuntimeConfig struct {
 		DNS *struct {
@@ -181,6 +189,15 @@ func (n *NetConf) spec(raw []byte, args *skel.CmdArgs, prev *current.Result) (sa
 		DNSFilter: n.DNSFilter == nil || *n.DNSFilter,
 		HostLayer: n.HostLayer == nil || *n.HostLayer,
 		LogDir:    n.LogDir,
+		CADir:     filepath.Join(cmp.Or(n.CADir, hostconf.DefaultCADir), n.Name),
+		// A relative file would be read from wherever the proxy runs.
+		UpstreamCAFile: n.UpstreamCAFile,
+	}
+	if s.UpstreamCAFile != "" && !filepath.IsAbs(s.UpstreamCAFile) {
+		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: upstreamCAFile", fmt.Sprintf("%q: want an absolute path", s.UpstreamCAFile))
+	}
+	if n.Name == "" || n.Name == "." || n.Name == ".." || filepath.Base(n.Name) != n.Name {
+		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
 	}
 	var err error
 	if s.Policy, _, err = n.policy(raw, args); err != nil {
