@@ -1,6 +1,8 @@
 package testnet
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,6 +15,11 @@ const (
 	// HeadersPath answers with the request's headers as a JSON object
 	// (canonical name to values) and the body's length.
 	HeadersPath = "/dm/headers"
+	// HeaderDigestsPath answers with the SHA-256 (hex) of every value
+	// of every request header, as a JSON object (canonical name to
+	// digests): a client proves which credential reached the server
+	// without ever holding it.
+	HeaderDigestsPath = "/dm/header-digests"
 	// StreamPath answers with server-sent events: "data: first" at
 	// once, "data: last" only once ReleaseStreams is called (or after
 	// a minute), so that a client that sees the first event before the
@@ -39,6 +46,17 @@ func (h *Host) serveInspectPaths(w http.ResponseWriter, r *http.Request) bool {
 		n, _ := io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"headers": r.Header, "bodyBytes": n, "proto": r.Proto, "host": r.Host})
+	case HeaderDigestsPath:
+		io.Copy(io.Discard, r.Body)
+		digests := map[string][]string{}
+		for name, values := range r.Header {
+			for _, v := range values {
+				sum := sha256.Sum256([]byte(v))
+				digests[name] = append(digests[name], hex.EncodeToString(sum[:]))
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"digests": digests})
 	case StreamPath:
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
