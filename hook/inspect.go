@@ -25,7 +25,9 @@ const hookCAName = "hook"
 
 // caDirFor is the hook's network's CA directory under root (default
 // hostconf.DefaultCADir).
-func caDirFor(root string) string { return filepath.Join(cmp.Or(root, hostconf.DefaultCADir), hookCAName) }
+func caDirFor(root string) string {
+	return filepath.Join(cmp.Or(root, hostconf.DefaultCADir), hookCAName)
+}
 
 // withInspectAnnotation puts the request rules of the inspect annotation,
 // if there is one, in p.

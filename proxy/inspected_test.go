@@ -112,7 +112,9 @@ func TestInspectedTerminates(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	client := &http.Client{Transport: &http.Transport{
-		DialContext:     func(_ context.Context, _, _ string) (net.Conn, error) { return e.dial(netip.AddrPortFrom(apiAddr, port)), nil },
+		DialContext: func(_ context.Context, _, _ string) (net.Conn, error) {
+			return e.dial(netip.AddrPortFrom(apiAddr, port)), nil
+		},
 		TLSClientConfig: &tls.Config{RootCAs: pool},
 	}}
 	url := fmt.Sprintf("https://api.test:%d", port)
