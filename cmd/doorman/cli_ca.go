@@ -19,7 +19,7 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 Shows or rotates the per-network CAs that sign the certificates of
 inspected hosts (hosts with request rules). NETWORK is a CNI network's
 name, "hook" for the containers of the OCI hook and the runc wrapper, or
-the bridge of "doorman run" (doorman0 by default). show without NETWORK
+the bridge of "doorman run" (doorman-run0 by default). show without NETWORK
 lists every CA; --pem prints the certificate, which a CNI user mounts into
 containers' trust (see the README). rotate makes a new key and
 certificate, constrained to the hosts the live sandboxes of the network
