@@ -39,6 +39,7 @@ echo "CURL1 $(curl -sS --http1.1 -H "x-api-key: $DM_KEY" $api/dm/headers)"
 echo "CURL1DENY $(curl -sS --http1.1 -o /dev/null -w '%{http_code} %{http_version}' -H 'content-type: application/json' -d "$tool" $api/v1/messages)"
 echo "CURL2DENY $(curl -sS --http2 -o /dev/null -w '%{http_code} %{http_version}' -H 'content-type: application/json' -d "$tool" $api/v1/messages)"
 echo "CURL2BODY $(curl -sS --http2 -H 'content-type: application/json' -d "$tool" $api/v1/messages)"
+echo "CURLTEXT $(curl -sS --http2 -w ' %{http_code} %{content_type}' -d 'a=1' $api/v1/messages | tr '\n' ' ')"
 echo "CURL2PASS $(curl -sS --http2 -w ' %{http_code}' -H 'content-type: application/json' -d "$notool" $api/v1/messages)"
 echo "BIG $(/usr/bin/python3 -c 'print("{\"a\":\"" + "x"*1200000 + "\"}")' | curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary @- $api/v1/messages)"
 /usr/bin/python3 - <<'PY'
@@ -172,6 +173,12 @@ func TestRunInspect(t *testing.T) {
 				t.Errorf("Go's net/http (%s): the refusal lacks %s: %q", tag, want, got)
 			}
 		}
+	}
+	// A body the rule cannot read (a form, not JSON) is refused, and
+	// the refusal of a request that was not JSON is text.
+	if got := line("CURLTEXT"); !strings.HasSuffix(got, " 403 text/plain; charset=utf-8") ||
+		!strings.Contains(got, `"`+apiName+`"`) || !strings.Contains(got, `sandbox "`+name+`"`) {
+		t.Errorf("the refusal of a form body: %q", got)
 	}
 	if got := line("CURL2BODY"); !strings.Contains(got, `"sandbox":"`+name+`"`) || !strings.Contains(got, `"host":"`+apiName+`"`) {
 		t.Errorf("the refusal does not name the sandbox and host: %q", got)
