@@ -46,6 +46,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseJSON$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzParseFile$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzParseDirect$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzInspectLine$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzJSONPath$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzServerName$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRequestHead$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
@@ -61,13 +63,14 @@ fuzz:
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid
-# (squid-openssl), installed here if missing, without starting their system
+# (squid-openssl), the inspection benchmark with Squid's ssl_bump and
+# mitmproxy, installed here if missing, without starting their system
 # services (a policy-rc.d that refuses, removed afterwards if it was ours);
 # a peer that still cannot be installed is skipped, with a line saying so.
 bench:
-	@command -v haproxy >/dev/null 2>&1 && command -v squid >/dev/null 2>&1 || { \
+	@command -v haproxy >/dev/null 2>&1 && command -v squid >/dev/null 2>&1 && command -v mitmdump >/dev/null 2>&1 || { \
 		ours=; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 755 /usr/sbin/policy-rc.d; ours=1; fi; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy squid-openssl; } || echo "bench: could not install haproxy/squid-openssl: those paths will be skipped"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy squid-openssl mitmproxy; } || echo "bench: could not install haproxy/squid-openssl/mitmproxy: those paths will be skipped"; \
 		if [ -n "$$ours" ]; then rm -f /usr/sbin/policy-rc.d; fi; \
 		for s in haproxy squid; do \
 			if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet $$s 2>/dev/null; then systemctl disable --now $$s; fi; \

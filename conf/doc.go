@@ -104,6 +104,30 @@
 //	api.example.com
 //	*.github.com:443   # git over https only
 //
+// # Request rules
+//
+// A policy may also hold request-level rules for chosen hosts
+// (InspectHost): the proxy then terminates those hosts' TLS with a
+// certificate of the network's CA, judges every request by the rules, and
+// may put a credential in; every other host is relayed as before. One
+// model, two forms: in JSON the "inspect" key (ParseInspectJSON), in the
+// file form lines that start with "inspect":
+//
+//	inspect api.example.com deny POST /v1/messages json:tools[].type=web_search*
+//	inspect github.com allow GET|HEAD
+//	inspect github.com allow /myorg/*
+//	inspect github.com default deny
+//	inspect api.example.com inject x-api-key sha256:<hex of the placeholder> /etc/doorman/secrets/x
+//
+// A rule holds if all its conditions do: a method (or several joined by
+// '|'), a path (exact, or a glob in which '*' is any run of characters,
+// '/' included, so "/myorg/*" is a prefix), query:KEY[=GLOB],
+// header:NAME[=GLOB], json:PATH[=GLOB] (see JSONPath); "*" alone holds for
+// every request. Deny rules are tried first, then allow rules, then the
+// default (deny if there are allow rules, else allow). A deny rule whose
+// body condition cannot be read (the body is not JSON, or repeats a key)
+// refuses the request. Rules do not admit a host; an entry must.
+//
 // MarshalFile renders it with canonical entries and WriteFileAtomic
 // replaces a file with it atomically; the canonical form of every entry
 // (Entry.String) parses back to an equal entry.

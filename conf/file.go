@@ -16,6 +16,8 @@ import (
 const fileHeader = `# doorman policy: "mode: none|allowlist|open", then one entry per line.
 # Entries: example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, [2001:db8::1]:443,
 # each optionally with :port or :lo-hi. '#' starts a comment.
+# Request rules: "inspect HOST allow|deny CONDITION...", "inspect HOST default allow|deny",
+# "inspect HOST inject HEADER PLACEHOLDER SECRETFILE", "inspect HOST max-body BYTES".
 `
 
 // ParseFile parses the plain file form of a policy, the form that live
@@ -41,9 +43,22 @@ func parseFile(where string, data []byte) (*Policy, error) {
 		entries  []Entry
 		mode     = ModeAllowlist
 		modeLine int
+		inspect  inspectLines
 	)
 	for i, line := range strings.Split(string(data), "\n") {
 		n := i + 1
+		if t := strings.TrimSpace(line); isInspectLine(t) {
+			// Rule lines may quote values that hold '#': they find
+			// their own comments.
+			words, err := splitInspectLine(t)
+			if err == nil {
+				err = inspect.add(words)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s%d: %w", where, n, err))
+			}
+			continue
+		}
 		line = strings.TrimSpace(stripComment(line))
 		if line == "" {
 			continue
@@ -69,10 +84,17 @@ func parseFile(where string, data []byte) (*Policy, error) {
 			mode = m
 		}
 	}
+	hosts, err := setInspect(inspect.hosts)
+	if err != nil {
+		if strings.HasSuffix(where, ":") {
+			err = fmt.Errorf("%s %w", where, err)
+		}
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Policy{Mode: mode, Entries: entries}, nil
+	return &Policy{Mode: mode, Entries: entries, Inspect: hosts}, nil
 }
 
 // stripComment cuts line at the first '#' that starts it or follows
@@ -114,6 +136,11 @@ func (p *Policy) MarshalFile() []byte {
 	b.WriteString("mode: " + string(p.Mode) + "\n")
 	for _, e := range p.Entries {
 		b.WriteString(e.String() + "\n")
+	}
+	for i := range p.Inspect {
+		for _, l := range p.Inspect[i].Lines() {
+			b.WriteString(l + "\n")
+		}
 	}
 	return b.Bytes()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -15,6 +16,32 @@ import (
 type Policy struct {
 	Mode    Mode
 	Entries []Entry
+	// Inspect holds the request-level rules of the hosts whose TLS the
+	// proxy terminates, one per host, ordered by host (see InspectHost).
+	// A host without an InspectHost is relayed untouched.
+	Inspect []InspectHost
+}
+
+// WithEntries returns a copy of p with entries instead of its own: what
+// an edit of the allowlist makes, the mode and request rules kept.
+func (p *Policy) WithEntries(entries []Entry) *Policy {
+	return &Policy{Mode: p.Mode, Entries: entries, Inspect: p.Inspect}
+}
+
+// WithMode returns a copy of p in mode m.
+func (p *Policy) WithMode(m Mode) *Policy {
+	return &Policy{Mode: m, Entries: p.Entries, Inspect: p.Inspect}
+}
+
+// WithInspect returns a copy of p with the request rules hosts instead of
+// its own, checked and in canonical order; an error names what is wrong
+// and p is not changed.
+func (p *Policy) WithInspect(hosts []InspectHost) (*Policy, error) {
+	hosts, err := setInspect(slices.Clone(hosts))
+	if err != nil {
+		return nil, err
+	}
+	return &Policy{Mode: p.Mode, Entries: p.Entries, Inspect: hosts}, nil
 }
 
 // NewPolicy validates mode and every entry and returns the policy. On any
@@ -103,7 +130,7 @@ func (p *Policy) Equal(q *Policy) bool {
 	if p == nil || q == nil {
 		return p == q
 	}
-	if p.Mode != q.Mode || len(p.Entries) != len(q.Entries) {
+	if p.Mode != q.Mode || len(p.Entries) != len(q.Entries) || !equalInspect(p.Inspect, q.Inspect) {
 		return false
 	}
 	for i := range p.Entries {
@@ -131,18 +158,23 @@ func (p *Policy) String() string {
 	if p == nil {
 		return "<nil policy>"
 	}
-	return string(p.Mode) + " [" + strings.Join(p.Hosts(), " ") + "]"
+	s := string(p.Mode) + " [" + strings.Join(p.Hosts(), " ") + "]"
+	if len(p.Inspect) > 0 {
+		s += " inspect [" + strings.Join(p.InspectedHosts(), " ") + "]"
+	}
+	return s
 }
 
 // jsonPolicy is the JSON form of a policy, as in a CNI conflist entry.
 type jsonPolicy struct {
-	Mode         *string  `json:"mode,omitempty"`
-	AllowedHosts []string `json:"allowedHosts"`
+	Mode         *string         `json:"mode,omitempty"`
+	AllowedHosts []string        `json:"allowedHosts"`
+	Inspect      json.RawMessage `json:"inspect,omitempty"`
 }
 
 // ParseJSON parses the JSON form of a policy, as found in a CNI conflist
 // entry: {"mode": "allowlist", "allowedHosts": ["api.example.com",
-// "*.github.com"]}. Other keys are ignored, since the conflist entry
+// "*.github.com"], "inspect": {...}} (inspect: see ParseInspectJSON). Other keys are ignored, since the conflist entry
 // carries the plugin's other settings; as with encoding/json generally,
 // key names match case-insensitively. A missing (or null) mode means
 // allowlist; an empty mode string is an error. A missing allowedHosts is
@@ -165,10 +197,18 @@ func ParseJSON(data []byte) (*Policy, error) {
 	entries, entryErrs := parseEntries(jp.AllowedHosts, func(i int) string {
 		return fmt.Sprintf("policy JSON: allowedHosts[%d]: ", i)
 	})
-	if errs = append(errs, entryErrs...); len(errs) > 0 {
+	errs = append(errs, entryErrs...)
+	var inspect []InspectHost
+	if len(jp.Inspect) > 0 && string(jp.Inspect) != "null" {
+		var err error
+		if inspect, err = ParseInspectJSON(jp.Inspect); err != nil {
+			errs = append(errs, fmt.Errorf("policy JSON: %w", err))
+		}
+	}
+	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Policy{Mode: mode, Entries: entries}, nil
+	return &Policy{Mode: mode, Entries: entries, Inspect: inspect}, nil
 }
 
 // MarshalJSON renders p in the form ParseJSON reads, with canonical
@@ -178,7 +218,15 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 		return []byte("null"), nil
 	}
 	mode := string(p.Mode)
-	return json.Marshal(jsonPolicy{Mode: &mode, AllowedHosts: p.Hosts()})
+	jp := jsonPolicy{Mode: &mode, AllowedHosts: p.Hosts()}
+	if len(p.Inspect) > 0 {
+		raw, err := json.Marshal(inspectJSON(p.Inspect))
+		if err != nil {
+			return nil, err
+		}
+		jp.Inspect = raw
+	}
+	return json.Marshal(jp)
 }
 
 // UnmarshalJSON parses data as ParseJSON does, so that a Policy can be a

@@ -32,6 +32,8 @@ type Options struct {
 	HostLayer        bool           // add the host-side layer on the container's veth
 	OTLP             otlplog.Config // export records to this collector, if its Endpoint is set
 	ProxyBinary      string         // default this executable
+	CADir            string         // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
+	UpstreamCAFile   string         // PEM roots inspected hosts are verified against, if not the system's
 }
 
 // Stages the hook acts on.
@@ -169,6 +171,9 @@ func loadContainer(st *specs.State, defaultPolicy string) (*container, error) {
 	if c.policy, _, err = policyFor(c.annotations, defaultPolicy); err != nil {
 		return nil, err
 	}
+	if c.policy, err = withInspectAnnotation(c.policy, c.annotations); err != nil {
+		return nil, err
+	}
 	if c.netns, err = containerNetNS(oci, st.Pid); err != nil {
 		return nil, err
 	}
@@ -201,6 +206,7 @@ func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec,
 	s := sandbox.Spec{
 		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
 		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream,
+		CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile,
 	}
 	var err error
 	if s.AllowDirect, err = annotation.Direct(c.annotations); err != nil {

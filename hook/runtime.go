@@ -54,6 +54,11 @@ type RuntimeConfig struct {
 	// HostLayer adds the host-side layer on each container's veth
 	// (default true).
 	HostLayer *bool `json:"hostLayer,omitempty"`
+	// CADir holds the networks' CAs (default /var/lib/doorman/ca); the
+	// hook's containers share CADir/hook. UpstreamCAFile, if set, holds
+	// the PEM roots inspected hosts are verified against.
+	CADir          string `json:"caDir,omitempty"`
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 
 	source string // the file this was read from, for messages
 }
@@ -88,6 +93,8 @@ func (c RuntimeConfig) hookArgs() ([]string, error) {
 	add("--state-dir", c.StateDir)
 	add("--log-dir", c.LogDir)
 	add("--default-policy", c.DefaultPolicy)
+	add("--ca-dir", c.CADir)
+	add("--upstream-ca-file", c.UpstreamCAFile)
 	ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", c.UpstreamResolver)
 	if err != nil {
 		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
@@ -295,6 +302,12 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 	if err != nil {
 		return err
 	}
+	if pol, err = withInspectAnnotation(pol, annotations); err != nil {
+		return err
+	}
+	if err := addTrust(raw, &spec, bundle, id, pol, cfg.CADir); err != nil {
+		return err
+	}
 
 	label := Label(&spec, pol.Mode)
 	if sharesRuntimeNetNS(&spec) {
@@ -330,7 +343,7 @@ func dockerAnnotations(raw map[string]any, annotations map[string]string, cfg Ru
 	_, hasHosts := annotations[AnnotationAllowedHosts]
 	if !hasMode && !hasHosts {
 		labels, name := dockerLabels(root, id)
-		for _, k := range []string{AnnotationMode, AnnotationAllowedHosts} {
+		for _, k := range []string{AnnotationMode, AnnotationAllowedHosts, AnnotationInspect} {
 			if v, ok := labels[k]; ok {
 				added[k] = v
 			}

@@ -8,3 +8,9 @@ const DefaultStateDir = "/run/doorman"
 // DefaultLogDir is where decision logs go unless configured otherwise.
 // Logs outlive their sandbox: they are the record of what it did.
 const DefaultLogDir = "/var/log/doorman"
+
+// DefaultCADir holds one directory per doorman network with that
+// network's CA (package ca), unless configured otherwise. Not under
+// /run: the CA outlives a reboot, so that the bundles containers trust
+// stay valid.
+const DefaultCADir = "/var/lib/doorman/ca"

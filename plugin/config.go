@@ -172,6 +172,11 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		LogDir:            n.LogDir,
 		UpstreamResolvers: n.UpstreamResolvers,
 		AllowDirect:       slices.Clone(n.Settings.AllowDirect),
+		CADir:             filepath.Join(n.CADir, n.Name),
+		UpstreamCAFile:    n.UpstreamCAFile,
+	}
+	if n.Name == "" || n.Name == "." || n.Name == ".." || filepath.Base(n.Name) != n.Name {
+		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
 	}
 	var err error
 	if s.Policy, err = n.policy(args); err != nil {

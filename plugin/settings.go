@@ -26,6 +26,7 @@ var Keys = []string{
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
+	"inspect", "caDir", "upstreamCAFile",
 }
 
 // CNIKeys are the keys of a plugin's entry that belong to the CNI and the
@@ -52,9 +53,10 @@ func DefaultExcludeNamespaces() []string { return []string{"kube-system"} }
 // parsed and checked once (ParseEntry, ParseSettings), with the defaults
 // of the keys left out.
 type Settings struct {
-	// Policy is the network's policy, from mode (default allowlist) and
-	// allowedHosts (default none): that of a container or pod with no
-	// policy of its own.
+	// Policy is the network's policy, from mode (default allowlist),
+	// allowedHosts (default none) and inspect (the request rules of
+	// inspected hosts, see conf.ParseInspectJSON): that of a container or
+	// pod with no policy of its own.
 	Policy *conf.Policy
 	// ExcludeNamespaces are the Kubernetes namespaces whose pods doorman
 	// passes through untouched (default DefaultExcludeNamespaces).
@@ -81,6 +83,13 @@ type Settings struct {
 	// AllowICMP (default false) lets small echo requests out to the
 	// AllowDirect destinations.
 	DNSFilter, HostLayer, AllowICMP bool
+	// CADir holds the networks' CAs (default hostconf.DefaultCADir); a
+	// network's is CADir/<network name>, made when a policy first
+	// inspects a host.
+	CADir string
+	// UpstreamCAFile, if set, holds the PEM roots the proxies verify
+	// inspected hosts' certificates against, instead of the host's.
+	UpstreamCAFile string
 }
 
 // defaultSettings are the settings of an entry with none of Keys.
@@ -91,6 +100,7 @@ func defaultSettings() *Settings {
 		ClusterDomain:     DefaultClusterDomain,
 		StateDir:          hostconf.DefaultStateDir,
 		LogDir:            hostconf.DefaultLogDir,
+		CADir:             hostconf.DefaultCADir,
 		DNSFilter:         true,
 		HostLayer:         true,
 	}
@@ -158,7 +168,8 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	for _, d := range []struct {
 		key string
 		dst *string
-	}{{"policyDir", &s.PolicyDir}, {"stateDir", &s.StateDir}, {"logDir", &s.LogDir}} {
+	}{{"policyDir", &s.PolicyDir}, {"stateDir", &s.StateDir}, {"logDir", &s.LogDir},
+		{"caDir", &s.CADir}, {"upstreamCAFile", &s.UpstreamCAFile}} {
 		key, dst := d.key, d.dst
 		var p string
 		if !v.str(key, &p) || p == "" {
@@ -197,10 +208,21 @@ func (s *Settings) parsePolicy(v valueReader) {
 			ok = false
 		}
 	}
+	var inspect []conf.InspectHost
+	if raw, has := v.raw["inspect"]; has && string(raw) != "null" {
+		var err error
+		if inspect, err = conf.ParseInspectJSON(raw); err != nil {
+			*v.errs = append(*v.errs, fmt.Errorf("inspect: %w", err))
+			ok = false
+		}
+	}
 	if !ok {
 		return
 	}
 	p, err := conf.NewPolicy(m, hosts)
+	if err == nil {
+		p, err = p.WithInspect(inspect)
+	}
 	if err != nil {
 		// Every part was checked above.
 		*v.errs = append(*v.errs, err)

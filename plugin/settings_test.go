@@ -26,6 +26,7 @@ func TestParseEntryDefaults(t *testing.T) {
 		ClusterDomain:     "cluster.local",
 		StateDir:          hostconf.DefaultStateDir,
 		LogDir:            hostconf.DefaultLogDir,
+		CADir:             hostconf.DefaultCADir,
 		DNSFilter:         true,
 		HostLayer:         true,
 	}
@@ -115,4 +116,20 @@ func FuzzParseEntry(f *testing.F) {
 			t.Fatalf("ParseEntry accepts what ParseSettings refuses for another reason than a CNI key: %v", err)
 		}
 	})
+}
+
+// The inspect key is the network policy's request rules; rules that do
+// not parse fail the entry, naming the key.
+func TestParseEntryInspect(t *testing.T) {
+	s, err := ParseEntry([]byte(`{"allowedHosts": ["github.com"], "inspect": {"github.com": {"allow": [{"method": "GET"}], "default": "deny"}}}`))
+	if err != nil || len(s.Policy.Inspect) != 1 || s.Policy.Inspect[0].Host != "github.com" {
+		t.Fatalf("inspect: %v, %v", s.Policy, err)
+	}
+	_, err = ParseEntry([]byte(`{"inspect": {"github.com": {"allow": [{"method": "GET", "colour": "red"}]}}}`))
+	if err == nil || !strings.Contains(err.Error(), "inspect:") {
+		t.Errorf("a rule that does not parse: %v", err)
+	}
+	if _, err := ParseEntry([]byte(`{"upstreamCAFile": "roots.pem"}`)); err == nil || !strings.Contains(err.Error(), `upstreamCAFile "roots.pem"`) {
+		t.Errorf("a relative upstreamCAFile: %v", err)
+	}
 }

@@ -102,6 +102,12 @@ func (p *Proxy) lostPermission(pol *conf.Policy, t *tracked) string {
 	if d.verdict == Deny {
 		return d.reason
 	}
+	if !t.inspected && pol.InspectFor(t.currentName()) != nil {
+		return reasonNowInspected
+	}
+	if t.upstream == nil {
+		return "" // inspected: each upstream dial goes past the guard
+	}
 	if r := p.refusal(pol, d.dialName, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
 		return privateUpstream(r)
 	}

@@ -117,6 +117,9 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	rec.Proto, rec.Name = s.proto.String(), s.name
 
 	d := decide(pol, s.name, dst)
+	if s.proto == sniff.ProtoHTTP {
+		d = decideHTTP(pol, s.name, dst)
+	}
 	if d.verdict == Deny && s.err != nil {
 		d.reason += " (" + s.err.Error() + ")"
 	}
@@ -124,6 +127,11 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	if d.verdict == Deny {
 		p.log(rec)
 		p.refuse(c, s, d.reason)
+		return
+	}
+
+	if s.proto == sniff.ProtoTLS && pol.InspectFor(s.name) != nil {
+		p.serveInspected(c, &rec, d, dst)
 		return
 	}
 

@@ -86,7 +86,7 @@ requests:
 			res.denied, res.deniedName = nerr.Error(), head.Name()
 			break
 		}
-		if d := decide(p.Policy(), name, t.dst); d.verdict == Deny {
+		if d := decideHTTP(p.Policy(), name, t.dst); d.verdict == Deny {
 			res.denied, res.deniedName = "request for "+nameOr(name, "no name")+": "+d.reason, nameOr(name, head.Name())
 			break
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
+	"github.com/doorman-net/doorman/proxy/inspect"
 )
 
 // Config configures a Proxy. The zero value of every field but Sandbox has a
@@ -49,6 +50,13 @@ type Config struct {
 	// proxy's own network namespace. The sandbox's DNS filter may share
 	// it.
 	Guard *guard.Guard
+	// CADir is the network's CA (package ca), whose leaves the proxy
+	// presents for inspected hosts; "" means none, and inspected hosts'
+	// sessions fail their handshake.
+	CADir string
+	// UpstreamCAFile, if set, holds the PEM roots inspected hosts'
+	// certificates are verified against, instead of the system's.
+	UpstreamCAFile string
 	// BatchWhileBulk runs the process's threads under SCHED_BATCH while
 	// the proxy relays bulk data (see sched.go). It changes the policy of
 	// every thread of the process, so only a process that is the proxy
@@ -87,6 +95,10 @@ type Proxy struct {
 	permitUpstream func(netip.Addr) bool
 	bulk           *bulkSched // nil unless Config.BatchWhileBulk
 
+	caDir, upstreamCAFile string
+	inspectOnce           sync.Once
+	inspect               *inspect.Server // made by inspector()
+
 	policy  atomic.Pointer[conf.Policy]
 	allowed atomic.Int64
 	denied  atomic.Int64
@@ -102,14 +114,16 @@ type Proxy struct {
 // each listener.
 func New(cfg Config) *Proxy {
 	p := &Proxy{
-		sandbox:      cfg.Sandbox,
-		sniffTimeout: cfg.SniffTimeout,
-		dialTimeout:  cfg.DialTimeout,
-		origDst:      cfg.OriginalDst,
-		logger:       cfg.Logger,
-		guard:        cfg.Guard,
-		conns:        make(map[*tracked]struct{}),
-		listeners:    make(map[net.Listener]struct{}),
+		sandbox:        cfg.Sandbox,
+		sniffTimeout:   cfg.SniffTimeout,
+		dialTimeout:    cfg.DialTimeout,
+		origDst:        cfg.OriginalDst,
+		logger:         cfg.Logger,
+		guard:          cfg.Guard,
+		caDir:          cfg.CADir,
+		upstreamCAFile: cfg.UpstreamCAFile,
+		conns:          make(map[*tracked]struct{}),
+		listeners:      make(map[net.Listener]struct{}),
 	}
 	if p.sniffTimeout <= 0 {
 		p.sniffTimeout = 10 * time.Second
@@ -257,6 +271,10 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		t.kill(decisionlog.ReasonShutdown)
 	}
 	<-done
+	p.inspectOnce.Do(func() {}) // p.inspect is set, or never will be
+	if p.inspect != nil {
+		p.inspect.Close()
+	}
 	return ctx.Err()
 }
 
@@ -266,6 +284,10 @@ type tracked struct {
 	client, upstream *net.TCPConn
 	dst              netip.AddrPort // the original destination
 	upAddr           netip.AddrPort // the upstream's address
+
+	// inspected: the proxy terminates this connection (package
+	// inspect); it has no one upstream.
+	inspected bool
 
 	mu     sync.Mutex
 	name   string
@@ -293,7 +315,9 @@ func (t *tracked) kill(reason string) {
 	t.mu.Unlock()
 	t.client.SetLinger(0)
 	t.client.Close()
-	t.upstream.Close()
+	if t.upstream != nil {
+		t.upstream.Close()
+	}
 }
 
 func (t *tracked) killReason() string {

@@ -87,6 +87,11 @@ func (w *PolicyWatcher) reload() error {
 	if err == nil {
 		pol, err = conf.ParseFile(data)
 	}
+	if err == nil {
+		// An injection whose secret cannot be read is refused with the
+		// policy that asks for it: nothing half-applied.
+		err = pol.CheckSecrets()
+	}
 	if err != nil {
 		err = fmt.Errorf("policy file %s: %w", w.path, err)
 		if !w.failed {

@@ -71,6 +71,10 @@ type Config struct {
 	// StateDir and LogDir are the doorman plugin's (default
 	// /run/doorman and /var/log/doorman).
 	StateDir, LogDir string
+	// CADir holds the networks' CAs (default hostconf.DefaultCADir); a
+	// run's is CADir/<Bridge>. UpstreamCAFile, if set, holds the PEM
+	// roots inspected hosts' certificates are verified against.
+	CADir, UpstreamCAFile string
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
 	// Logf reports what is worth a user's attention but does not stop the
@@ -284,6 +288,27 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	}
 	if c.UpstreamResolver.IsValid() {
 		doorman["upstreamResolver"] = c.UpstreamResolver
+	}
+	if len(c.Policy.Inspect) > 0 {
+		// The request rules, in the form ParseJSON reads (placeholders
+		// as their SHA-256).
+		js, err := c.Policy.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		var p struct {
+			Inspect json.RawMessage `json:"inspect"`
+		}
+		if err := json.Unmarshal(js, &p); err != nil {
+			return nil, err
+		}
+		doorman["inspect"] = p.Inspect
+	}
+	if c.UpstreamCAFile != "" {
+		doorman["upstreamCAFile"] = c.UpstreamCAFile
+	}
+	if c.CADir != "" {
+		doorman["caDir"] = c.CADir
 	}
 	return json.Marshal(map[string]any{
 		"cniVersion": cniVersion,

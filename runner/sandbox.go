@@ -27,6 +27,10 @@ type Sandbox struct {
 	resolvConf string
 	stateDir   string
 	logDir     string
+	// trustBundle is the run's trust bundle when its policy inspects
+	// hosts, mounted over trustPaths (see addTrust).
+	trustBundle string
+	trustPaths  []string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
@@ -99,6 +103,9 @@ func attach(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 		}
 	}()
 	if err = s.wire(ctx, c, chainConf); err != nil {
+		return nil, err
+	}
+	if err = s.addTrust(c); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -207,6 +214,13 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 	// Pdeathsig fires when the thread that forked the child ends: the
 	// thread below lives until the command has been waited for.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if env := s.trustEnv(); env != nil {
+		base := cmd.Env
+		if base == nil {
+			base = os.Environ()
+		}
+		cmd.Env = withEnv(base, env)
+	}
 	started := make(chan error, 1)
 	exited := make(chan struct{})
 	go func() {
@@ -214,6 +228,9 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 		// run another goroutine: it stays locked and ends with this one.
 		runtime.LockOSThread()
 		err := enterSandbox(s.rec.NetNS, s.resolvConf)
+		if err == nil && s.trustBundle != "" {
+			err = mountTrust(s.trustBundle, s.trustPaths)
+		}
 		if err == nil {
 			err = cmd.Start()
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
@@ -105,6 +106,9 @@ func enforceNew(r Request) (_ *State, err error) {
 			os.RemoveAll(s.Dir)
 		}
 	}()
+	if err := prepareInspect(r.CADir, r.Policy); err != nil {
+		return nil, err
+	}
 	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
 	}
@@ -165,6 +169,7 @@ func newState(r Request) (*State, error) {
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
 		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
 		ClusterNames: slices.Clone(r.ClusterNames),
+		CADir:        r.CADir, UpstreamCAFile: r.UpstreamCAFile,
 	}
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
@@ -294,6 +299,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
 		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
 		ClusterNames: s.ClusterNames,
+		CADir:        s.CADir, UpstreamCAFile: s.UpstreamCAFile,
 	}
 	if filter {
 		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)
@@ -374,6 +380,12 @@ func hasFamily(addrs []netip.Addr, v4 bool) bool {
 // mode none goes through EditPolicy's path, which never leaves the
 // namespace without rules.
 func reenforce(s *State, r Request) (*State, error) {
+	if r.CADir != "" {
+		s.CADir, s.UpstreamCAFile = r.CADir, r.UpstreamCAFile
+	}
+	if err := prepareInspect(s.CADir, r.Policy); err != nil {
+		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+	}
 	if (s.Mode == conf.ModeNone) != (r.Policy.Mode == conf.ModeNone) {
 		// The update writes the policy file.
 		u, err := UpdatePolicy(r.StateDir, r.Key, r.Policy)
@@ -492,6 +504,10 @@ func Teardown(stateDir, key string) error {
 	}
 	wg.Wait()
 	errs := []error{proxyErr, hostErr, rulesErr}
+	if s.CADir != "" {
+		// The trust bundle a front door registered for this sandbox.
+		errs = append(errs, ca.RemoveBundle(s.CADir, s.Key))
+	}
 	if err := os.RemoveAll(s.Dir); err != nil {
 		errs = append(errs, err)
 	}

@@ -51,6 +51,14 @@ type Spec struct {
 	// the proxy and its DNS filter: a Kubernetes cluster's service and
 	// pod CIDRs to the names under its cluster domain (see guard.Scope).
 	ClusterNames []proxyconf.NameScope
+	// CADir is the sandbox's network's CA directory (package ca,
+	// hostconf.DefaultCADir/<network>), which a policy with request
+	// rules creates on first use and the proxy signs inspected hosts'
+	// certificates with.
+	CADir string
+	// UpstreamCAFile, if set, holds the PEM roots the proxy verifies
+	// inspected hosts' certificates against instead of the system's.
+	UpstreamCAFile string
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the

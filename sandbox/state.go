@@ -81,6 +81,10 @@ type State struct {
 	// domain (Spec.ClusterNames), as every proxy of the sandbox gets
 	// them.
 	ClusterNames []proxyconf.NameScope `json:"clusterNames,omitempty"`
+	// CADir is the network's CA directory; UpstreamCAFile the roots
+	// inspected hosts are verified against, if not the system's.
+	CADir          string `json:"caDir,omitempty"`
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the
 	// sandbox was enforced: its nsfs device and inode. A path such as
 	// /proc/PID/ns/net names another process's namespace once PID has

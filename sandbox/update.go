@@ -106,6 +106,9 @@ func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*co
 	if p == nil {
 		return nil, fmt.Errorf("update sandbox %s: no policy", key)
 	}
+	if err := prepareInspect(s.CADir, p); err != nil {
+		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
+	}
 	u := &Update{State: s, Old: cur, New: p}
 	// Nothing to do if the file already says it and the ruleset matches
 	// (a file edited by hand into or out of mode none does not).

@@ -45,13 +45,24 @@ func addEditFlags(c *cli) editFlags {
 }
 
 func runAllow(args []string, stdout, stderr io.Writer) int {
-	c := newCLI("allow", "SANDBOX ENTRY...", `
+	c := newCLI("allow", "SANDBOX ENTRY... | SANDBOX --inspect HOST [CONDITION...]", `
 Adds entries to a sandbox's allowlist: example.com, *.example.com,
 203.0.113.7, 10.0.0.0/8, [2001:db8::1]:443, each with an optional :port or
 :lo-hi. Entries already there are left as they are.
 
+With --inspect HOST, adds a request rule instead (see "Request rules" in
+the README): an allow rule of the CONDITIONs (METHOD, /path or /path/*,
+query:KEY[=GLOB], header:NAME[=GLOB], json:PATH[=GLOB]; "*" for any
+request), or with no CONDITION only starts inspecting HOST. --remove
+removes that rule (with no CONDITION: every rule of HOST, and HOST is no
+longer inspected); --default allow|deny sets what no rule matches gets.
+
 `+sandboxArg+"\n\n"+editHelp, stdout, stderr)
 	ef := addEditFlags(c)
+	rf := addRuleFlags(c)
+	if rf.wanted(args) {
+		return c.editRule(args, ef, rf, conf.VerdictAllow)
+	}
 	s, entries, code := c.sandboxEntries(args)
 	if s == nil {
 		return code
@@ -67,7 +78,7 @@ Adds entries to a sandbox's allowlist: example.com, *.example.com,
 			next = append(next, e)
 			added = append(added, e.String())
 		}
-		return &conf.Policy{Mode: cur.Mode, Entries: next}, nil
+		return cur.WithEntries(next), nil
 	}, func(u *sandbox.Update) string {
 		for _, a := range already {
 			c.notef("%s was already allowed", a)
@@ -83,14 +94,22 @@ Adds entries to a sandbox's allowlist: example.com, *.example.com,
 }
 
 func runDeny(args []string, stdout, stderr io.Writer) int {
-	c := newCLI("deny", "SANDBOX ENTRY...", `
+	c := newCLI("deny", "SANDBOX ENTRY... | SANDBOX --inspect HOST CONDITION...", `
 Removes entries from a sandbox's allowlist. An entry without a port
 removes that host's entries on every port; one with a port only that exact
 entry. Naming a host the list admits through another entry (a wildcard, a
 CIDR prefix) is an error, since removing nothing would leave it admitted.
 
+With --inspect HOST, adds a deny rule of the CONDITIONs to HOST's request
+rules instead (as "doorman allow --inspect" takes them; e.g. POST
+/v1/messages json:tools[].type=web_search*); --remove removes that rule.
+
 `+sandboxArg+"\n\n"+editHelp, stdout, stderr)
 	ef := addEditFlags(c)
+	rf := addRuleFlags(c)
+	if rf.wanted(args) {
+		return c.editRule(args, ef, rf, conf.VerdictDeny)
+	}
 	s, entries, code := c.sandboxEntries(args)
 	if s == nil {
 		return code
@@ -126,7 +145,7 @@ CIDR prefix) is an error, since removing nothing would leave it admitted.
 				stillAdmitted = append(stillAdmitted, fmt.Sprintf("%s is still admitted by %s", e, by))
 			}
 		}
-		return &conf.Policy{Mode: cur.Mode, Entries: next}, nil
+		return cur.WithEntries(next), nil
 	}, func(u *sandbox.Update) string {
 		for _, s := range stillAdmitted {
 			c.notef("%s", s)
@@ -217,7 +236,7 @@ every connection still logged (the learning mode).
 		return code
 	}
 	return c.edit(s, ef, func(cur *conf.Policy) (*conf.Policy, error) {
-		return &conf.Policy{Mode: m, Entries: cur.Entries}, nil
+		return cur.WithMode(m), nil
 	}, func(u *sandbox.Update) string {
 		if u.Old.Mode == u.New.Mode {
 			return ""

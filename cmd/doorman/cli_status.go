@@ -211,9 +211,13 @@ type showInfo struct {
 	ProxyResolvers []netip.AddrPort `json:"proxyResolvers"`
 	AllowICMP      bool             `json:"allowICMP"`
 	// ICMP says in words what ICMP may leave the sandbox.
-	ICMP        string                 `json:"icmp"`
-	AllowDirect []conf.Direct          `json:"allowDirect,omitempty"`
-	Recent      []decisionlog.Decision `json:"recent"`
+	ICMP        string        `json:"icmp"`
+	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
+	// Inspect are the request rules, as the policy file's lines (the
+	// placeholders as their SHA-256), and CADir the network's CA.
+	Inspect []string               `json:"inspect,omitempty"`
+	CADir   string                 `json:"caDir,omitempty"`
+	Recent  []decisionlog.Decision `json:"recent"`
 }
 
 // icmpSummary says what ICMP may leave sandbox s.
@@ -258,6 +262,12 @@ recent decisions, DNS queries included.
 	}
 	if info.policy != nil {
 		info.Policy = info.policy.Hosts()
+		for i := range info.policy.Inspect {
+			info.Inspect = append(info.Inspect, info.policy.Inspect[i].Lines()...)
+		}
+		if len(info.Inspect) > 0 {
+			info.CADir = s.CADir
+		}
 	}
 	if ds, _, err := decisionlog.ReadFile(s.LogFile, decisionlog.Filter{Since: s.Created}); err != nil {
 		c.errorf("%v", err)
@@ -349,6 +359,16 @@ func (i showInfo) policyRows(row func(k, v string)) {
 			}
 			row(k, h)
 		}
+	}
+	for n, l := range i.Inspect {
+		k := ""
+		if n == 0 {
+			k = "inspect"
+		}
+		row(k, strings.TrimPrefix(l, "inspect "))
+	}
+	if i.CADir != "" {
+		row("CA", i.CADir+" (doorman ca show)")
 	}
 }
 

@@ -23,6 +23,8 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.LogDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
 	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
 	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the container's own resolvers (the servers behind Docker's 127.0.0.11), else the host's /etc/resolv.conf")
+	fs.StringVar(&opts.CADir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca); the hook's containers share <dir>/hook")
+	fs.StringVar(&opts.UpstreamCAFile, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
 	otlpConfig := fs.String("otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")

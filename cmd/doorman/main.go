@@ -36,6 +36,7 @@ func commands() map[string]command {
 		"set":     {"replace a sandbox's policy with a policy file", runSet},
 		"logs":    {"print (or follow) a sandbox's decisions", runLogs},
 		"learn":   {"print an allowlist that admits what a sandbox did", runLearn},
+		"ca":      {"show or rotate the per-network CAs of inspected hosts", runCA},
 
 		// Kubernetes: the node installer, run by a DaemonSet.
 		"install-cni": {"chain doorman into this node's primary CNI network configuration", runInstallCNI},

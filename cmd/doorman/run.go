@@ -25,6 +25,7 @@ type runFlags struct {
 	allow, direct, dns, subnets                 listFlag
 	mode, policyFile, upstream, bridge, cniPath string
 	name, stateDir, logDir, runDir, user        string
+	caDir, upstreamCA                           string
 	allowICMP                                   bool
 }
 
@@ -40,6 +41,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
 	fs.StringVar(&f.runDir, "run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
 	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
+	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file inspects, is <dir>/<bridge>")
+	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
 	fs.Var(&f.direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&f.dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
@@ -112,7 +115,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	cfg := runner.Config{
 		Name: f.name, AllowICMP: f.allowICMP, Bridge: f.bridge,
-		StateDir: f.stateDir, LogDir: f.logDir, RunDir: f.runDir,
+		StateDir: f.stateDir, LogDir: f.logDir, RunDir: f.runDir, CADir: f.caDir, UpstreamCAFile: f.upstreamCA,
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) },
 	}
 	var err error
@@ -153,12 +156,13 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	m := conf.ModeAllowlist
 	var entries []string
+	var inspect []conf.InspectHost
 	if file != "" {
 		p, err := conf.LoadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
-		m, entries = p.Mode, p.Hosts()
+		m, entries, inspect = p.Mode, p.Hosts(), p.Inspect
 	}
 	if mode != "" {
 		var err error
@@ -169,6 +173,10 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	p, err := conf.NewPolicy(m, append(entries, allow...))
 	if err != nil {
 		return nil, fmt.Errorf("--allow: %w", err)
+	}
+	if len(inspect) > 0 {
+		// The policy file's request rules, checked when it loaded.
+		return p.WithInspect(inspect)
 	}
 	return p, nil
 }

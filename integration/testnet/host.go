@@ -67,6 +67,10 @@ type Host struct {
 	udp      map[int]*traffic // port → datagrams and bytes, all addresses
 	requests atomic.Int64
 
+	// streamRelease ends StreamPath's responses (ReleaseStreams).
+	streamRelease chan struct{}
+	streamOnce    sync.Once
+
 	mu     sync.Mutex
 	byHost map[string]int // the Host of each request (lowercased, without port) → requests
 }
@@ -138,14 +142,15 @@ func (n *Net) newHost(t testing.TB, x *Netns, name string, addrs []netip.Addr) *
 		t.Fatalf("testnet: host %q: %v", name, err)
 	}
 	h := &Host{
-		name:   name,
-		addrs:  slices.Clone(addrs),
-		cert:   cert,
-		net:    n,
-		ns:     x,
-		tcp:    map[int]*traffic{},
-		udp:    map[int]*traffic{},
-		byHost: map[string]int{},
+		name:          name,
+		streamRelease: make(chan struct{}),
+		addrs:         slices.Clone(addrs),
+		cert:          cert,
+		net:           n,
+		ns:            x,
+		tcp:           map[int]*traffic{},
+		udp:           map[int]*traffic{},
+		byHost:        map[string]int{},
 	}
 	for _, p := range slices.Concat(httpPorts, httpsPorts, recorderPorts) {
 		h.tcp[p] = new(traffic)
@@ -309,6 +314,9 @@ func (h *Host) handleHTTP(w http.ResponseWriter, r *http.Request) {
 	h.count(r.Host)
 	if r.URL.Path == Fake101Path && r.ProtoMajor == 1 {
 		h.serveFake101(w, r)
+		return
+	}
+	if h.serveInspectPaths(w, r) {
 		return
 	}
 	_, _ = io.Copy(io.Discard, r.Body)

@@ -124,7 +124,7 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
 	pc := proxy.Config{Sandbox: cfg.Sandbox, SniffTimeout: cfg.SniffTimeout.Or(proxyconf.DefaultSniffTimeout), Logger: logger,
-		BatchWhileBulk: true, Guard: upstreamGuard}
+		BatchWhileBulk: true, Guard: upstreamGuard, CADir: cfg.CADir, UpstreamCAFile: cfg.UpstreamCAFile}
 	if len(cfg.Resolvers) > 0 {
 		stub, err := resolver.New(resolver.Config{Servers: cfg.Resolvers})
 		if err != nil {

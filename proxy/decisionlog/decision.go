@@ -39,6 +39,11 @@ type Decision struct {
 	// answer (A and AAAA records, address hints).
 	PrivateRemoved int `json:"private_removed,omitempty"`
 
+	// Requests inside an inspected host's session only (KindRequest).
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Status int    `json:"status,omitempty"`
+
 	// Raw is the line as read, without its newline.
 	Raw []byte `json:"-"`
 }
@@ -46,21 +51,25 @@ type Decision struct {
 // IsDNS reports whether d is a DNS filter's decision on a query.
 func (d Decision) IsDNS() bool { return d.Kind == KindDNS }
 
+// IsRequest reports whether d is a decision on one request of an
+// inspected host.
+func (d Decision) IsRequest() bool { return d.Kind == KindRequest }
+
 // kindTags: every decision line has one of them; lines without any are
 // skipped before any JSON is decoded.
-var kindTags = [][]byte{[]byte(`"msg":"` + KindConnection + `"`), []byte(`"msg":"` + KindDNS + `"`)}
+var kindTags = [][]byte{[]byte(`"msg":"` + KindConnection + `"`), []byte(`"msg":"` + KindDNS + `"`), []byte(`"msg":"` + KindRequest + `"`)}
 
 // Parse reads one log line. ok is false for lines that are not decision
 // lines (policy events, proxy errors, anything malformed).
 func Parse(b []byte) (d Decision, ok bool) {
-	if !bytes.Contains(b, kindTags[0]) && !bytes.Contains(b, kindTags[1]) {
+	if !bytes.Contains(b, kindTags[0]) && !bytes.Contains(b, kindTags[1]) && !bytes.Contains(b, kindTags[2]) {
 		return Decision{}, false
 	}
 	var l struct {
 		Msg string `json:"msg"`
 		Decision
 	}
-	if json.Unmarshal(b, &l) != nil || (l.Msg != KindConnection && l.Msg != KindDNS) || l.Verdict == "" {
+	if json.Unmarshal(b, &l) != nil || (l.Msg != KindConnection && l.Msg != KindDNS && l.Msg != KindRequest) || l.Verdict == "" {
 		return Decision{}, false
 	}
 	d = l.Decision
@@ -106,6 +115,9 @@ type Counts struct {
 	Errors  int `json:"errors"` // allowed, but the upstream failed
 	// DNS counts the DNS filter's queries; all zero without the filter.
 	DNS DNSCounts `json:"dnsQueries"`
+	// Requests counts the requests judged on inspected hosts, apart
+	// from the connections that carried them.
+	Requests DNSCounts `json:"requests"`
 }
 
 // DNSCounts counts the DNS filter's queries by verdict.
@@ -120,6 +132,9 @@ func (c *Counts) Add(d Decision) {
 	allowed, denied, errs := &c.Allowed, &c.Denied, &c.Errors
 	if d.IsDNS() {
 		allowed, denied, errs = &c.DNS.Allowed, &c.DNS.Denied, &c.DNS.Errors
+	}
+	if d.IsRequest() {
+		allowed, denied, errs = &c.Requests.Allowed, &c.Requests.Denied, &c.Requests.Errors
 	}
 	switch d.Verdict {
 	case Allow:

@@ -26,6 +26,9 @@ func Format(d Decision) string {
 	if d.IsDNS() {
 		return formatDNS(d)
 	}
+	if d.IsRequest() {
+		return formatRequest(d)
+	}
 	name := orNoName(d.Name)
 	var why string
 	switch {

@@ -63,8 +63,9 @@ func TestDecisionReadsWhatIsWritten(t *testing.T) {
 		Connection{Verdict: Allow, Upstream: netip.MustParseAddrPort("203.0.113.7:443")}.Log(ctx, WithPod(l, "0b1c"))
 	})
 	query := lineKeys(t, func(l *slog.Logger) { DNSQuery{Verdict: Deny}.Log(ctx, WithPod(l, "0b1c")) })
+	request := lineKeys(t, func(l *slog.Logger) { Request{Verdict: Deny}.Log(ctx, WithPod(l, "0b1c")) })
 	read := jsonKeys(reflect.TypeFor[Decision]())
-	for _, k := range slices.Concat(conn, query) {
+	for _, k := range slices.Concat(conn, query, request) {
 		if !slices.Contains(read, k) {
 			t.Errorf("decision lines are written with %q, which Decision does not read", k)
 		}
@@ -74,7 +75,7 @@ func TestDecisionReadsWhatIsWritten(t *testing.T) {
 		case slog.TimeKey, slog.LevelKey:
 		case "kind": // the msg, under the name the CLI's JSON gives it
 		default:
-			if !slices.Contains(conn, k) && !slices.Contains(query, k) {
+			if !slices.Contains(conn, k) && !slices.Contains(query, k) && !slices.Contains(request, k) {
 				t.Errorf("Decision reads %q, which no decision line is written with", k)
 			}
 		}

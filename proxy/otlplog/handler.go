@@ -2,7 +2,7 @@
 // collector as OTLP logs, next to the local JSON lines.
 //
 // It exists so that operators who collect telemetry with OpenTelemetry get
-// every connection and DNS decision of every sandbox without scraping
+// every connection, request and DNS decision of every sandbox without scraping
 // files, while the proxy keeps its two promises: the local JSON line stays
 // the record (it is written first and whatever the collector does), and a
 // slow or absent collector never delays or fails a connection. Records
@@ -11,8 +11,9 @@
 // counted, and the count is written to the local log as a line with
 // message "otlp".
 //
-// Only records whose message is "connection" (proxy decisions) or "dns"
-// (DNS filter decisions) are exported: their attributes become OTLP
+// Only records whose message is "connection" (proxy decisions),
+// "request" (decisions on requests inside inspected hosts' sessions) or
+// "dns" (DNS filter decisions) are exported: their attributes become OTLP
 // attributes of the same types, the message becomes the body, the level
 // the severity, and the sandbox a resource attribute (doorman.sandbox,
 // with service.name doorman). Without an endpoint nothing is built: the
@@ -54,9 +55,10 @@ const (
 )
 
 // Exported reports whether records with message msg are sent to the
-// collector: the proxy's "connection" and the DNS filter's "dns".
+// collector: the proxy's "connection" and "request", and the DNS
+// filter's "dns".
 func Exported(msg string) bool {
-	return msg == decisionlog.KindConnection || msg == decisionlog.KindDNS
+	return msg == decisionlog.KindConnection || msg == decisionlog.KindRequest || msg == decisionlog.KindDNS
 }
 
 // NewHandler returns a handler that writes every record to local, and

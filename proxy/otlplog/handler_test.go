@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/doorman-net/doorman/proxy"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 )
 
@@ -65,6 +66,19 @@ func dnsRecord(t time.Time) slog.Record {
 	return r
 }
 
+// requestRecord is a slog record as decisionlog.Request.Log writes it for
+// a refused request on an inspected host.
+func requestRecord(t time.Time) slog.Record {
+	r := slog.NewRecord(t, slog.LevelWarn, decisionlog.KindRequest, 0)
+	r.AddAttrs(decisionlog.Request{
+		Sandbox: "sb-42", Client: netip.MustParseAddrPort("10.88.0.5:40000"), Dst: netip.MustParseAddrPort("203.0.113.10:443"),
+		Proto: "h2", Name: "api.example.com", Method: "POST", Path: "/v1/messages",
+		Rule: "deny POST /v1/messages json:tools[].type=web_search*", Verdict: decisionlog.Deny, Status: 403,
+		BytesUp: 78, Duration: time.Millisecond,
+	}.Attrs()...)
+	return r
+}
+
 func TestExportsConnectionAndDNSRecords(t *testing.T) {
 	rc := startReceiver(t, nil)
 	var local syncBuffer
@@ -82,6 +96,7 @@ func TestExportsConnectionAndDNSRecords(t *testing.T) {
 		connectionRecord(t0),
 		slog.NewRecord(t0, slog.LevelInfo, "policy loaded", 0), // local only
 		dnsRecord(t0.Add(time.Second)),
+		requestRecord(t0.Add(2 * time.Second)),
 	} {
 		if err := h.Handle(ctx, r); err != nil {
 			t.Fatal(err)
@@ -94,8 +109,8 @@ func TestExportsConnectionAndDNSRecords(t *testing.T) {
 	}
 
 	got := rc.records()
-	if len(got) != 2 {
-		t.Fatalf("collector got %d records, want 2 (connection and dns, not \"policy loaded\")", len(got))
+	if len(got) != 3 {
+		t.Fatalf("collector got %d records, want 3 (connection, dns and request, not \"policy loaded\")", len(got))
 	}
 	rc.mu.Lock()
 	for i, hd := range rc.headers {
@@ -121,6 +136,7 @@ func TestExportsConnectionAndDNSRecords(t *testing.T) {
 	}{
 		{"connection", logspb.SeverityNumber_SEVERITY_NUMBER_INFO, "INFO", t0, 0},
 		{"dns", logspb.SeverityNumber_SEVERITY_NUMBER_WARN, "WARN", t0.Add(time.Second), 2},
+		{"request", logspb.SeverityNumber_SEVERITY_NUMBER_WARN, "WARN", t0.Add(2 * time.Second), 3},
 	} {
 		e := got[i]
 		if s := e.resource["service.name"].GetStringValue(); s != "doorman" {
@@ -196,8 +212,8 @@ func TestExportsConnectionAndDNSRecords(t *testing.T) {
 		t.Errorf("local log has %d \"policy loaded\" lines, want 1", n)
 	}
 	otlpLines := withMsg(lines, "otlp")
-	if len(otlpLines) != 1 || num(otlpLines[0], "exported") != 2 || num(otlpLines[0], "dropped") != 0 {
-		t.Errorf("otlp lines %v, want one with exported 2, dropped 0", otlpLines)
+	if len(otlpLines) != 1 || num(otlpLines[0], "exported") != 3 || num(otlpLines[0], "dropped") != 0 {
+		t.Errorf("otlp lines %v, want one with exported 3, dropped 0", otlpLines)
 	}
 }
 

@@ -72,6 +72,13 @@ type Config struct {
 	// SIGTERM. Zero means the defaults above.
 	SniffTimeout Duration `json:"sniffTimeout,omitempty"`
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// CADir is the network's CA directory (package ca), whose leaves
+	// the proxy presents for inspected hosts; "" means none.
+	CADir string `json:"caDir,omitempty"`
+	// UpstreamCAFile, if set, holds the PEM roots inspected hosts'
+	// certificates are verified against instead of the system's (which
+	// SSL_CERT_FILE in the proxy's environment can also name).
+	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 	// Listeners are the sockets to serve.
 	Listeners Listeners `json:"listeners"`
 }

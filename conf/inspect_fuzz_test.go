@@ -1,0 +1,71 @@
+package conf
+
+import (
+	"net/http"
+	"testing"
+)
+
+// The seed corpora live in testdata/fuzz/FuzzInspectLine and
+// testdata/fuzz/FuzzJSONPath.
+
+// FuzzInspectLine checks that a policy file with request rules never
+// panics the parser, that what parses renders to a file that parses back
+// equal and renders the same, and that judging a request by it does not
+// panic.
+func FuzzInspectLine(f *testing.F) {
+	f.Fuzz(func(t *testing.T, line string, method, path, body string) {
+		p, err := ParseFile([]byte(line))
+		if err != nil {
+			return
+		}
+		out := p.MarshalFile()
+		q, err := ParseFile(out)
+		if err != nil {
+			t.Fatalf("%q renders as\n%s\nwhich does not parse: %v", line, out, err)
+		}
+		if !q.Equal(p) || string(q.MarshalFile()) != string(out) {
+			t.Fatalf("%q does not round-trip:\n%s\n%s", line, out, q.MarshalFile())
+		}
+		js, err := p.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseJSON(js); err != nil {
+			t.Fatalf("%q renders as JSON %s that does not parse: %v", line, js, err)
+		}
+		for i := range p.Inspect {
+			h := &p.Inspect[i]
+			r := &Request{Method: method, Path: path, Header: http.Header{"X": {body}}, Query: map[string][]string{"q": {body}}, Body: []byte(body)}
+			h.NeedsBody(r)
+			if j := h.Judge(r); j.Verdict != VerdictAllow && j.Verdict != VerdictDeny {
+				t.Fatalf("verdict %q", j.Verdict)
+			}
+		}
+	})
+}
+
+// FuzzJSONPath checks that parsing a path and a body and matching them
+// never panics, that a path's text is what it was parsed from, and that a
+// strictly parsed body matches "*" at the paths it has.
+func FuzzJSONPath(f *testing.F) {
+	f.Fuzz(func(t *testing.T, path, body, glob string) {
+		p, err := ParseJSONPath(path)
+		if err != nil {
+			return
+		}
+		if p.String() != path {
+			t.Fatalf("%q reads back as %q", path, p.String())
+		}
+		q, err := ParseJSONPath(p.String())
+		if err != nil || q.String() != p.String() {
+			t.Fatalf("%q does not parse back: %v", path, err)
+		}
+		v, err := ParseStrictJSON([]byte(body))
+		if err != nil {
+			return
+		}
+		if p.Match(v, glob) && !p.Match(v, "*") {
+			t.Fatalf("%q matches %q in %s but not *", path, glob, body)
+		}
+	})
+}

@@ -1,0 +1,228 @@
+package conf
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The JSON form of request rules, the value of a policy's "inspect" key
+// (in a conflist, the doorman.io/inspect annotation or label, and the
+// JSON a policy renders as):
+//
+//	{"api.example.com": {
+//	    "deny":   [{"method": "POST", "path": "/v1/messages", "json": {"tools[].type": "web_search*"}}],
+//	    "allow":  [{"method": ["GET", "HEAD"]}, {"path": "/myorg/*"}],
+//	    "default": "deny",
+//	    "inject": [{"header": "x-api-key", "placeholder": "dm-placeholder", "secretFile": "/etc/doorman/secrets/x"}],
+//	    "maxBody": 1048576}}
+//
+// A rule's keys are method (a string or a list), path, query, header and
+// json (objects from key to glob). Unknown keys are errors at every
+// level: a misspelt "methods" must not become a rule that matches every
+// request. "placeholderSHA256" (64 hex digits) may stand for "placeholder";
+// doorman writes only it.
+
+// jsonInspectHost is one host's rules in JSON.
+type jsonInspectHost struct {
+	Deny    []jsonRule   `json:"deny,omitempty"`
+	Allow   []jsonRule   `json:"allow,omitempty"`
+	Default string       `json:"default,omitempty"`
+	Inject  []jsonInject `json:"inject,omitempty"`
+	MaxBody int64        `json:"maxBody,omitempty"`
+}
+
+type jsonRule struct {
+	Method stringOrList      `json:"method,omitempty"`
+	Path   string            `json:"path,omitempty"`
+	Query  map[string]string `json:"query,omitempty"`
+	Header map[string]string `json:"header,omitempty"`
+	JSON   map[string]string `json:"json,omitempty"`
+}
+
+type jsonInject struct {
+	Header            string `json:"header"`
+	Placeholder       string `json:"placeholder,omitempty"`
+	PlaceholderSHA256 string `json:"placeholderSHA256,omitempty"`
+	SecretFile        string `json:"secretFile"`
+}
+
+// stringOrList is a JSON string or list of strings.
+type stringOrList []string
+
+func (s *stringOrList) UnmarshalJSON(data []byte) error {
+	var one string
+	if err := json.Unmarshal(data, &one); err == nil {
+		*s = []string{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(data, &many); err != nil {
+		return errors.New("want a method or a list of methods")
+	}
+	*s = many
+	return nil
+}
+
+func (s stringOrList) MarshalJSON() ([]byte, error) {
+	if len(s) == 1 {
+		return json.Marshal(s[0])
+	}
+	return json.Marshal([]string(s))
+}
+
+// ParseInspectJSON parses the JSON form of request rules: an object from
+// host to its rules. Every error is reported, each naming the host and the
+// rule.
+func ParseInspectJSON(data []byte) ([]InspectHost, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	var errs []error
+	var hosts []InspectHost
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		host, err := normalizeInspectHost(k)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inspect: %w", err))
+			continue
+		}
+		var jh jsonInspectHost
+		dec := json.NewDecoder(bytes.NewReader(raw[k]))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&jh); err != nil {
+			errs = append(errs, &InspectError{Host: host, Reason: err.Error()})
+			continue
+		}
+		h, err := jh.host(host)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	hosts, err := setInspect(hosts)
+	if err != nil {
+		return nil, err
+	}
+	return hosts, nil
+}
+
+func (jh jsonInspectHost) host(name string) (InspectHost, error) {
+	h := InspectHost{Host: name, Default: strings.ToLower(jh.Default), MaxBody: jh.MaxBody}
+	if jh.MaxBody < 0 {
+		return h, &InspectError{Host: name, Where: "maxBody", Reason: "negative"}
+	}
+	var errs []error
+	rules := func(list []jsonRule, verb string) []Rule {
+		var out []Rule
+		for i, jr := range list {
+			r, err := jr.rule()
+			if err != nil {
+				errs = append(errs, &InspectError{Host: name, Where: fmt.Sprintf("%s[%d]", verb, i), Reason: err.Error()})
+				continue
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	h.Deny = rules(jh.Deny, VerdictDeny)
+	h.Allow = rules(jh.Allow, VerdictAllow)
+	for i, ji := range jh.Inject {
+		where := fmt.Sprintf("inject[%d]", i)
+		var sum [32]byte
+		var err error
+		switch {
+		case ji.Placeholder != "" && ji.PlaceholderSHA256 != "":
+			err = errors.New("give placeholder or placeholderSHA256, not both")
+		case ji.PlaceholderSHA256 != "":
+			sum, err = parsePlaceholder("sha256:" + ji.PlaceholderSHA256)
+		default:
+			sum, err = parsePlaceholder(ji.Placeholder)
+		}
+		if err != nil {
+			errs = append(errs, &InspectError{Host: name, Where: where, Reason: err.Error()})
+			continue
+		}
+		h.Inject = append(h.Inject, Inject{Header: ji.Header, PlaceholderSHA256: sum, SecretFile: ji.SecretFile})
+	}
+	if len(errs) > 0 {
+		return h, errors.Join(errs...)
+	}
+	return h, nil
+}
+
+func (jr jsonRule) rule() (Rule, error) {
+	r := Rule{Methods: slices.Clone([]string(jr.Method)), Path: jr.Path}
+	for k, v := range jr.Query {
+		r.Query = append(r.Query, Cond{Key: k, Glob: v})
+	}
+	for k, v := range jr.Header {
+		r.Header = append(r.Header, Cond{Key: k, Glob: v})
+	}
+	for k, v := range jr.JSON {
+		p, err := ParseJSONPath(k)
+		if err != nil {
+			return r, err
+		}
+		r.JSON = append(r.JSON, JSONCond{Path: p, Glob: v})
+	}
+	return r, r.normalize()
+}
+
+// inspectJSON renders hosts in the JSON form, placeholders as their
+// SHA-256.
+func inspectJSON(hosts []InspectHost) map[string]jsonInspectHost {
+	if len(hosts) == 0 {
+		return nil
+	}
+	out := make(map[string]jsonInspectHost, len(hosts))
+	for _, h := range hosts {
+		jh := jsonInspectHost{Default: h.Default, MaxBody: h.MaxBody}
+		for _, r := range h.Deny {
+			jh.Deny = append(jh.Deny, ruleJSON(r))
+		}
+		for _, r := range h.Allow {
+			jh.Allow = append(jh.Allow, ruleJSON(r))
+		}
+		for _, in := range h.Inject {
+			jh.Inject = append(jh.Inject, jsonInject{Header: in.Header, PlaceholderSHA256: hex.EncodeToString(in.PlaceholderSHA256[:]), SecretFile: in.SecretFile})
+		}
+		out[h.Host] = jh
+	}
+	return out
+}
+
+func ruleJSON(r Rule) jsonRule {
+	jr := jsonRule{Method: stringOrList(r.Methods), Path: r.Path}
+	conds := func(cs []Cond) map[string]string {
+		if len(cs) == 0 {
+			return nil
+		}
+		m := make(map[string]string, len(cs))
+		for _, c := range cs {
+			m[c.Key] = c.Glob
+		}
+		return m
+	}
+	jr.Query, jr.Header = conds(r.Query), conds(r.Header)
+	if len(r.JSON) > 0 {
+		jr.JSON = make(map[string]string, len(r.JSON))
+		for _, j := range r.JSON {
+			jr.JSON[j.Path.String()] = j.Glob
+		}
+	}
+	return jr
+}

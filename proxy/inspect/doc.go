@@ -1,0 +1,49 @@
+// Package inspect is the proxy's terminating relay: for a host whose
+// policy has request rules (conf.InspectHost), it ends the client's TLS
+// with a leaf certificate of the network's CA (package ca), judges every
+// request by the host's rules, puts credentials in, and sends the request
+// on over a TLS connection of its own to the real host, verified against
+// the host's roots with the real name. Every other host never reaches
+// this package: the proxy splices it untouched.
+//
+// # Why net/http on both sides
+//
+// The client side faces a hostile workload, so it is Go's net/http
+// server, whose HTTP/1.1 framing is strict (one Content-Length, no
+// Content-Length beside Transfer-Encoding, no obsolete line folding, no
+// bare CR or LF in a field) and whose HTTP/2 server rejects header values
+// with CR, LF or NUL and connection-specific header fields. A request is
+// re-framed on the way out by net/http's client, so no byte of the
+// client's framing reaches the upstream: smuggling needs a framing both
+// ends read differently, and here the upstream reads only doorman's.
+// Each side negotiates its own ALPN: a client that speaks HTTP/2 to
+// doorman may be relayed over HTTP/1.1, and the other way round.
+//
+// # What a request must be
+//
+//   - Its authority (:authority, Host, or an absolute-form target) names
+//     the session's host, on the session's port if it names one: a
+//     request for another host inside an inspected session (domain
+//     fronting) is refused.
+//   - Not CONNECT, and no upgrade but WebSocket (an h2c upgrade would turn
+//     the rest of the connection into HTTP/2 that no rule reads); a
+//     WebSocket's frames are relayed as they are once its handshake passed
+//     the rules.
+//   - A path without dot segments or backslashes after percent-decoding,
+//     a query that parses: what a rule reads must be what the host reads.
+//   - If a body rule applies, a body of at most the host's limit (413
+//     otherwise), not content-encoded.
+//
+// Responses stream: a body of unknown length (chunked, server-sent
+// events) is flushed to the client as each part arrives; request bodies
+// are read whole only when a body rule needs them.
+//
+// # Decisions
+//
+// Each request is one decision-log line (decisionlog.Request): method,
+// path (its query left out), the rule that decided, the status and the
+// body bytes. A refused request gets a 403 naming the host, the rule and
+// the sandbox, as JSON when the request was JSON. Secrets are read from
+// their files on the host, at most once a second, and are never logged;
+// placeholders are compared by their SHA-256.
+package inspect

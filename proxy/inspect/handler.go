@@ -1,0 +1,297 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
+)
+
+// requestRecord gathers one request's decision line.
+type requestRecord struct {
+	verdict, rule, reason string
+	status                int
+	up, down              atomic.Int64
+}
+
+// serveHTTP judges one request of a session and relays or refuses it.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	sc, _ := r.Context().Value(sessionKey{}).(*sessionConn)
+	if sc == nil {
+		http.Error(w, "doorman: no session", http.StatusInternalServerError)
+		return
+	}
+	sess := sc.s
+	start := time.Now()
+	sc.requests.Add(1)
+	rec := &requestRecord{verdict: decisionlog.Allow}
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if rec.status == 0 {
+			rec.status = sw.status
+		}
+		if rec.verdict == decisionlog.Deny {
+			sc.denied.Add(1)
+		}
+		proto := "h1"
+		if r.ProtoMajor == 2 {
+			proto = "h2"
+		}
+		decisionlog.Request{
+			Sandbox: s.cfg.Sandbox, Client: sess.Client, Dst: sess.Dst, Proto: proto, Name: sess.Name,
+			Method: logSafe(r.Method), Path: logSafe(r.URL.Path), Rule: rec.rule, Verdict: rec.verdict, Reason: rec.reason,
+			Status: rec.status, BytesUp: rec.up.Load(), BytesDown: rec.down.Load(), Duration: time.Since(start),
+		}.Log(context.Background(), s.cfg.Logger)
+	}()
+	refuse := func(status int, rule, reason string) {
+		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status
+		s.writeRefusal(sw, r, sess.Name, status, rule, reason)
+	}
+
+	if why := checkRequest(r, sess); why != "" {
+		refuse(http.StatusForbidden, "", why)
+		return
+	}
+	var h *conf.InspectHost
+	if pol := s.cfg.Policy(); pol != nil {
+		h = pol.InspectFor(sess.Name)
+	}
+	if h == nil {
+		// The policy stopped inspecting the host while the session was
+		// open: it is still admitted (or the proxy would have closed
+		// the session), so the request passes with no rule to judge it.
+		h = &conf.InspectHost{Host: sess.Name}
+	}
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		refuse(http.StatusForbidden, "", "the query does not parse: "+err.Error())
+		return
+	}
+	req := &conf.Request{Method: r.Method, Path: r.URL.Path, Query: query, Header: r.Header}
+	if h.NeedsBody(req) {
+		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+			refuse(http.StatusForbidden, "", "a body rule applies and the body is encoded ("+logSafe(ce)+")")
+			return
+		}
+		limit := h.BodyLimit()
+		if r.ContentLength > limit {
+			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit))
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		if err != nil {
+			refuse(http.StatusBadRequest, "", "reading the body: "+err.Error())
+			return
+		}
+		if int64(len(body)) > limit {
+			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (limit %d)", decisionlog.ReasonBodyTooLarge, limit))
+			return
+		}
+		req.Body = body
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.TransferEncoding = nil
+	}
+	j := h.Judge(req)
+	rec.rule = j.Rule
+	if j.Verdict == conf.VerdictDeny {
+		refuse(http.StatusForbidden, j.Rule, j.Reason)
+		return
+	}
+	for _, in := range h.Inject {
+		vals := r.Header.Values(in.Header)
+		if len(vals) != 1 {
+			continue
+		}
+		prefix, ok := in.Matches(vals[0])
+		if !ok {
+			continue
+		}
+		secret, err := s.secrets.get(in.SecretFile)
+		if err != nil {
+			rec.verdict, rec.reason, rec.status = decisionlog.Error, err.Error(), http.StatusBadGateway
+			http.Error(sw, "doorman: the credential for "+sess.Name+" cannot be read on the host; see the decision log", http.StatusBadGateway)
+			return
+		}
+		r.Header.Set(in.Header, prefix+string(secret))
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &countingBody{ReadCloser: r.Body, n: &rec.up}
+	}
+	s.reverseProxy(sess, rec).ServeHTTP(sw, r)
+}
+
+// checkRequest says why a request may not be relayed whatever the rules,
+// or "".
+func checkRequest(r *http.Request, sess *Session) string {
+	if r.Method == http.MethodConnect {
+		return "CONNECT inside an inspected session"
+	}
+	if r.URL.Scheme != "" && r.URL.Scheme != "https" {
+		return "absolute-form target with scheme " + logSafe(r.URL.Scheme)
+	}
+	if why := checkAuthority(r.Host, sess); why != "" {
+		return why
+	}
+	if r.URL.Host != "" {
+		if why := checkAuthority(r.URL.Host, sess); why != "" {
+			return why
+		}
+	}
+	if up := r.Header.Get("Upgrade"); up != "" {
+		if r.ProtoMajor != 1 || !strings.EqualFold(up, "websocket") {
+			return "upgrade to " + logSafe(up) + " (only WebSocket)"
+		}
+	}
+	p := r.URL.Path
+	if p == "" && r.Method == http.MethodOptions && r.RequestURI == "*" {
+		return ""
+	}
+	if !strings.HasPrefix(p, "/") {
+		return "a path that does not start with /"
+	}
+	if strings.ContainsAny(p, "\\\x00") {
+		return "a backslash or NUL in the path"
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return "a dot segment in the path (" + logSafe(p) + ")"
+		}
+	}
+	return ""
+}
+
+// checkAuthority refuses an authority that is not the session's host on
+// its port.
+func checkAuthority(authority string, sess *Session) string {
+	host, port := authority, ""
+	if h, p, err := net.SplitHostPort(authority); err == nil {
+		host, port = h, p
+	}
+	name, err := conf.NormalizeName(host)
+	if err != nil || name != sess.Name {
+		return decisionlog.ReasonWrongAuthority + logSafe(authority)
+	}
+	if port != "" && port != strconv.Itoa(int(sess.Dst.Port())) {
+		return decisionlog.ReasonWrongAuthority + logSafe(authority) + " (another port)"
+	}
+	return ""
+}
+
+// writeRefusal answers a refused request: JSON when the request was JSON
+// (or asked for it), plain text otherwise; both name the host, the rule
+// and the sandbox.
+func (s *Server) writeRefusal(w http.ResponseWriter, r *http.Request, host string, status int, rule, reason string) {
+	msg := fmt.Sprintf("doorman: this request to %q is refused by the policy of sandbox %q", host, s.cfg.Sandbox)
+	if rule != "" {
+		msg += " (rule: " + rule + ")"
+	}
+	if reason != "" {
+		msg += ": " + reason
+	}
+	h := w.Header()
+	h.Set("X-Doorman-Sandbox", s.cfg.Sandbox)
+	h.Set("Cache-Control", "no-store")
+	if r.ProtoMajor == 1 {
+		h.Set("Connection", "close")
+	}
+	if wantsJSON(r) {
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{
+			"type": "error",
+			"error": map[string]any{
+				"type": "doorman_policy", "message": msg, "host": host, "rule": rule, "sandbox": s.cfg.Sandbox, "reason": reason,
+			},
+		})
+		return
+	}
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	io.WriteString(w, msg+"\n")
+}
+
+func wantsJSON(r *http.Request) bool {
+	for _, v := range []string{r.Header.Get("Content-Type"), r.Header.Get("Accept")} {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logSafe bounds what a client chose before it reaches a log line.
+func logSafe(s string) string {
+	const max = 512
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// statusWriter remembers the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 || (w.status >= 100 && w.status < 200) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController find the Flusher and Hijacker.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush passes a flush on (ReverseProxy flushes streamed bodies).
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// countingBody counts what is read through it.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// Write passes writes through to a body that takes them: an upgraded
+// WebSocket connection's upstream side.
+func (b *countingBody) Write(p []byte) (int, error) {
+	if w, ok := b.ReadCloser.(io.Writer); ok {
+		return w.Write(p)
+	}
+	return 0, errors.New("body is not writable")
+}
