@@ -65,6 +65,9 @@ type Config struct {
 	// SIGTERM. Zero means the defaults above.
 	SniffTimeout Duration `json:"sniffTimeout,omitempty"`
 	DrainTimeout Duration `json:"drainTimeout,omitempty"`
+	// Limits are the sandbox's caps (see Limits); sniffTimeout above, if
+	// set, wins over limits.sniffTimeout.
+	Limits Limits `json:"limits,omitzero"`
 	// Listeners are the sockets to serve.
 	Listeners Listeners `json:"listeners"`
 }
@@ -154,7 +157,7 @@ func (c Config) Validate() error {
 	if err := c.OTLP.Config().Validate(); err != nil {
 		return fmt.Errorf("otlp: %w", err)
 	}
-	return nil
+	return c.Limits.Validate()
 }
 
 // Load reads the config file at path. Unknown keys are errors: a
