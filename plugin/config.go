@@ -19,6 +19,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -64,6 +65,12 @@ type NetConf struct {
 	// DNSFilter sends the containers' DNS through the proxy's filter,
 	// which answers only names the policy could admit (default true).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
+	// Limits are the caps of each container's proxy, in the keys of
+	// proxyconf.Limits (connections, pending, pendingBytes,
+	// sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond,
+	// logMaxSize); each key given wins over /etc/doorman/limits.json,
+	// each one left out is the host's, else the default.
+	Limits json.RawMessage `json:"limits,omitempty"`
 
 	RuntimeConfig struct {
 		DNS *struct {
@@ -198,6 +205,9 @@ func (n *NetConf) spec(raw []byte, args *skel.CmdArgs, prev *current.Result) (sa
 	if s.OTLP, err = n.otlp(); err != nil {
 		return s, err
 	}
+	if s.Limits, err = n.limits(hostconf.LimitsFile); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -299,4 +309,21 @@ func (n *NetConf) otlp() (otlplog.Config, error) {
 		return c, nil
 	}
 	return hostconf.OTLP(hostconf.OTLPFile)
+}
+
+// limits returns the caps: the network's keys over those of the host's
+// file at hostFile.
+func (n *NetConf) limits(hostFile string) (proxyconf.Limits, error) {
+	host, err := hostconf.Limits(hostFile)
+	if err != nil {
+		return host, err
+	}
+	if len(n.Limits) == 0 {
+		return host, nil
+	}
+	own, err := hostconf.ParseLimits(n.Limits)
+	if err != nil {
+		return own, invalidConfig(err)
+	}
+	return host.Or(own), nil
 }

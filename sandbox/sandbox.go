@@ -164,6 +164,7 @@ func newState(r Request) (*State, error) {
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
 		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
+		Limits: r.Limits,
 	}
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
@@ -292,6 +293,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	cfg := proxyconf.Config{
 		Sandbox: s.ID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
 		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
+		Limits: s.Limits,
 	}
 	if filter {
 		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)

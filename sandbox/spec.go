@@ -9,6 +9,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -46,6 +47,9 @@ type Spec struct {
 	// OTLP, when its Endpoint is set, makes the proxy also export its
 	// decision and DNS records to that OpenTelemetry collector.
 	OTLP otlplog.Config
+	// Limits are the caps of the sandbox's proxy (the zero value: the
+	// defaults; see proxyconf.Limits).
+	Limits proxyconf.Limits
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the
@@ -86,6 +90,9 @@ func (s *Spec) validate(a Attachment) error {
 	}
 	if a.NetNS == "" {
 		return errors.New("no network namespace")
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return err
 	}
 	return ValidKey(a.Key)
 }

@@ -74,6 +74,8 @@ type State struct {
 	// OTLP are the proxy's OTLP export settings, if any (the state file is
 	// readable by its owner only: they may carry a token).
 	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
+	// Limits are the caps of the proxy (see proxyconf.Limits).
+	Limits proxyconf.Limits `json:"limits,omitzero"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool `json:"dnsFilter,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the

@@ -25,6 +25,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the container's own resolvers (the servers behind Docker's 127.0.0.11), else the host's /etc/resolv.conf")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
 	otlpConfig := fs.String("otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
+	limitsConfig := fs.String("limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize); the defaults if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	fs.Usage = func() {
@@ -40,6 +41,10 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	opts.OTLP = otlp
+	if opts.Limits, err = hostconf.Limits(*limitsConfig); err != nil {
+		fmt.Fprintln(stderr, "doorman hook:", err)
+		return 1
+	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
