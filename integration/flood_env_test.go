@@ -174,11 +174,17 @@ func (s *floodSandbox) waitLimitLine(limit string) map[string]any {
 // hold opens n connections to apiName's recorder, each sending a whole
 // ClientHello: the proxy relays them (the recorder never answers) until
 // a cap refuses.
-func (s *floodSandbox) hold(n int) []*net.TCPConn {
+func (s *floodSandbox) hold(n int) []*net.TCPConn { return s.holdAt(testnet.PortRecorder, n) }
+
+// holdAt is hold to another of apiName's recorder ports.
+func (s *floodSandbox) holdAt(port uint16, n int) []*net.TCPConn {
 	s.b.tb.Helper()
 	conns := make([]*net.TCPConn, 0, n)
 	for i := range n {
-		c, err := s.ns.DialTCP(netip.AddrPortFrom(apiAddr4, testnet.PortRecorder).String())
+		c, err := s.ns.DialTCP(netip.AddrPortFrom(apiAddr4, port).String())
+		if errors.Is(err, syscall.ECONNRESET) {
+			continue // reset at once: more refusals at a time than the proxy answers
+		}
 		if err != nil {
 			s.b.tb.Fatalf("connection %d: %v", i, err)
 		}
@@ -321,8 +327,9 @@ func oneByteRecords(hello []byte) [][]byte {
 // dnsFlood sends n queries for name over UDP to the sandbox's resolver
 // (the DNS filter answers them), as fast as it can, and counts the
 // answers by rcode; those REFUSED with doorman's "over its limit"
-// Extended DNS Error are counted as "limited".
-func (s *floodSandbox) dnsFlood(n int, name string) map[string]int {
+// Extended DNS Error are counted as "limited". It returns once no answer
+// came for quiet.
+func (s *floodSandbox) dnsFlood(n int, name string, quiet time.Duration) map[string]int {
 	s.b.tb.Helper()
 	c, err := s.ns.DialUDP(netip.AddrPortFrom(s.b.net.DNS, 53).String())
 	if err != nil {
@@ -335,7 +342,7 @@ func (s *floodSandbox) dnsFlood(n int, name string) map[string]int {
 		defer close(done)
 		buf := make([]byte, 4096)
 		for {
-			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			c.SetReadDeadline(time.Now().Add(quiet))
 			k, err := c.Read(buf)
 			if err != nil {
 				return

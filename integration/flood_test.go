@@ -147,7 +147,7 @@ func TestFloodDNS(t *testing.T) {
 	neighbour := b.sandbox(nil)
 
 	const n = 3000
-	got := flooder.dnsFlood(n, evilName)
+	got := flooder.dnsFlood(n, evilName, 2*time.Second)
 	if got["limited"] == 0 || got["limited"]+got["REFUSED"] < n*9/10 {
 		t.Fatalf("answers %v to %d queries: want most refused, some for the rate", got, n)
 	}
