@@ -370,7 +370,7 @@ func (s *floodSandbox) dnsFlood(n int, name string, quiet time.Duration) map[str
 		m.SetEdns0(1232, false)
 		out, _ := m.Pack()
 		c.Write(out)
-		if i%64 == 63 {
+		if i%16 == 15 {
 			time.Sleep(time.Millisecond) // let the socket buffers drain
 		}
 	}

@@ -148,8 +148,10 @@ func TestFloodDNS(t *testing.T) {
 
 	const n = 3000
 	got := flooder.dnsFlood(n, evilName, 2*time.Second)
-	if got["limited"] == 0 || got["limited"]+got["REFUSED"] < n*9/10 {
-		t.Fatalf("answers %v to %d queries: want most refused, some for the rate", got, n)
+	// UDP under a flood loses some; of the answers, every one is a
+	// refusal, and most are for the rate.
+	if got["limited"] < n/3 || got["limited"]+got["REFUSED"] != total(got) {
+		t.Fatalf("answers %v to %d queries: want only refusals, most of them for the rate", got, n)
 	}
 	t.Logf("%d queries: %v", n, got)
 	l := flooder.waitLimitLine("dnsQueriesPerSecond")
@@ -163,4 +165,13 @@ func TestFloodDNS(t *testing.T) {
 	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		t.Fatalf("the neighbour's query: %v, %v", r, err)
 	}
+}
+
+// total sums the counts.
+func total(counts map[string]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
