@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/proxyconf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./hostconf
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid

@@ -1,8 +1,10 @@
 package hostconf
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -31,4 +33,26 @@ func TestLimitsFile(t *testing.T) {
 			t.Errorf("%s: %v, want an error naming %s and containing %q", tc.json, err, path, tc.want)
 		}
 	}
+}
+
+// FuzzParseLimits checks that ParseLimits never panics and that what it
+// accepts is valid and encodes and decodes again to equal caps.
+func FuzzParseLimits(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		l, err := ParseLimits(data)
+		if err != nil {
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("accepted %q, which is not valid: %v", data, err)
+		}
+		again, err := json.Marshal(l)
+		if err != nil {
+			t.Fatalf("accepted %q, but it does not encode: %v", data, err)
+		}
+		back, err := ParseLimits(again)
+		if err != nil || !reflect.DeepEqual(back, l) {
+			t.Fatalf("%q: encodes to %s, which decodes to %+v, %v; want %+v", data, again, back, err, l)
+		}
+	})
 }
