@@ -70,6 +70,25 @@ func newFloodBed(tb testing.TB, portRange string) *floodBed {
 	return b
 }
 
+// limitNoFile makes the sandboxes attached from now on run their plugin,
+// and so their proxy, with a descriptor limit of n (soft and hard), as a
+// host with a low limit would: the plugin is found in a directory of its
+// own where "doorman" is prlimit running the real one.
+func (b *floodBed) limitNoFile(n int) {
+	b.tb.Helper()
+	dir := b.tb.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\nexec prlimit --nofile=%d:%d -- %s \"$@\"\n", n, n, doormanBin())
+	if err := os.WriteFile(filepath.Join(dir, "doorman"), []byte(script), 0o755); err != nil {
+		b.tb.Fatal(err)
+	}
+	for _, p := range []string{"bridge", "host-local"} {
+		if err := os.Symlink(filepath.Join(binDir, p), filepath.Join(dir, p)); err != nil {
+			b.tb.Fatal(err)
+		}
+	}
+	b.cni = libcni.NewCNIConfig([]string{dir}, nil)
+}
+
 // floodSandbox is one container of the bed.
 type floodSandbox struct {
 	b       *floodBed
@@ -156,6 +175,21 @@ func (s *floodSandbox) limitLines(limit string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// waitLine waits for a line whose msg is msg.
+func (s *floodSandbox) waitLine(msg string) map[string]any {
+	s.b.tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, m := range s.lines() {
+			if m["msg"] == msg {
+				return m
+			}
+		}
+	}
+	data, _ := os.ReadFile(s.logFile)
+	s.b.tb.Fatalf("no %s line in %s:\n%s", msg, s.logFile, data)
+	return nil
 }
 
 // waitLimitLine waits for a limit line of the cap limit.

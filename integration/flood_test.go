@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +58,50 @@ func TestFloodConnections(t *testing.T) {
 		}
 	}
 	t.Fatalf("the flooder after its connections closed: %v", lastErr)
+}
+
+// A proxy whose descriptor limit is low (700, soft and hard) lowers its
+// connection cap to what fits beside its reserve, and so never runs out:
+// 200 connections held give 31 relayed and the rest refused, the DNS
+// filter still forwards, no connection fails for want of a descriptor
+// (the guard lists the host's addresses for every dial), and an allowed
+// request is served at once when the flood ends.
+func TestFloodDescriptors(t *testing.T) {
+	b := newFloodBed(t, "")
+	b.limitNoFile(700)
+	flooder := b.sandbox(nil)
+	const fit = (700 - 513) / 6
+	limits := flooder.waitLine("limits")
+	if limits["connections"] != float64(fit) || limits["nofile"] != 700.0 || limits["limitedBy"] == nil {
+		t.Fatalf("limits line %v, want %d connections in 700 descriptors", limits, fit)
+	}
+	conns := flooder.hold(200)
+	if n := b.waitRecorded(fit); n != fit {
+		t.Fatalf("the recorder saw %d connections, want %d", n, fit)
+	}
+	if got := outcomes(conns, 3*time.Second); got[outcomeOpen] != fit {
+		t.Fatalf("outcomes %v: want %d relayed", got, fit)
+	}
+	// The DNS filter forwards from the same process: it has its
+	// descriptors still.
+	if r, err := flooder.ns.QueryDNS(t.Context(), b.net.DNS, apiName, dns.TypeA); err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Errorf("the flooder's DNS during the flood: %v, %v", r, err)
+	}
+	closeAll(conns)
+	var lastErr error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, lastErr = flooder.get(flooder.client()); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("the flooder after the flood: %v", lastErr)
+	}
+	for _, l := range flooder.lines() {
+		if l["verdict"] == "error" || strings.Contains(fmt.Sprint(l), "too many open files") {
+			t.Errorf("a line of a proxy short of descriptors: %v", l)
+		}
+	}
 }
 
 // ClientHellos trickled in 1-byte records, more than the bytes the
