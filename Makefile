@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzPolicy$$' -fuzztime=$(FUZZTIME) ./annotation
 	$(GO) test -run='^$$' -fuzz='^FuzzParseEntry$$' -fuzztime=$(FUZZTIME) ./plugin
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuntimeConfig$$' -fuzztime=$(FUZZTIME) ./plugin
+	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./hostconf
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid

@@ -18,22 +18,24 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Options configure the hook; the zero value uses the defaults.
 type Options struct {
-	StateDir         string         // default hostconf.DefaultStateDir
-	LogDir           string         // default hostconf.DefaultLogDir
-	DefaultPolicy    string         // default DefaultPolicyFile
-	UpstreamResolver string         // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
-	AllowICMP        bool           // let echo requests (at most 64 bytes of data) out to allowDirect destinations
-	DNSFilter        bool           // send DNS through the proxy's filter
-	HostLayer        bool           // add the host-side layer on the container's veth
-	OTLP             otlplog.Config // export records to this collector, if its Endpoint is set
-	ProxyBinary      string         // default this executable
-	CADir            string         // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
-	UpstreamCAFile   string         // PEM roots inspected hosts are verified against, if not the system's
+	StateDir         string           // default hostconf.DefaultStateDir
+	LogDir           string           // default hostconf.DefaultLogDir
+	DefaultPolicy    string           // default DefaultPolicyFile
+	UpstreamResolver string           // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
+	AllowICMP        bool             // let echo requests (at most 64 bytes of data) out to allowDirect destinations
+	DNSFilter        bool             // send DNS through the proxy's filter
+	HostLayer        bool             // add the host-side layer on the container's veth
+	OTLP             otlplog.Config   // export records to this collector, if its Endpoint is set
+	Limits           proxyconf.Limits // the proxies' caps (zero: the defaults)
+	ProxyBinary      string           // default this executable
+	CADir            string           // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
+	UpstreamCAFile   string           // PEM roots inspected hosts are verified against, if not the system's
 }
 
 // Stages the hook acts on.
@@ -205,7 +207,7 @@ func (c *container) join(holder *sandbox.State) error {
 func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec, error) {
 	s := sandbox.Spec{
 		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
-		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream,
+		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream, Limits: opts.Limits,
 		CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile,
 	}
 	var err error

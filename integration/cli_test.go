@@ -321,17 +321,22 @@ func TestCLILiveEdits(t *testing.T) {
 	}
 
 	// logs: readable, JSON, denials only (of connections and of DNS
-	// queries).
+	// queries, and the lines that count their repeats: see
+	// decisionlog.Aggregator).
 	r = e.mustCLI("logs", id, "--denied", "-o", "json")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	summaries := 0
 	for _, l := range lines {
 		var d map[string]any
-		if err := json.Unmarshal([]byte(l), &d); err != nil || d["verdict"] != "deny" || d["msg"] != "connection" && d["msg"] != "dns" {
+		if err := json.Unmarshal([]byte(l), &d); err != nil || d["verdict"] != "deny" || d["msg"] != "connection" && d["msg"] != "dns" && d["msg"] != "denials" {
 			t.Errorf("logs --denied -o json line %q (%v)", l, err)
 		}
+		if d["msg"] == "denials" {
+			summaries++
+		}
 	}
-	if dnsDenied := e.dnsDenials(c); len(dnsDenied) == 0 || len(lines) != want.Denied+len(dnsDenied) {
-		t.Errorf("logs --denied: %d lines, want %d connections and %d DNS queries %v", len(lines), want.Denied, len(dnsDenied), dnsDenied)
+	if dnsDenied := e.dnsDenials(c); len(dnsDenied) == 0 || len(lines) != want.Denied+len(dnsDenied)+summaries {
+		t.Errorf("logs --denied: %d lines, want %d connections, %d DNS queries %v and %d summaries", len(lines), want.Denied, len(dnsDenied), dnsDenied, summaries)
 	}
 	r = e.mustCLI("logs", c.ns.Path(), "--since", "1h")
 	if !strings.Contains(r.stdout, " deny  tls     "+apiName+" ") || !strings.Contains(r.stdout, "name not allowed") ||

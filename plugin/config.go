@@ -194,6 +194,9 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		return s, err
 	}
 	s.ClusterNames = n.clusterNames()
+	if s.Limits, err = n.limits(hostconf.LimitsFile); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
@@ -279,4 +282,14 @@ func (n *NetConf) otlp() (otlplog.Config, error) {
 		return n.OTLP, nil
 	}
 	return hostconf.OTLP(hostconf.OTLPFile)
+}
+
+// limits returns the caps: the network's limits key (Settings.Limits,
+// checked by ParseEntry) over those of the host's file at hostFile.
+func (n *NetConf) limits(hostFile string) (proxyconf.Limits, error) {
+	host, err := hostconf.Limits(hostFile)
+	if err != nil {
+		return host, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
+	}
+	return host.Or(n.Settings.Limits), nil
 }

@@ -184,3 +184,31 @@ func TestPolicyPrecedence(t *testing.T) {
 		t.Errorf("a bad allow-direct annotation: %v", err)
 	}
 }
+
+// A network's limits win key by key over the host's file; a bad key or
+// value is an invalid-config error that names it.
+func TestLimits(t *testing.T) {
+	dir := t.TempDir()
+	host := filepath.Join(dir, "limits.json")
+	os.WriteFile(host, []byte(`{"connections": 100, "dnsQueriesPerSecond": 20}`), 0o644)
+	n, err := parseNetConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"doorman","limits":{"connections":300,"idleTimeout":"0s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.limits(host)
+	if err != nil || l.Connections != 300 || l.DNSQueriesPerSecond != 20 || l.IdleTimeout == nil || *l.IdleTimeout != 0 {
+		t.Fatalf("limits %+v, %v", l, err)
+	}
+	for _, tc := range []struct{ limits, want string }{
+		{`{"connections":-3}`, "limits.connections: -3 is negative"},
+		{`{"idle":"1h"}`, `unknown field "idle"`},
+	} {
+		n, err := parseNetConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"doorman","limits":` + tc.limits + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.valid(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("limits %s: %v, want %q", tc.limits, err, tc.want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -26,7 +27,7 @@ var Keys = []string{
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
-	"inspect", "caDir", "upstreamCAFile",
+	"inspect", "caDir", "upstreamCAFile", "limits",
 }
 
 // CNIKeys are the keys of a plugin's entry that belong to the CNI and the
@@ -90,6 +91,11 @@ type Settings struct {
 	// UpstreamCAFile, if set, holds the PEM roots the proxies verify
 	// inspected hosts' certificates against, instead of the host's.
 	UpstreamCAFile string
+	// Limits are the caps of each container's proxy, in the keys of
+	// proxyconf.Limits; each key given wins over the host's
+	// /etc/doorman/limits.json (hostconf.LimitsFile), each one left out
+	// is the host's, else the default.
+	Limits proxyconf.Limits
 }
 
 // defaultSettings are the settings of an entry with none of Keys.
@@ -182,6 +188,14 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 		*dst = p
 	}
 	s.parseOTLP(v)
+	if raw, has := v.raw["limits"]; has && string(raw) != "null" {
+		l, err := hostconf.ParseLimits(raw)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			s.Limits = l
+		}
+	}
 	v.boolean("dnsFilter", &s.DNSFilter)
 	v.boolean("hostLayer", &s.HostLayer)
 	v.boolean("allowICMP", &s.AllowICMP)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
@@ -51,14 +52,17 @@ func (p *Proxy) refusal(pol *conf.Policy, name string, a netip.Addr, port uint16
 // d.dialName (resolved by the proxy) at the original port, or else the
 // original destination itself. Every address goes past the guard first,
 // whatever admitted the connection and in every mode; of a name's
-// addresses only those it permits are dialed. It returns the connection,
-// or a *refusedError if the guard permits none.
-func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, error) {
+// addresses only those it permits are dialed, and of those only the ones
+// below the cap of connections per upstream. It returns the connection
+// and the upstream its slot counts (to release when it ends), a
+// *refusedError if the guard permits none, or a *limitError if every one
+// it permits is at the cap.
+func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, netip.AddrPort, error) {
 	var candidates []netip.Addr
 	if d.dialName != "" {
 		addrs, err := p.resolver.LookupNetIP(ctx, "ip", d.dialName)
 		if err != nil {
-			return nil, fmt.Errorf("resolve %s: %w", d.dialName, err)
+			return nil, netip.AddrPort{}, fmt.Errorf("resolve %s: %w", d.dialName, err)
 		}
 		candidates = addrs
 	} else {
@@ -75,22 +79,32 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 	}
 	if len(permitted) == 0 {
 		if len(refused) == 0 {
-			return nil, fmt.Errorf("resolve %s: no addresses", d.dialName)
+			return nil, netip.AddrPort{}, fmt.Errorf("resolve %s: no addresses", d.dialName)
 		}
-		return nil, &refusedError{port: dst.Port(), refusals: refused}
+		return nil, netip.AddrPort{}, &refusedError{port: dst.Port(), refusals: refused}
 	}
 	var errs []error
+	full := 0
 	for _, a := range permitted {
-		c, err := p.dial(ctx, netip.AddrPortFrom(a, dst.Port()))
-		if err == nil {
-			return c.(*net.TCPConn), nil
+		to := netip.AddrPortFrom(a, dst.Port())
+		if !p.upstreams.acquire(to, time.Now()) {
+			full++
+			continue
 		}
+		c, err := p.dial(ctx, to)
+		if err == nil {
+			return c.(*net.TCPConn), to, nil
+		}
+		p.upstreams.release(to, false, time.Now())
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, fmt.Errorf("dial %s port %d: %w", nameOr(d.dialName, dst.Addr().String()), dst.Port(), errors.Join(errs...))
+	if full == len(permitted) {
+		return nil, netip.AddrPort{}, &limitError{limit: decisionlog.LimitPerUpstream, max: int64(p.upstreams.max)}
+	}
+	return nil, netip.AddrPort{}, fmt.Errorf("dial %s port %d: %w", nameOr(d.dialName, dst.Addr().String()), dst.Port(), errors.Join(errs...))
 }
 
 // lostPermission says why pol no longer admits the established connection

@@ -49,4 +49,13 @@
 // stream that cannot be framed ends the connection rather than be guessed
 // at. Long bodies still splice: the framer hands them to io.Copy between
 // the two connections.
+//
+// A sandbox shares its host with others, so its proxy has caps (Config's
+// Max* and IdleTimeout; see limits.go): connections held, connections not
+// decided yet and the bytes they hold, connections per upstream (the
+// host's ephemeral ports), and idle time. What exceeds a cap is refused in
+// the client's protocol too, a TLS internal_error alert or a 503, and is a
+// limit line rather than a decision. The peek that waits for a ClientHello
+// is built so that one trickled in tiny records costs a few dozen looks,
+// not one a segment (see peek).
 package proxy

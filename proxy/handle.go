@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
@@ -20,29 +19,31 @@ import (
 // reset, as if the host itself had refused.
 const VerdictError Verdict = decisionlog.Error
 
-var peekBufs = sync.Pool{New: func() any { b := make([]byte, maxPeek); return &b }}
-
 // sniffed is what the first bytes of a stream say.
 type sniffed struct {
 	proto sniff.Protocol
 	name  string // normalized name, "" if none
 	head  *sniff.RequestHead
 	err   error // why the bytes did not yield a name, if they did not
+	// limited names the cap that stopped the sniff (the connections
+	// not decided yet held all the bytes they may), "" if none.
+	limited string
 }
 
 // sniffBytes classifies the bytes peeked so far. It returns
-// sniff.ErrIncomplete while more bytes could change the answer.
-func sniffBytes(b []byte) (sniffed, error) {
+// sniff.ErrIncomplete while more bytes could change the answer, and then
+// how long b must at least grow before they can (0 if it cannot say).
+func sniffBytes(b []byte) (sniffed, int, error) {
 	proto, err := sniff.Detect(b)
 	if err != nil {
-		return sniffed{}, err
+		return sniffed{}, 0, err
 	}
 	s := sniffed{proto: proto}
 	switch proto {
 	case sniff.ProtoTLS:
 		name, err := sniff.ServerName(b)
 		if errors.Is(err, sniff.ErrIncomplete) {
-			return s, err
+			return s, sniff.HelloNeeds(b), err
 		}
 		if err != nil {
 			s.err = fmt.Errorf("ClientHello: %w", err)
@@ -52,7 +53,7 @@ func sniffBytes(b []byte) (sniffed, error) {
 	case sniff.ProtoHTTP:
 		head, err := sniff.ParseRequestHead(b)
 		if errors.Is(err, sniff.ErrIncomplete) {
-			return s, err
+			return s, 0, err
 		}
 		if err != nil {
 			s.err = fmt.Errorf("HTTP request: %w", err)
@@ -63,7 +64,7 @@ func sniffBytes(b []byte) (sniffed, error) {
 	case sniff.ProtoH2C:
 		s.err = errors.New("h2c prior knowledge names no host")
 	}
-	return s, nil
+	return s, 0, nil
 }
 
 // normalizeSniffed turns a sniffed SNI or Host into a policy name. IP
@@ -112,7 +113,17 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	var s sniffed
 	_, addrAllowed := pol.MatchAddr(dst.Addr(), dst.Port())
 	if pol.Mode == conf.ModeOpen || (pol.Mode == conf.ModeAllowlist && !addrAllowed) {
+		if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
+			p.pending.Add(-1)
+			p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
+			return
+		}
 		s = p.sniff(c)
+		p.pending.Add(-1)
+		if s.limited != "" {
+			p.refuseLimited(c, s.proto, s.limited, p.maxPendingBytes)
+			return
+		}
 	}
 	rec.Proto, rec.Name = s.proto.String(), s.name
 
@@ -136,25 +147,36 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout)
-	up, err := p.dialUpstream(ctx, pol, d, dst)
+	up, slot, err := p.dialUpstream(ctx, pol, d, dst)
 	cancel()
 	if err != nil {
-		rec.Reason = err.Error()
 		// The client learns that the upstream is not permitted, not
 		// which private address the name has.
 		var refused *refusedError
-		if errors.As(err, &refused) {
+		var limited *limitError
+		switch {
+		case errors.As(err, &limited):
+			// A cap, not a decision: a limit line, no connection line.
+			p.refuseLimited(c, s.proto, limited.limit, limited.max)
+			return
+		case errors.As(err, &refused):
+			rec.Reason = err.Error()
 			rec.Verdict, rec.Upstream = Deny, refused.upstream()
 			p.log(rec)
 			p.refuse(c, s, "upstream not permitted")
 			return
 		}
+		rec.Reason = err.Error()
 		rec.Verdict = VerdictError
 		p.log(rec)
 		denyReset(c)
 		return
 	}
 	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
+	// Its source port stays taken for a minute if the proxy closes
+	// first, which it does unless the upstream's end came first.
+	closedFirst := true
+	defer func() { p.upstreams.release(slot, closedFirst, time.Now()) }()
 
 	t := &tracked{client: c, upstream: up, dst: dst, upAddr: rec.Upstream, name: s.name}
 	p.track(t)
@@ -177,12 +199,16 @@ func (p *Proxy) handle(c *net.TCPConn) {
 			rec.Reason += "; " + n
 		}
 	} else {
-		rec.BytesUp, rec.BytesDn = relay(c, up, p.bulk)
+		var upstreamFirst bool
+		rec.BytesUp, rec.BytesDn, upstreamFirst = relay(c, up, p.bulk)
+		closedFirst = !upstreamFirst
 	}
 	c.Close()
 	up.Close()
 	if why := t.killReason(); why != "" {
-		rec.Verdict, rec.Reason = Deny, why
+		rec.Verdict, rec.Reason, closedFirst = Deny, why, true
+	} else if why := t.expireReason(); why != "" {
+		rec.Reason, closedFirst = why, true
 	}
 	p.log(rec)
 }
@@ -190,18 +216,35 @@ func (p *Proxy) handle(c *net.TCPConn) {
 // sniff peeks at the first bytes until they name a host, prove there is none,
 // or the deadline passes.
 func (p *Proxy) sniff(c *net.TCPConn) sniffed {
-	bp := peekBufs.Get().(*[]byte)
-	defer peekBufs.Put(bp)
 	var s sniffed
 	var serr error = sniff.ErrIncomplete
-	_, err := peek(c, *bp, time.Now().Add(p.sniffTimeout), func(b []byte) bool {
-		s, serr = sniffBytes(b)
-		return !errors.Is(serr, sniff.ErrIncomplete)
+	var charged int64
+	grow := func(n int) bool {
+		if !p.growPending(n) {
+			return false
+		}
+		charged += int64(n)
+		return true
+	}
+	buf, n, err := peek(c, time.Now().Add(p.sniffTimeout), grow, func(b []byte) (bool, int) {
+		var need int
+		p.parses.Add(1)
+		s, need, serr = sniffBytes(b)
+		return !errors.Is(serr, sniff.ErrIncomplete), need
 	})
+	if buf != nil {
+		defer buf.release()
+		if errors.Is(err, errPeekBudget) {
+			s.proto, _ = sniff.Detect(buf.b[:n])
+		}
+	}
+	defer p.pendingBytes.Add(-charged)
 	if err == nil {
 		return s
 	}
 	switch {
+	case errors.Is(err, errPeekBudget):
+		s.limited = decisionlog.LimitPendingBytes
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.err = fmt.Errorf("no name within %v", p.sniffTimeout)
 	case errors.Is(err, errPeekFull):

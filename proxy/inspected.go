@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
@@ -93,11 +95,11 @@ func (p *Proxy) serveInspected(c *net.TCPConn, rec *Record, d decision, dst neti
 			if now := decide(pol, rec.Name, dst); now.verdict == Deny {
 				return nil, errors.New(now.reason)
 			}
-			up, err := p.dialUpstream(ctx, pol, d, dst)
+			up, slot, err := p.dialUpstream(ctx, pol, d, dst)
 			if err != nil {
 				return nil, err
 			}
-			return up, nil
+			return &slotConn{TCPConn: up, release: func() { p.upstreams.release(slot, true, time.Now()) }}, nil
 		},
 	}
 	res := p.inspector().Serve(sess)
@@ -111,4 +113,18 @@ func (p *Proxy) serveInspected(c *net.TCPConn, rec *Record, d decision, dst neti
 		rec.Verdict, rec.Reason = Deny, why
 	}
 	p.log(*rec)
+}
+
+// slotConn is an inspected session's upstream connection, which gives
+// its per-upstream slot (see upstreamSlots) back when it is closed.
+type slotConn struct {
+	*net.TCPConn
+	once    sync.Once
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.TCPConn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -62,6 +62,29 @@ type Config struct {
 	// every thread of the process, so only a process that is the proxy
 	// should set it.
 	BatchWhileBulk bool
+
+	// The caps (see limits.go); zero means none. The daemon sets each
+	// from the sandbox's configuration and the process's own limits.
+	//
+	// MaxConns bounds the connections the proxy holds at once, from
+	// accept to close, decided or not: past it a new connection is
+	// refused in its protocol.
+	MaxConns int
+	// MaxPending bounds the connections accepted and not decided yet,
+	// and MaxPendingBytes the bytes their peek buffers hold together
+	// (each grows up to the 96 KiB a ClientHello in 1-byte records may
+	// take); what would go past either is refused.
+	MaxPending      int
+	MaxPendingBytes int64
+	// MaxPerUpstream bounds the connections to one upstream address and
+	// port, open or closed by the proxy within the last minute (their
+	// source ports are still taken; see upstreamSlots): an upstream at
+	// the cap is not dialed, and if no other address of the name is
+	// free the connection is refused.
+	MaxPerUpstream int
+	// IdleTimeout closes a relayed connection that carried no byte
+	// either way for that long.
+	IdleTimeout time.Duration
 }
 
 // Resolver looks up the addresses of a name.
@@ -72,7 +95,13 @@ type Resolver interface {
 // Stats counts connections by verdict since the proxy started.
 type Stats struct {
 	Allowed, Denied int64
-	Active          int
+	// Limited counts the connections a cap refused (not in Denied).
+	Limited int64
+	// Active counts the relayed connections, Held all the connections
+	// open (pending ones and those being refused included), Pending
+	// those not decided yet and PendingBytes what their buffers hold.
+	Active, Held, Pending int
+	PendingBytes          int64
 }
 
 // Proxy is a transparent proxy for one sandbox: it accepts connections that
@@ -102,6 +131,17 @@ type Proxy struct {
 	policy  atomic.Pointer[conf.Policy]
 	allowed atomic.Int64
 	denied  atomic.Int64
+
+	// The caps and what counts against them (see limits.go).
+	maxConns, maxPending, maxPendingBytes int64
+	idleTimeout                           time.Duration
+	upstreams                             upstreamSlots
+	held, pending, pendingBytes           atomic.Int64
+	refusing, limited                     atomic.Int64
+	stopHousekeeping                      chan struct{}
+	// parses counts the looks at peeked bytes, for the tests that show a
+	// trickled ClientHello costs a few dozen of them.
+	parses atomic.Int64
 
 	mu        sync.Mutex
 	conns     map[*tracked]struct{}
@@ -157,6 +197,18 @@ func New(cfg Config) *Proxy {
 	if cfg.BatchWhileBulk {
 		p.bulk = newBulkSched()
 	}
+	p.maxConns, p.maxPending, p.maxPendingBytes = int64(max(cfg.MaxConns, 0)), int64(max(cfg.MaxPending, 0)), max(cfg.MaxPendingBytes, 0)
+	p.upstreams.max = max(cfg.MaxPerUpstream, 0)
+	p.idleTimeout = max(cfg.IdleTimeout, 0)
+	p.stopHousekeeping = make(chan struct{})
+	if p.idleTimeout > 0 || p.upstreams.max > 0 {
+		// Idle connections are found within a quarter of the timeout.
+		tick := 10 * time.Second
+		if p.idleTimeout > 0 {
+			tick = min(max(p.idleTimeout/4, 100*time.Millisecond), tick)
+		}
+		go p.housekeeping(tick)
+	}
 	return p
 }
 
@@ -189,7 +241,10 @@ func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
 	active := len(p.conns)
 	p.mu.Unlock()
-	return Stats{Allowed: p.allowed.Load(), Denied: p.denied.Load(), Active: active}
+	return Stats{
+		Allowed: p.allowed.Load(), Denied: p.denied.Load(), Limited: p.limited.Load(),
+		Active: active, Held: int(p.held.Load()), Pending: int(p.pending.Load()), PendingBytes: p.pendingBytes.Load(),
+	}
 }
 
 // ErrClosed is returned by Serve after Shutdown.
@@ -234,9 +289,15 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			c.Close()
 			continue
 		}
+		if p.maxConns > 0 && p.held.Load() >= p.maxConns {
+			p.refuseAtAccept(tc)
+			continue
+		}
+		p.held.Add(1)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
+			defer p.held.Add(-1)
 			p.handle(tc)
 		}()
 	}
@@ -246,6 +307,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // until ctx is done, then closes the rest.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stopHousekeeping)
+	}
 	p.closed = true
 	for ln := range p.listeners {
 		ln.Close()
@@ -289,9 +353,10 @@ type tracked struct {
 	// inspect); it has no one upstream.
 	inspected bool
 
-	mu     sync.Mutex
-	name   string
-	killed string // why it was closed by the proxy, "" if not
+	mu      sync.Mutex
+	name    string
+	killed  string // why it was closed by the proxy as a denial, "" if not
+	expired string // why it was closed by the proxy, still allowed (idle), "" if not
 }
 
 func (t *tracked) currentName() string {
@@ -324,6 +389,26 @@ func (t *tracked) killReason() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.killed
+}
+
+// expire closes both ends gracefully, for reason, which is no denial: the
+// connection was allowed and ended for want of traffic (see closeIdle).
+func (t *tracked) expire(reason string) {
+	t.mu.Lock()
+	if t.killed != "" || t.expired != "" {
+		t.mu.Unlock()
+		return
+	}
+	t.expired = reason
+	t.mu.Unlock()
+	t.client.Close()
+	t.upstream.Close()
+}
+
+func (t *tracked) expireReason() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.expired
 }
 
 func (p *Proxy) track(t *tracked) {

@@ -22,14 +22,22 @@ func pipe(dst, src *net.TCPConn, bulk *bulkSched) (int64, error) {
 
 // relay runs both directions of an established connection until both have
 // ended, and returns the bytes sent upstream (client to server) and
-// downstream. bulk, if not nil, counts the bytes spliced.
-func relay(client, upstream *net.TCPConn, bulk *bulkSched) (up, down int64) {
+// downstream, and whether the upstream's end of the stream came before the
+// client's (then the upstream, not the proxy, closed first, and the
+// proxy's end of the connection does not linger in TIME_WAIT). bulk, if
+// not nil, counts the bytes spliced.
+func relay(client, upstream *net.TCPConn, bulk *bulkSched) (up, down int64, upstreamFirst bool) {
 	done := make(chan int64, 1)
 	go func() {
 		n, _ := pipe(client, upstream, bulk)
 		done <- n
 	}()
 	up, _ = pipe(upstream, client, bulk)
-	down = <-done
-	return up, down
+	select {
+	case down = <-done:
+		upstreamFirst = true
+	default:
+		down = <-done
+	}
+	return up, down, upstreamFirst
 }

@@ -48,7 +48,7 @@ func newRelayRig(t *testing.T) *relayRig {
 	r.app, r.proxyClient = tcpPair(t)
 	r.proxyUp, r.server = tcpPair(t)
 	go func() {
-		up, down := relay(r.proxyClient, r.proxyUp, nil)
+		up, down, _ := relay(r.proxyClient, r.proxyUp, nil)
 		r.done <- [2]int64{up, down}
 	}()
 	return r

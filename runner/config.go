@@ -11,6 +11,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -75,6 +76,10 @@ type Config struct {
 	// run's is CADir/<Bridge>. UpstreamCAFile, if set, holds the PEM
 	// roots inspected hosts' certificates are verified against.
 	CADir, UpstreamCAFile string
+	// Limits are the proxy's caps, written as the network's "limits"
+	// (the zero value: the host's /etc/doorman/limits.json, else the
+	// defaults).
+	Limits proxyconf.Limits
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
 	// Logf reports what is worth a user's attention but does not stop the
@@ -309,6 +314,9 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	}
 	if c.CADir != "" {
 		doorman["caDir"] = c.CADir
+	}
+	if c.Limits != (proxyconf.Limits{}) {
+		doorman["limits"] = c.Limits
 	}
 	return json.Marshal(map[string]any{
 		"cniVersion": cniVersion,

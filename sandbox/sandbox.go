@@ -170,6 +170,7 @@ func newState(r Request) (*State, error) {
 		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
 		ClusterNames: slices.Clone(r.ClusterNames),
 		CADir:        r.CADir, UpstreamCAFile: r.UpstreamCAFile,
+		Limits: r.Limits,
 	}
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
@@ -300,6 +301,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
 		ClusterNames: s.ClusterNames,
 		CADir:        s.CADir, UpstreamCAFile: s.UpstreamCAFile,
+		Limits: s.Limits,
 	}
 	if filter {
 		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)

@@ -59,6 +59,9 @@ type Spec struct {
 	// UpstreamCAFile, if set, holds the PEM roots the proxy verifies
 	// inspected hosts' certificates against instead of the system's.
 	UpstreamCAFile string
+	// Limits are the caps of the sandbox's proxy (the zero value: the
+	// defaults; see proxyconf.Limits).
+	Limits proxyconf.Limits
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the
@@ -111,6 +114,9 @@ func (s *Spec) validate(a Attachment) error {
 	}
 	if a.NetNS == "" {
 		return errors.New("no network namespace")
+	}
+	if err := s.Limits.Validate(); err != nil {
+		return err
 	}
 	return ValidKey(a.Key)
 }

@@ -75,6 +75,8 @@ type State struct {
 	// OTLP are the proxy's OTLP export settings, if any (the state file is
 	// readable by its owner only: they may carry a token).
 	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
+	// Limits are the caps of the proxy (see proxyconf.Limits).
+	Limits proxyconf.Limits `json:"limits,omitzero"`
 	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
 	DNSFilter bool `json:"dnsFilter,omitempty"`
 	// ClusterNames are the private ranges open to the names under a

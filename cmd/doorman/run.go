@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/runner"
 	"github.com/doorman-net/doorman/sandbox"
 )
@@ -26,6 +27,7 @@ type runFlags struct {
 	mode, policyFile, upstream, bridge, cniPath string
 	name, stateDir, logDir, runDir, user        string
 	caDir, upstreamCA                           string
+	limits                                      string
 	allowICMP                                   bool
 }
 
@@ -40,6 +42,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.stateDir, "state-dir", "", "doorman's sandbox state directory (default /run/doorman)")
 	fs.StringVar(&f.logDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
 	fs.StringVar(&f.runDir, "run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
+	fs.StringVar(&f.limits, "limits", "", "`file` of the proxy's caps (JSON, the keys of /etc/doorman/limits.json); each key given wins over that file's")
 	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
 	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file inspects, is <dir>/<bridge>")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
@@ -147,6 +150,15 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	}
 	if f.cniPath != "" {
 		cfg.CNIPath = filepath.SplitList(f.cniPath)
+	}
+	if f.limits != "" {
+		data, err := os.ReadFile(f.limits)
+		if err != nil {
+			return cfg, fmt.Errorf("--limits: %w", err)
+		}
+		if cfg.Limits, err = hostconf.ParseLimits(data); err != nil {
+			return cfg, fmt.Errorf("--limits %s: %w", f.limits, err)
+		}
 	}
 	return cfg, nil
 }

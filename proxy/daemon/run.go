@@ -91,9 +91,9 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), error) {
 	out, closeFile := stderr, func() {}
 	if cfg.LogFile != "" && cfg.LogFile != "-" {
-		f, err := os.OpenFile(cfg.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		f, err := decisionlog.OpenLogFile(cfg.LogFile, cfg.Limits.Effective(0).LogMaxSize, cfg.Sandbox)
 		if err != nil {
-			return nil, nil, fmt.Errorf("decision log: %w", err)
+			return nil, nil, err
 		}
 		out, closeFile = f, func() { f.Close() }
 	}
@@ -104,7 +104,11 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		closeFile()
 		return nil, nil, err
 	}
+	// Repeated denials and a cap's refusals are counted, not written one
+	// by one (see decisionlog.Aggregator).
+	agg := decisionlog.NewAggregator(handler, decisionlog.AggregatorConfig{})
 	closeAll := func() {
+		agg.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), otlpShutdownTimeout)
 		defer cancel()
 		if err := shutdown(ctx); err != nil {
@@ -112,7 +116,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		}
 		closeFile()
 	}
-	return decisionlog.WithPod(slog.New(handler), cfg.PodUID), closeAll, nil
+	return decisionlog.WithPod(slog.New(agg), cfg.PodUID), closeAll, nil
 }
 
 // newServers makes the proxy and, with DNS listeners, the DNS filter,
@@ -123,8 +127,12 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames)})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
-	pc := proxy.Config{Sandbox: cfg.Sandbox, SniffTimeout: cfg.SniffTimeout.Or(proxyconf.DefaultSniffTimeout), Logger: logger,
+	pc := proxy.Config{Sandbox: cfg.Sandbox, Logger: logger,
 		BatchWhileBulk: true, Guard: upstreamGuard, CADir: cfg.CADir, UpstreamCAFile: cfg.UpstreamCAFile}
+	caps := computeCaps(cfg)
+	caps.apply(&pc)
+	hasDNS := len(socks.dnsTCP)+len(socks.dnsUDP) > 0
+	caps.line(cfg.Sandbox, hasDNS).Log(context.Background(), logger)
 	if len(cfg.Resolvers) > 0 {
 		stub, err := resolver.New(resolver.Config{Servers: cfg.Resolvers})
 		if err != nil {
@@ -144,8 +152,9 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 		fmt.Fprintf(stderr, "doorman proxy: %v (denying everything until it is fixed)\n", err)
 	}
 	var filter *dnsfilter.Filter
-	if len(socks.dnsTCP)+len(socks.dnsUDP) > 0 {
-		filter = dnsfilter.New(dnsfilter.Config{Sandbox: cfg.Sandbox, Upstreams: cfg.DNSUpstreams, Logger: logger, Guard: upstreamGuard}, nil)
+	if hasDNS {
+		filter = dnsfilter.New(dnsfilter.Config{Sandbox: cfg.Sandbox, Upstreams: cfg.DNSUpstreams, Logger: logger, Guard: upstreamGuard,
+			QueriesPerSecond: caps.DNSQueriesPerSecond}, nil)
 		watcher.Also(filter)
 	}
 	return p, filter, watcher, nil

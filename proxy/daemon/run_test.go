@@ -41,7 +41,7 @@ func TestRunServesItsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := proxyconf.Config{Sandbox: "ctr-run", PolicyFile: policy, LogFile: logFile, DrainTimeout: proxyconf.Duration(100 * time.Millisecond),
-		Listeners: proxyconf.Listeners{TCP: []int{fd}}}
+		Listeners: proxyconf.Listeners{TCP: []int{fd}}, Limits: proxyconf.Limits{Connections: 77}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready, done := make(chan struct{}), make(chan error, 1)
@@ -64,7 +64,7 @@ func TestRunServesItsConfig(t *testing.T) {
 	io.Copy(io.Discard, c)
 	c.Close()
 
-	var line map[string]any
+	var line, limits map[string]any
 	for deadline := time.Now().Add(5 * time.Second); line == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		data, _ := os.ReadFile(logFile)
 		sc := bufio.NewScanner(bytes.NewReader(data))
@@ -73,11 +73,19 @@ func TestRunServesItsConfig(t *testing.T) {
 			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "connection" {
 				line = m
 			}
+			if m["msg"] == "limits" {
+				limits = m
+			}
 		}
 	}
 	if line == nil || line["sandbox"] != "ctr-run" || line["verdict"] != "deny" {
 		data, _ := os.ReadFile(logFile)
 		t.Fatalf("decision line %v; want a denial of sandbox ctr-run in %s:\n%s", line, logFile, data)
+	}
+	// The limits line says the caps in force: the configured one, and
+	// the defaults of the rest.
+	if limits == nil || limits["connections"] != 77.0 || limits["idleTimeout"] != "1h0m0s" || limits["nofile"].(float64) < 1024 {
+		t.Errorf("limits line %v", limits)
 	}
 	cancel()
 	select {

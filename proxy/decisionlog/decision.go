@@ -3,7 +3,9 @@ package decisionlog
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -11,10 +13,16 @@ import (
 // or what its DNS filter did with one query (Kind says which). Addresses
 // are kept as written, since a connection whose original destination
 // could not be read logs one that does not parse.
+//
+// Two kinds of lines read as decisions too. A denials line (see
+// Aggregator) is Count denials of its Kind that were not logged one by
+// one, from First to Last (IsSummary). A limit line is Count refusals by
+// the cap Limit (of value Max): Kind KindLimit, verdict deny, and a
+// reason that says which cap.
 type Decision struct {
 	Time    time.Time `json:"time"`
 	Level   string    `json:"level"`
-	Kind    string    `json:"kind"` // KindConnection or KindDNS: the line's msg
+	Kind    string    `json:"kind"` // KindConnection, KindDNS (the line's msg, or a denials line's kind) or KindLimit
 	Sandbox string    `json:"sandbox"`
 	PodUID  string    `json:"pod_uid,omitempty"` // the sandbox's Kubernetes pod, if it is one
 	Client  string    `json:"client"`
@@ -44,6 +52,13 @@ type Decision struct {
 	Path   string `json:"path,omitempty"`
 	Status int    `json:"status,omitempty"`
 
+	// Denials and limit lines only.
+	Count int       `json:"count,omitempty"` // how many denials or refusals the line stands for
+	First time.Time `json:"first,omitzero"`
+	Last  time.Time `json:"last,omitzero"`
+	Limit string    `json:"limit,omitempty"` // the cap that refused (a Limit* name)
+	Max   int64     `json:"max,omitempty"`   // its value
+
 	// Raw is the line as read, without its newline.
 	Raw []byte `json:"-"`
 }
@@ -55,25 +70,57 @@ func (d Decision) IsDNS() bool { return d.Kind == KindDNS }
 // inspected host.
 func (d Decision) IsRequest() bool { return d.Kind == KindRequest }
 
+// IsSummary reports whether d is a denials line: Count denials that were
+// not logged one by one.
+func (d Decision) IsSummary() bool { return d.Kind != KindLimit && d.Count > 0 }
+
+// Times is how many decisions d stands for: Count for a denials or limit
+// line, else 1.
+func (d Decision) Times() int { return max(d.Count, 1) }
+
 // kindTags: every decision line has one of them; lines without any are
 // skipped before any JSON is decoded.
-var kindTags = [][]byte{[]byte(`"msg":"` + KindConnection + `"`), []byte(`"msg":"` + KindDNS + `"`), []byte(`"msg":"` + KindRequest + `"`)}
+var kindTags = [][]byte{
+	[]byte(`"msg":"` + KindConnection + `"`), []byte(`"msg":"` + KindDNS + `"`),
+	[]byte(`"msg":"` + KindRequest + `"`), []byte(`"msg":"` + KindDenials + `"`),
+	[]byte(`"msg":"` + KindLimit + `"`),
+}
 
-// Parse reads one log line. ok is false for lines that are not decision
-// lines (policy events, proxy errors, anything malformed).
+// Parse reads one log line. ok is false for lines that are not decision,
+// denials or limit lines (policy events, proxy errors, anything
+// malformed).
 func Parse(b []byte) (d Decision, ok bool) {
-	if !bytes.Contains(b, kindTags[0]) && !bytes.Contains(b, kindTags[1]) && !bytes.Contains(b, kindTags[2]) {
+	if !slices.ContainsFunc(kindTags, func(tag []byte) bool { return bytes.Contains(b, tag) }) {
 		return Decision{}, false
 	}
 	var l struct {
 		Msg string `json:"msg"`
 		Decision
 	}
-	if json.Unmarshal(b, &l) != nil || (l.Msg != KindConnection && l.Msg != KindDNS && l.Msg != KindRequest) || l.Verdict == "" {
+	if json.Unmarshal(b, &l) != nil {
 		return Decision{}, false
 	}
 	d = l.Decision
-	d.Kind = l.Msg
+	switch l.Msg {
+	case KindConnection, KindDNS, KindRequest:
+		if d.Verdict == "" {
+			return Decision{}, false
+		}
+		d.Kind = l.Msg
+	case KindDenials:
+		if (d.Kind != KindConnection && d.Kind != KindDNS) || d.Verdict != Deny || d.Count <= 0 {
+			return Decision{}, false
+		}
+	case KindLimit:
+		if d.Limit == "" {
+			return Decision{}, false
+		}
+		d.Kind, d.Verdict = KindLimit, Deny
+		d.Count = max(d.Count, 1)
+		d.Reason = fmt.Sprintf("over the %s cap of %d", d.Limit, d.Max)
+	default:
+		return Decision{}, false
+	}
 	d.Raw = append([]byte(nil), b...)
 	return d, true
 }
@@ -118,6 +165,9 @@ type Counts struct {
 	// Requests counts the requests judged on inspected hosts, apart
 	// from the connections that carried them.
 	Requests DNSCounts `json:"requests"`
+	// Limited counts the connections and queries a cap refused (limit
+	// lines); they are not in the counts above.
+	Limited int `json:"limited"`
 }
 
 // DNSCounts counts the DNS filter's queries by verdict.
@@ -127,8 +177,12 @@ type DNSCounts struct {
 	Errors  int `json:"errors"` // allowed, but no resolver answered
 }
 
-// Add counts d.
+// Add counts d: the decisions it stands for (see Times).
 func (c *Counts) Add(d Decision) {
+	if d.Kind == KindLimit {
+		c.Limited += d.Times()
+		return
+	}
 	allowed, denied, errs := &c.Allowed, &c.Denied, &c.Errors
 	if d.IsDNS() {
 		allowed, denied, errs = &c.DNS.Allowed, &c.DNS.Denied, &c.DNS.Errors
@@ -138,10 +192,10 @@ func (c *Counts) Add(d Decision) {
 	}
 	switch d.Verdict {
 	case Allow:
-		*allowed++
+		*allowed += d.Times()
 	case Deny:
-		*denied++
+		*denied += d.Times()
 	default:
-		*errs++
+		*errs += d.Times()
 	}
 }

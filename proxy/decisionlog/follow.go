@@ -29,7 +29,7 @@ func Follow(ctx context.Context, path string, offset int64, fn func(Decision) er
 // followLines calls fn with every line written to path from offset on,
 // looking every poll, until ctx is done (nil) or fn fails.
 func followLines(ctx context.Context, path string, offset int64, poll time.Duration, fn func([]byte) error) error {
-	t := &tail{path: path, pos: offset}
+	t := &tail{path: path, pos: offset, start: offset}
 	defer t.close()
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
@@ -51,6 +51,7 @@ type tail struct {
 	file    *os.File
 	pos     int64  // offset in file of the end of partial
 	partial []byte // bytes read after the last newline
+	start   int64  // the offset the follow started from
 }
 
 func (t *tail) close() {
@@ -71,7 +72,13 @@ func (t *tail) poll(fn func([]byte) error) error {
 		}
 		t.file = f
 		if fi, err := f.Stat(); err == nil && fi.Size() < t.pos {
-			t.pos = 0 // the offset belongs to an older file
+			// The offset belongs to an older file: the one rotated
+			// since it was taken, if that is as long, whose rest
+			// comes first.
+			t.pos = 0
+			if err := t.drainRotated(fn); err != nil {
+				return err
+			}
 		}
 	}
 	if err := t.read(fn); err != nil {
@@ -89,6 +96,27 @@ func (t *tail) poll(fn func([]byte) error) error {
 		t.file, t.pos, t.partial = nil, 0, nil
 	case err == nil && now.Size() < t.pos:
 		t.pos, t.partial = 0, nil
+	}
+	return nil
+}
+
+// drainRotated hands on the lines of the rotated file (path+RotatedSuffix)
+// after the offset the follow was asked to start from, if that file is at
+// least that long: the log was rotated between the moment the caller took
+// the offset and the first poll.
+func (t *tail) drainRotated(fn func([]byte) error) error {
+	f, err := os.Open(t.path + RotatedSuffix)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < t.start {
+		return nil
+	}
+	old := &tail{path: t.path, file: f, pos: t.start}
+	if err := old.read(fn); err != nil {
+		return err
 	}
 	return nil
 }

@@ -22,13 +22,28 @@ const timeLayout = "2006-01-02 15:04:05.000"
 // A DNS query has "dns/" and its transport where a connection has its
 // protocol, and its type and the rcode of the answer where a connection
 // has its destination (see formatDNS).
+//
+// A denials line reads as the denial it repeats, then how many more there
+// were and when; a limit line says which cap refused how many:
+//
+//	2025-06-01 12:00:10.000 deny  dns/udp evil.example A answered REFUSED, name not allowed (and 4211 more from 12:00:00.004 to 12:00:09.998)
+//	2025-06-01 12:00:10.000 limit connections: 57 refused over the cap of 4096 (from 12:00:00.120 to 12:00:09.870)
 func Format(d Decision) string {
-	if d.IsDNS() {
+	switch {
+	case d.Kind == KindLimit:
+		return formatLimit(d)
+	case d.IsSummary():
+		return formatSummary(d)
+	case d.IsDNS():
 		return formatDNS(d)
-	}
-	if d.IsRequest() {
+	case d.IsRequest():
 		return formatRequest(d)
 	}
+	return formatConnection(d)
+}
+
+// formatConnection renders a connection's decision (see Format).
+func formatConnection(d Decision) string {
 	name := orNoName(d.Name)
 	var why string
 	switch {
@@ -90,6 +105,36 @@ func formatDNS(d Decision) string {
 	}
 	return s
 }
+
+// formatSummary renders a denials line: the denial it stands for, then
+// the count and the times; the denials past the distinct ones an interval
+// logs have no name to show.
+func formatSummary(d Decision) string {
+	span := fmt.Sprintf("from %s to %s", d.First.Format(timeOnly), d.Last.Format(timeOnly))
+	if d.Reason == ReasonTooManyDenials {
+		kind := "connections"
+		if d.IsDNS() {
+			kind = "DNS queries"
+		}
+		return fmt.Sprintf("%s %-5s %d %s denied, not logged one by one: %s (%s)",
+			d.Time.Format(timeLayout), d.Verdict, d.Count, kind, d.Reason, span)
+	}
+	one := d
+	one.Count = 0
+	return fmt.Sprintf("%s (and %d more %s)", Format(one), d.Count, span)
+}
+
+// formatLimit renders a limit line.
+func formatLimit(d Decision) string {
+	s := fmt.Sprintf("%s %-5s %s: %d refused over the cap of %d", d.Time.Format(timeLayout), "limit", d.Limit, d.Times(), d.Max)
+	if !d.First.IsZero() {
+		s += fmt.Sprintf(" (from %s to %s)", d.First.Format(timeOnly), d.Last.Format(timeOnly))
+	}
+	return s
+}
+
+// timeOnly is how a summary writes the times it spans.
+const timeOnly = "15:04:05.000"
 
 // plural picks the word for n.
 func plural(n int, one, many string) string {

@@ -34,12 +34,13 @@ func Scan(r io.Reader, fn func(Decision) error) (int64, error) {
 	}
 }
 
-// ReadFile returns the decisions in the log at path that f selects, and
-// the offset after the last complete line, from which Follow can go on. A
-// log that does not exist yet holds no decisions.
+// ReadFile returns the decisions in the log at path that f selects, those
+// of its rotated file (path+RotatedSuffix) first, and the offset in path
+// after the last complete line, from which Follow can go on. A log that
+// does not exist yet holds no decisions.
 func ReadFile(path string, f Filter) ([]Decision, int64, error) {
 	var out []Decision
-	n, err := scanFile(path, func(d Decision) error {
+	n, err := scanLog(path, func(d Decision) error {
 		if f.Match(d) {
 			out = append(out, d)
 		}
@@ -48,17 +49,27 @@ func ReadFile(path string, f Filter) ([]Decision, int64, error) {
 	return out, n, err
 }
 
-// CountFile counts the decisions logged at path at or after since.
+// CountFile counts the decisions logged at path (and in its rotated file)
+// at or after since.
 func CountFile(path string, since time.Time) (Counts, error) {
 	var c Counts
 	f := Filter{Since: since}
-	_, err := scanFile(path, func(d Decision) error {
+	_, err := scanLog(path, func(d Decision) error {
 		if f.Match(d) {
 			c.Add(d)
 		}
 		return nil
 	})
 	return c, err
+}
+
+// scanLog scans the rotated file of the log at path, then the log, and
+// returns the offset after the log's last complete line.
+func scanLog(path string, fn func(Decision) error) (int64, error) {
+	if _, err := scanFile(path+RotatedSuffix, fn); err != nil {
+		return 0, err
+	}
+	return scanFile(path, fn)
 }
 
 func scanFile(path string, fn func(Decision) error) (int64, error) {

@@ -22,6 +22,15 @@ const (
 	// KindDNS is the DNS filter's decision on one query (see package
 	// dnsfilter, "Log records").
 	KindDNS = "dns"
+	// KindDenials is a summary of denials not logged one by one: the
+	// repeats of one denial within an interval, or the denials beyond the
+	// distinct ones an interval logs (see Aggregator and Denials). Its
+	// KindKey says which kind of decision they were.
+	KindDenials = "denials"
+	// KindLimit says that a cap of the sandbox refused connections or
+	// queries: the first refusal of an interval at once, the rest of the
+	// interval's in one line at its end (see Limit and Aggregator).
+	KindLimit = "limit"
 )
 
 // The messages (msg) of the lines that are not decisions; the decisions'
@@ -59,6 +68,13 @@ const (
 	MsgAccept    = "accept"
 	MsgDNSRead   = "dns read"
 	MsgDNSAccept = "dns accept"
+	// MsgLimits: at start, the caps in force, as computed from the
+	// configuration and the process's own limits (Limits).
+	MsgLimits = "limits"
+	// MsgLogDropped: the log file could not be written (a full disk) and
+	// lines were dropped; written once writing works again (sandbox,
+	// dropped, first, last, err). See LogFile.
+	MsgLogDropped = "log lines dropped"
 )
 
 // The keys of the fields, after slog's own time, level and msg. Every
@@ -109,6 +125,49 @@ const (
 
 	// The allowDirect lines.
 	OverrunsKey = "overruns" // integer: conntrack event queue overruns so far
+
+	// Summaries: denials and limit lines, and the log's own.
+	KindKey  = "kind"  // string: KindConnection or KindDNS, the kind of the denials summarized
+	CountKey = "count" // integer: how many denials or refusals the line stands for
+	FirstKey = "first" // time (RFC 3339): the first of them
+	LastKey  = "last"  // time (RFC 3339): the last of them
+	LimitKey = "limit" // string: the cap that refused (a Limit* name)
+	MaxKey   = "max"   // integer: the cap's value
+	// DroppedLinesKey (integer): log lines that could not be written.
+	DroppedLinesKey = "dropped"
+
+	// The limits line: the caps in force (see Limits).
+	ConnectionsKey  = "connections"         // integer
+	PendingKey      = "pending"             // integer
+	PendingBytesKey = "pendingBytes"        // integer
+	PerUpstreamKey  = "perUpstream"         // integer
+	SniffTimeoutKey = "sniffTimeout"        // duration string
+	IdleTimeoutKey  = "idleTimeout"         // duration string, "0s": none
+	DNSRateKey      = "dnsQueriesPerSecond" // integer
+	LogMaxSizeKey   = "logMaxSize"          // integer: bytes
+	NoFileKey       = "nofile"              // integer: the descriptor limit the proxy raised itself to
+	ReserveKey      = "reserve"             // integer: descriptors kept for the proxy's own use
+	PortRangeKey    = "portRange"           // integer: ephemeral ports for connections to one upstream
+	LimitedByKey    = "limitedBy"           // string: what lowered the connection cap below the one configured, if anything
+)
+
+// The caps a limit line names (LimitKey), by the configuration key that
+// sets each (see proxyconf.Limits).
+const (
+	// LimitConnections: connections the proxy holds at once, decided or
+	// not; past it, a new connection is refused.
+	LimitConnections = "connections"
+	// LimitPending: connections accepted and not decided yet.
+	LimitPending = "pending"
+	// LimitPendingBytes: the bytes those connections sent before their
+	// decision, together.
+	LimitPendingBytes = "pendingBytes"
+	// LimitPerUpstream: connections to one upstream address and port,
+	// open or closed by the proxy within the last minute (their source
+	// ports are still taken).
+	LimitPerUpstream = "perUpstream"
+	// LimitDNSRate: DNS queries per second.
+	LimitDNSRate = "dnsQueriesPerSecond"
 )
 
 // RcodeNone is the rcode of a DNS query that got no reply.
@@ -140,4 +199,11 @@ const (
 	ReasonPrivateAnswer = "private answer "
 	// ReasonAllowDirect is the reason of an allowDirect flow's line.
 	ReasonAllowDirect = "allowDirect"
+	// ReasonIdle starts the reason of a relayed connection closed because
+	// no byte went either way for the idle timeout ("idle for 1h0m0s").
+	// Its verdict stays allow.
+	ReasonIdle = "idle for "
+	// ReasonTooManyDenials is the reason of a denials line that counts
+	// the denials of an interval beyond the distinct ones it logs.
+	ReasonTooManyDenials = "more distinct denials than one interval logs"
 )

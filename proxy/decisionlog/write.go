@@ -191,3 +191,131 @@ func (r Resolver) Log(ctx context.Context, l *slog.Logger) {
 		slog.String(WhyKey, r.Why),
 	)
 }
+
+// Limit is a limit line: a cap of the sandbox (Limit, one of the Limit*
+// names, whose value is Max) refused Count connections or queries, from
+// First to Last. The proxy writes one per refusal (Count 1, no times);
+// the Aggregator lets the first of each interval through and sums the
+// rest of the interval into one line at its end, so that a flood costs
+// the log two lines an interval, not one a refusal.
+type Limit struct {
+	Sandbox     string
+	Limit       string
+	Max         int64
+	Count       int64     // 0 is written as 1
+	First, Last time.Time // left out if zero
+}
+
+// Attrs returns the line's fields, in the order they are written.
+func (l Limit) Attrs() []slog.Attr {
+	attrs := []slog.Attr{
+		slog.String(SandboxKey, l.Sandbox),
+		slog.String(LimitKey, l.Limit),
+		slog.Int64(MaxKey, l.Max),
+		slog.Int64(CountKey, max(l.Count, 1)),
+	}
+	if !l.First.IsZero() {
+		attrs = append(attrs, slog.Time(FirstKey, l.First), slog.Time(LastKey, l.Last))
+	}
+	return attrs
+}
+
+// Log writes the line to l, at WARN.
+func (l Limit) Log(ctx context.Context, logger *slog.Logger) {
+	logger.LogAttrs(ctx, slog.LevelWarn, KindLimit, l.Attrs()...)
+}
+
+// Denials is a denials line: Count denials of one kind (KindConnection
+// or KindDNS) that were not logged one by one, from First to Last. For
+// the repeats of one denial its fields are those the denial's lines have
+// in common (the client's port differs from one to the next); for the
+// denials beyond the distinct ones an interval logs, Reason is
+// ReasonTooManyDenials and the rest is empty.
+type Denials struct {
+	Sandbox     string
+	Kind        string
+	Proto       string
+	Name        string
+	QType       string // DNS
+	Rcode       string // DNS
+	Dst         string // connections: the original destination, as logged
+	Rule        string
+	Reason      string
+	Count       int64
+	First, Last time.Time
+}
+
+// Attrs returns the line's fields, in the order they are written.
+func (d Denials) Attrs() []slog.Attr {
+	attrs := []slog.Attr{
+		slog.String(SandboxKey, d.Sandbox),
+		slog.String(KindKey, d.Kind),
+		slog.String(ProtoKey, d.Proto),
+		slog.String(NameKey, d.Name),
+	}
+	if d.Kind == KindDNS {
+		attrs = append(attrs, slog.String(QTypeKey, d.QType), slog.String(RcodeKey, d.Rcode))
+	} else {
+		attrs = append(attrs, slog.String(DstKey, d.Dst))
+	}
+	return append(attrs,
+		slog.String(RuleKey, d.Rule),
+		slog.String(VerdictKey, Deny),
+		slog.String(ReasonKey, d.Reason),
+		slog.Int64(CountKey, d.Count),
+		slog.Time(FirstKey, d.First),
+		slog.Time(LastKey, d.Last),
+	)
+}
+
+// Log writes the line to l, at WARN.
+func (d Denials) Log(ctx context.Context, l *slog.Logger) {
+	l.LogAttrs(ctx, slog.LevelWarn, KindDenials, d.Attrs()...)
+}
+
+// Limits is the line a proxy writes at its start: the caps in force.
+// Connections is the effective connection cap, which the descriptor
+// limit (NoFile, less Reserve) or the memory limit may have lowered below
+// the one configured; LimitedBy then says which, and why.
+type Limits struct {
+	Sandbox             string
+	Connections         int
+	Pending             int
+	PendingBytes        int64
+	PerUpstream         int // 0: no cap
+	PortRange           int // the ephemeral ports PerUpstream is a share of; 0 if unknown
+	SniffTimeout        time.Duration
+	IdleTimeout         time.Duration // 0: none
+	DNSQueriesPerSecond int           // 0: no DNS filter, or no cap
+	LogMaxSize          int64         // 0: the log does not rotate
+	NoFile              uint64
+	Reserve             int
+	LimitedBy           string
+}
+
+// Log writes the line to l: INFO, or WARN when the connection cap is
+// lower than configured.
+func (s Limits) Log(ctx context.Context, l *slog.Logger) {
+	level := slog.LevelInfo
+	if s.LimitedBy != "" {
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String(SandboxKey, s.Sandbox),
+		slog.Int(ConnectionsKey, s.Connections),
+		slog.Int(PendingKey, s.Pending),
+		slog.Int64(PendingBytesKey, s.PendingBytes),
+		slog.Int(PerUpstreamKey, s.PerUpstream),
+		slog.Int(PortRangeKey, s.PortRange),
+		slog.String(SniffTimeoutKey, s.SniffTimeout.String()),
+		slog.String(IdleTimeoutKey, s.IdleTimeout.String()),
+		slog.Int(DNSRateKey, s.DNSQueriesPerSecond),
+		slog.Int64(LogMaxSizeKey, s.LogMaxSize),
+		slog.Uint64(NoFileKey, s.NoFile),
+		slog.Int(ReserveKey, s.Reserve),
+	}
+	if s.LimitedBy != "" {
+		attrs = append(attrs, slog.String(LimitedByKey, s.LimitedBy))
+	}
+	l.LogAttrs(ctx, level, MsgLimits, attrs...)
+}

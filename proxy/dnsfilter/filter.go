@@ -51,11 +51,19 @@ type Config struct {
 	// reading the filter's own network namespace; the sandbox's proxy
 	// may share its own.
 	Guard *guard.Guard
+	// QueriesPerSecond caps the queries the filter takes a second, over
+	// UDP and TCP together, with a second's worth saved up for a burst
+	// (0: no cap). A query past it is answered REFUSED without being
+	// forwarded, and counted in a limit line (decisionlog.Limit) rather
+	// than logged: the sandbox's resolvers are its neighbours' too.
+	QueriesPerSecond int
 }
 
 // Stats counts queries by verdict since the filter was made.
 type Stats struct {
 	Allowed, Denied, Failed int64
+	// Limited counts the queries refused past QueriesPerSecond.
+	Limited int64
 }
 
 // ErrClosed is returned by ServeUDP and ServeTCP once their listener is
@@ -73,8 +81,9 @@ type Filter struct {
 	denyRcode int
 	guard     *guard.Guard
 
-	policy                  atomic.Pointer[conf.Policy]
-	allowed, denied, failed atomic.Int64
+	policy                           atomic.Pointer[conf.Policy]
+	allowed, denied, failed, limited atomic.Int64
+	rate                             *rateLimit // nil: no cap
 
 	slots    chan struct{} // one per query in flight
 	tcpSlots chan struct{} // one per TCP connection served
@@ -109,6 +118,7 @@ func New(cfg Config, p *conf.Policy) *Filter {
 		listeners:   make(map[net.Listener]struct{}),
 		conns:       make(map[net.Conn]struct{}),
 		tcpSlots:    make(chan struct{}, maxTCPConns),
+		rate:        newRateLimit(cfg.QueriesPerSecond),
 	}
 	if f.logger == nil {
 		f.logger = slog.New(slog.DiscardHandler)
@@ -146,7 +156,7 @@ func (f *Filter) Policy() *conf.Policy { return f.policy.Load() }
 
 // Stats returns the query counters.
 func (f *Filter) Stats() Stats {
-	return Stats{Allowed: f.allowed.Load(), Denied: f.denied.Load(), Failed: f.failed.Load()}
+	return Stats{Allowed: f.allowed.Load(), Denied: f.denied.Load(), Failed: f.failed.Load(), Limited: f.limited.Load()}
 }
 
 // Shutdown stops serving: it closes the listeners and the idle TCP

@@ -66,6 +66,18 @@ func (f *Filter) ServeUDP(pc net.PacketConn) error {
 			continue
 		}
 		backoff = 0
+		if !f.rate.allow(time.Now()) {
+			// Answered here, without a goroutine or a slot: a flood
+			// costs little more than reading it.
+			if answer := f.overRate(buf[:n], "udp"); answer != nil {
+				if session != nil {
+					dns.WriteToSessionUDP(uc, answer, session)
+				} else {
+					pc.WriteTo(answer, from)
+				}
+			}
+			continue
+		}
 		if !f.acquire() {
 			return ErrClosed
 		}
@@ -165,11 +177,16 @@ func (f *Filter) serveConn(c net.Conn) {
 		if _, err := io.ReadFull(c, query); err != nil {
 			return
 		}
-		if !f.acquire() {
-			return
+		var answer []byte
+		if f.rate.allow(time.Now()) {
+			if !f.acquire() {
+				return
+			}
+			answer = f.answer(f.ctx, query, client, "tcp")
+			f.release()
+		} else {
+			answer = f.overRate(query, "tcp")
 		}
-		answer := f.answer(f.ctx, query, client, "tcp")
-		f.release()
 		if answer == nil {
 			return
 		}

@@ -79,6 +79,9 @@ type Config struct {
 	// certificates are verified against instead of the system's (which
 	// SSL_CERT_FILE in the proxy's environment can also name).
 	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
+	// Limits are the sandbox's caps (see Limits); sniffTimeout above, if
+	// set, wins over limits.sniffTimeout.
+	Limits Limits `json:"limits,omitzero"`
 	// Listeners are the sockets to serve.
 	Listeners Listeners `json:"listeners"`
 }
@@ -186,7 +189,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	return nil
+	return c.Limits.Validate()
 }
 
 // Load reads the config file at path. Unknown keys are errors: a

@@ -37,6 +37,7 @@ func TestConfigFile(t *testing.T) {
 		OTLP:         &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
 		DrainTimeout: Duration(500 * time.Millisecond),
 		ClusterNames: []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
+		Limits:       Limits{Connections: 100, IdleTimeout: new(Duration(0)), DNSQueriesPerSecond: 50},
 		Listeners:    Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
 	}
 	if err := want.WriteFile(path); err != nil {
@@ -52,7 +53,7 @@ func TestConfigFile(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	var raw map[string]any
 	json.Unmarshal(data, &raw)
-	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "listeners"} {
+	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "limits", "listeners"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("no key %q in %s", k, data)
 		}
@@ -75,6 +76,10 @@ func TestConfigRefuses(t *testing.T) {
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]}} {}`, "more than one JSON value"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"Cluster.Local","prefixes":["10.96.0.0/12"]}]}`, `clusterNames: domain "Cluster.Local"`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"cluster.local","prefixes":["10.96.0.1/12"]}]}`, `prefix 10.96.0.1/12`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"connections":-5}}`, "limits.connections: -5 is negative"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"pendingBytes":1000}}`, "limits.pendingBytes: 1000 is less than"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"idleTimeout":"soon"}}`, "soon"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"conections":5}}`, `unknown field "conections"`},
 	} {
 		if _, err := decode([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.json, err, tc.want)
@@ -84,6 +89,28 @@ func TestConfigRefuses(t *testing.T) {
 	os.WriteFile(path, []byte("{"), 0o600)
 	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("a broken file: %v, want an error naming it", err)
+	}
+}
+
+// Absent limits are the defaults; idleTimeout "0s" is none; the
+// per-upstream default is a share of the port range; Or lets the
+// network's values win.
+func TestLimitsEffective(t *testing.T) {
+	e := Limits{}.Effective(28232)
+	want := Effective{Connections: DefaultConnections, Pending: DefaultPending, PerUpstream: 3529,
+		DNSQueriesPerSecond: DefaultDNSQueriesPerSecond, PendingBytes: DefaultPendingBytes, LogMaxSize: DefaultLogMaxSize,
+		SniffTimeout: DefaultSniffTimeout, IdleTimeout: DefaultIdleTimeout}
+	if e != want {
+		t.Errorf("defaults %+v, want %+v", e, want)
+	}
+	host := Limits{Connections: 10, IdleTimeout: new(Duration(time.Minute)), DNSQueriesPerSecond: 7}
+	net := Limits{Connections: 20, IdleTimeout: new(Duration(0))}
+	got := host.Or(net).Effective(0)
+	if got.Connections != 20 || got.IdleTimeout != 0 || got.DNSQueriesPerSecond != 7 || got.PerUpstream != 20 {
+		t.Errorf("host.Or(network): %+v", got)
+	}
+	if *host.IdleTimeout != Duration(time.Minute) {
+		t.Error("Or changed its receiver's idle timeout")
 	}
 }
 

@@ -76,7 +76,7 @@ func ServerName(data []byte) (string, error) {
 // ParseClientHello is [ServerName] that also reports whether the hello
 // carries ECH.
 func ParseClientHello(data []byte) (ClientHello, error) {
-	end, nrec, err := scanHelloRecords(data)
+	end, nrec, _, err := scanHelloRecords(data)
 	if err != nil {
 		return ClientHello{}, err
 	}
@@ -86,39 +86,72 @@ func ParseClientHello(data []byte) (ClientHello, error) {
 	return parseReassembled(data[:end])
 }
 
+// HelloNeeds returns, for data that [ServerName] finds incomplete, a
+// length data must at least reach before ServerName can return a hello:
+// the records whose headers are there, whole, and once the ClientHello's
+// length is known the rest of it, behind one more record header. It
+// returns 0 if ServerName would not return [ErrIncomplete]. A malformed
+// stream may be refused earlier (each record header is checked as soon
+// as it is there), so a caller that waits for that many bytes needs a
+// timer too, for a client that sent a bad header and waits.
+//
+// A caller that peeks at a stream can wait for that many bytes rather
+// than parse again on every segment: a hello sent one byte per record,
+// one record per segment, is then parsed a few dozen times, not once for
+// each of its thousands of segments.
+func HelloNeeds(data []byte) int {
+	_, _, need, err := scanHelloRecords(data)
+	if err != ErrIncomplete {
+		return 0
+	}
+	return need
+}
+
 // scanHelloRecords walks the records at the start of data until they hold
 // one whole handshake message, checking each record header and the
 // handshake header as soon as their bytes are present. It returns the
 // offset in data just past the last record of the hello and how many
-// records there are.
-func scanHelloRecords(data []byte) (end, nrec int, err error) {
+// records there are; with ErrIncomplete, need is the length data must at
+// least reach before the answer can change (see HelloNeeds).
+func scanHelloRecords(data []byte) (end, nrec, need int, err error) {
 	var hs [handshakeHeaderLen]byte // the handshake header, as it arrives
 	got := 0                        // handshake bytes in the complete records before this one
 	total := -1                     // length of the handshake message with its header, once known
 	off := 0
+	// rest is how many handshake bytes the hello surely lacks once it
+	// has have: all of it once its length is known, else what its
+	// header lacks.
+	rest := func(have int) int {
+		if total >= 0 {
+			return total - have
+		}
+		return max(handshakeHeaderLen-have, 0)
+	}
 	for rec := 0; ; rec++ {
 		h := data[off:]
 		if len(h) >= 1 && h[0] != recordTypeHandshake {
 			if rec == 0 {
-				return 0, 0, ErrNotTLS
+				return 0, 0, 0, ErrNotTLS
 			}
-			return 0, 0, helloErr("record %d has content type %d; nothing may be interleaved with the records of a ClientHello", rec, h[0])
+			return 0, 0, 0, helloErr("record %d has content type %d; nothing may be interleaved with the records of a ClientHello", rec, h[0])
 		}
 		if len(h) >= 2 && h[1] != 0x03 {
 			if rec == 0 {
-				return 0, 0, ErrNotTLS
+				return 0, 0, 0, ErrNotTLS
 			}
-			return 0, 0, helloErr("record %d has major version %d, not 3 (TLS)", rec, h[1])
+			return 0, 0, 0, helloErr("record %d has major version %d, not 3 (TLS)", rec, h[1])
 		}
 		if len(h) < recordHeaderLen {
-			return 0, 0, ErrIncomplete
+			// Another record, with at least what the hello still lacks
+			// (and a record holds at least a byte).
+			return 0, 0, off + recordHeaderLen + max(rest(got), 1), ErrIncomplete
 		}
 		n := int(h[3])<<8 | int(h[4])
 		if n == 0 {
-			return 0, 0, helloErr("record %d is empty", rec)
+			return 0, 0, 0, helloErr("record %d is empty", rec)
 		}
 		if n > maxRecordPayload {
-			return 0, 0, helloErr("record %d has length %d, more than %d", rec, n, maxRecordPayload)
+			return 0, 0, 0, helloErr("record %d has length %d, more than %d", rec, n, maxRecordPayload)
 		}
 		frag := h[recordHeaderLen:]
 		if len(frag) > n {
@@ -129,26 +162,30 @@ func scanHelloRecords(data []byte) (end, nrec int, err error) {
 				hs[got+i] = frag[i]
 			}
 			if got < 1 && len(frag) >= 1 && hs[0] != handshakeTypeClientHello {
-				return 0, 0, helloErr("handshake message type %d is not ClientHello", hs[0])
+				return 0, 0, 0, helloErr("handshake message type %d is not ClientHello", hs[0])
 			}
 			if got+len(frag) >= handshakeHeaderLen {
 				l := int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3])
 				if l > MaxHelloSize {
-					return 0, 0, helloErr("ClientHello length %d is more than %d", l, MaxHelloSize)
+					return 0, 0, 0, helloErr("ClientHello length %d is more than %d", l, MaxHelloSize)
 				}
 				total = handshakeHeaderLen + l
 			}
 		}
 		if total >= 0 && got+n > total {
-			return 0, 0, helloErr("record %d holds %d bytes after the end of the ClientHello", rec, got+n-total)
+			return 0, 0, 0, helloErr("record %d holds %d bytes after the end of the ClientHello", rec, got+n-total)
 		}
 		if len(frag) < n {
-			return 0, 0, ErrIncomplete
+			need = off + recordHeaderLen + n
+			if more := rest(got + n); more > 0 {
+				need += recordHeaderLen + more
+			}
+			return 0, 0, need, ErrIncomplete
 		}
 		got += n
 		off += recordHeaderLen + n
 		if got == total {
-			return off, rec + 1, nil
+			return off, rec + 1, 0, nil
 		}
 	}
 }

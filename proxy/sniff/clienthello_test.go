@@ -476,3 +476,32 @@ func TestServerNameAllocs(t *testing.T) {
 		t.Errorf("ServerName of an incomplete hello allocates %v times per call, want 0", n)
 	}
 }
+
+// A caller that waits for HelloNeeds bytes between parses parses a hello
+// sent one byte per record a few dozen times, not once per record, and
+// never waits past its end.
+func TestHelloNeedsBoundsParses(t *testing.T) {
+	for _, spec := range []helloSpec{defaultSpec(hostSNI("split.example")), defaultSpec(hostSNI("pq.example"), extension{21, make([]byte, 1200)})} {
+		data := records(message(spec.body()), func(int) int { return 1 })
+		have, parses := 0, 0
+		for {
+			_, err := ServerName(data[:have])
+			parses++
+			if err != ErrIncomplete {
+				if err != nil || have != len(data) {
+					t.Fatalf("after %d parses at %d of %d bytes: %v", parses, have, len(data), err)
+				}
+				break
+			}
+			need := HelloNeeds(data[:have])
+			if need <= have || need > len(data) {
+				t.Fatalf("HelloNeeds at %d of %d bytes: %d", have, len(data), need)
+			}
+			have = need
+		}
+		if records := len(data) / 6; parses > 80 {
+			t.Errorf("%d records: %d parses", records, parses)
+		}
+		t.Logf("%d bytes in %d records: %d parses", len(data), len(data)/6, parses)
+	}
+}

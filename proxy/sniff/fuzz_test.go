@@ -39,14 +39,34 @@ func FuzzServerName(f *testing.F) {
 		if len(data) > 2048 {
 			step = len(data) / 512
 		}
+		// HelloNeeds of an incomplete prefix is more than its length and,
+		// when the answer is a hello, no more than the length at which
+		// it came. (A malformed record header may be found before.)
+		final := -1
+		if err != ErrIncomplete {
+			final = len(data)
+		}
+		var needs [][2]int
 		for n := 0; n < len(data); n += step {
 			pch, perr := ParseClientHello(data[:n])
 			if perr == ErrIncomplete {
+				if final < 0 || n < final {
+					needs = append(needs, [2]int{n, HelloNeeds(data[:n])})
+				}
 				continue
 			}
+			final = min(final, n)
 			if pch != ch || !sameError(perr, err) {
 				t.Fatalf("first %d of %d bytes gave %+v, %v; all gave %+v, %v", n, len(data), pch, perr, ch, err)
 			}
+		}
+		for _, nn := range needs {
+			if n, need := nn[0], nn[1]; need <= n || (err == nil && n < final && need > final) {
+				t.Fatalf("HelloNeeds of the first %d bytes is %d; the answer came at %d", n, need, final)
+			}
+		}
+		if err != ErrIncomplete && HelloNeeds(data) != 0 {
+			t.Fatalf("HelloNeeds of a complete answer is %d", HelloNeeds(data))
 		}
 		if goName, ok := goServerName(data); ok && err == nil && !strings.EqualFold(goName, ch.ServerName) {
 			t.Fatalf("crypto/tls reads server name %q, we read %q", goName, ch.ServerName)

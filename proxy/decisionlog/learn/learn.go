@@ -89,19 +89,22 @@ func From(ds []decisionlog.Decision, opts Options) Result {
 		if opts.Denied && d.Verdict != decisionlog.Deny {
 			continue
 		}
+		if d.Kind == decisionlog.KindLimit {
+			continue // a cap's refusals, which no entry changes
+		}
 		if private(d) {
-			l.Private++
+			l.Private += d.Times()
 			continue
 		}
 		if d.IsDNS() {
 			if n, ok := learnableQuery(d); ok {
-				queried[n]++
+				queried[n] += d.Times()
 			}
 			continue
 		}
 		dst, ok := d.DstAddrPort()
 		if !ok || !learnable(d) {
-			l.Skipped++
+			l.Skipped += d.Times()
 			continue
 		}
 		port := dst.Port()
@@ -121,7 +124,7 @@ func From(ds []decisionlog.Decision, opts Options) Result {
 		} else {
 			addrs[key{dst.Addr().String(), port}] = true
 		}
-		l.Used++
+		l.Used += d.Times()
 	}
 	seen := func(n string) bool {
 		for _, set := range names {
