@@ -49,7 +49,7 @@ type Group struct {
 
 // ErrUnavailable is the error of Create when no hierarchy this process
 // sees holds any of Controllers.
-var ErrUnavailable = errors.New("no cgroup hierarchy holds the memory, pids or cpu controller")
+var ErrUnavailable = errors.New("no cgroup hierarchy mounted here holds the memory, pids or cpu controller")
 
 // ErrBusy is the error of Create when a cgroup of that name exists and
 // holds processes.
@@ -276,7 +276,11 @@ func writeFile(dir, file, value string) error {
 // Join moves process pid, with all its threads, into g in every
 // hierarchy. What pid allocated before stays charged where it was.
 func (g *Group) Join(pid int) error {
-	for _, d := range g.Dirs {
+	dirs, err := g.located()
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
 		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err
 		}
@@ -284,13 +288,70 @@ func (g *Group) Join(pid int) error {
 	return nil
 }
 
+// ErrNotMounted is the error of a Group's method whose directory is on
+// no cgroup filesystem this process can reach: its hierarchy is mounted
+// neither in this mount namespace nor in PID 1's, so nothing can be said
+// of it, nor done to it.
+var ErrNotMounted = errors.New("its cgroup hierarchy is not mounted here")
+
+// hostRoot is PID 1's root directory: where a process whose own mount
+// namespace has no cgroup hierarchy mounted (`ip netns exec` mounts a
+// fresh /sys) still finds the host's.
+const hostRoot = "/proc/1/root"
+
+// located returns g's directories as this process reaches them: each
+// where its hierarchy is mounted here, else through hostRoot.
+func (g *Group) located() ([]string, error) {
+	out := make([]string, len(g.Dirs))
+	for i, d := range g.Dirs {
+		l, err := locate(d)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = l
+	}
+	return out, nil
+}
+
+// locate returns the path through which cgroup directory dir is reached
+// from this mount namespace: dir where its hierarchy is mounted here, else
+// the same path below hostRoot; ErrNotMounted if neither.
+func locate(dir string) (string, error) {
+	if onCgroupFS(dir) {
+		return dir, nil
+	}
+	if !strings.HasPrefix(dir, hostRoot+"/") && onCgroupFS(hostRoot+dir) {
+		return hostRoot + dir, nil
+	}
+	return "", fmt.Errorf("cgroup %s: %w", dir, ErrNotMounted)
+}
+
+// onCgroupFS reports whether dir, or where it is missing the nearest
+// parent there is, is on a cgroup filesystem.
+func onCgroupFS(dir string) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		var st unix.Statfs_t
+		err := unix.Statfs(d, &st)
+		if err == nil {
+			return st.Type == unix.CGROUP_SUPER_MAGIC || st.Type == unix.CGROUP2_SUPER_MAGIC
+		}
+		if d == "/" || !errors.Is(err, unix.ENOENT) {
+			return false
+		}
+	}
+}
+
 // Procs lists the processes in g, in any of its hierarchies.
 func (g *Group) Procs() ([]int, error) {
+	dirs, err := g.located()
+	if err != nil {
+		return nil, err
+	}
 	var out []int
-	for _, d := range g.Dirs {
+	for _, d := range dirs {
 		pids, err := readProcs(d)
 		if errors.Is(err, os.ErrNotExist) {
-			continue
+			continue // removed
 		}
 		if err != nil {
 			return nil, err
@@ -325,8 +386,12 @@ func readProcs(dir string) ([]int, error) {
 // checking that the process is still in g, so that a pid reused since
 // the listing is never signalled.
 func (g *Group) Kill() error {
+	dirs, err := g.located()
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, d := range g.Dirs {
+	for _, d := range dirs {
 		if exists(d, "cgroup.kill") {
 			if err := writeFile(d, "cgroup.kill", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
@@ -335,7 +400,7 @@ func (g *Group) Kill() error {
 		}
 		pids, err := readProcs(d)
 		if errors.Is(err, os.ErrNotExist) {
-			continue
+			continue // removed
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -371,7 +436,8 @@ func killMember(dir string, pid int) error {
 }
 
 // Remove kills what still runs in g, waits until it is empty (up to
-// timeout) and removes its directories. A group already gone is no error.
+// timeout) and removes its directories. A group already gone is no error;
+// one this process cannot reach (ErrNotMounted) is.
 func (g *Group) Remove(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -398,8 +464,12 @@ func (g *Group) Remove(timeout time.Duration) error {
 
 // rmdirs removes g's directories; those already gone are fine.
 func (g *Group) rmdirs() error {
+	dirs, err := g.located()
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, d := range g.Dirs {
+	for _, d := range dirs {
 		if err := rmdir(d); err != nil {
 			errs = append(errs, err)
 		}
@@ -407,6 +477,7 @@ func (g *Group) rmdirs() error {
 	return errors.Join(errs...)
 }
 
+// rmdir removes cgroup directory dir; one already gone is fine.
 func rmdir(dir string) error {
 	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("remove cgroup %s: %w", dir, err)
@@ -416,7 +487,11 @@ func rmdir(dir string) error {
 
 // Exists reports whether any of g's directories is still there.
 func (g *Group) Exists() bool {
-	for _, d := range g.Dirs {
+	dirs, err := g.located()
+	if err != nil {
+		return false
+	}
+	for _, d := range dirs {
 		if _, err := os.Stat(d); err == nil {
 			return true
 		}
@@ -428,7 +503,11 @@ func (g *Group) Exists() bool {
 // because g reached its memory limit; ok is false where g has no memory
 // controller or the kernel does not count them.
 func (g *Group) OOMKills() (n uint64, ok bool) {
-	for _, d := range g.Dirs {
+	dirs, err := g.located()
+	if err != nil {
+		return 0, false
+	}
+	for _, d := range dirs {
 		for _, f := range []string{"memory.events", "memory.oom_control"} {
 			data, err := os.ReadFile(filepath.Join(d, f))
 			if err != nil {
@@ -476,7 +555,11 @@ func (g *Group) Limits() (Limits, error) {
 		}
 		return n, err
 	}
-	for _, d := range g.Dirs {
+	dirs, err := g.located()
+	if err != nil {
+		return l, err
+	}
+	for _, d := range dirs {
 		for _, f := range []struct {
 			file string
 			to   *uint64
@@ -516,7 +599,8 @@ type Usage struct {
 // Usage reads what g uses now.
 func (g *Group) Usage() Usage {
 	var u Usage
-	for _, d := range g.Dirs {
+	dirs, _ := g.located()
+	for _, d := range dirs {
 		for _, f := range []struct {
 			file string
 			to   *uint64

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,11 +32,28 @@ func TestMain(m *testing.M) {
 	case "sleep":
 		time.Sleep(time.Hour)
 		os.Exit(0)
+	case "hidden":
+		// Run where a fresh /sys hides the hierarchies (see
+		// TestHiddenHierarchies): remove the group.
+		g := &Group{Dirs: strings.Split(os.Getenv(envDirs), ",")}
+		err := g.Remove(5 * time.Second)
+		if errors.Is(err, ErrNotMounted) {
+			fmt.Print("not mounted")
+			os.Exit(3)
+		}
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
 
-const envHelper = "DOORMAN_CGROUP_TEST_HELPER"
+const (
+	envHelper = "DOORMAN_CGROUP_TEST_HELPER"
+	envDirs   = "DOORMAN_CGROUP_TEST_DIRS"
+)
 
 // startHelper starts this test binary as a helper process (see TestMain).
 func startHelper(t *testing.T, what string) *exec.Cmd {
@@ -249,5 +267,60 @@ func TestOOMKills(t *testing.T) {
 	after, _ := g.OOMKills()
 	if after != before+1 {
 		t.Errorf("OOMKills %d, then %d: want one more", before, after)
+	}
+}
+
+// A group whose hierarchy is not mounted here is not taken for removed:
+// Remove says so rather than forget it.
+func TestRemoveNotMounted(t *testing.T) {
+	g := &Group{Path: "/doorman.slice/x", Dirs: []string{filepath.Join(t.TempDir(), "memory/doorman.slice/x")}}
+	if err := g.Remove(time.Second); !errors.Is(err, ErrNotMounted) {
+		t.Errorf("Remove of a group on no cgroup filesystem: %v, want ErrNotMounted", err)
+	}
+	if _, err := g.Procs(); !errors.Is(err, ErrNotMounted) {
+		t.Errorf("Procs: %v, want ErrNotMounted", err)
+	}
+}
+
+// In a mount namespace with a fresh /sys, which hides the hierarchies (as
+// `ip netns exec` makes one), a group made outside is removed through PID
+// 1's root, killing what runs in it, where this process may look there;
+// where it may not, Remove says so (ErrNotMounted) rather than take the
+// group for gone.
+func TestHiddenHierarchies(t *testing.T) {
+	l, parent := testLayout(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare (util-linux)")
+	}
+	g, _, err := l.Create(parent, "hidden", Limits{Pids: 50}, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove(5 * time.Second)
+	sleeper := startHelper(t, "sleep")
+	if err := g.Join(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", `umount -l /sys && mount -t sysfs none /sys && exec "$0"`, os.Args[0])
+	cmd.Env = append(os.Environ(), envHelper+"=hidden", envDirs+"="+strings.Join(g.Dirs, ","))
+	out, err := cmd.CombinedOutput()
+	_, hostVisible := os.Stat(hostRoot + "/sys")
+	switch {
+	case hostVisible == nil && err != nil:
+		t.Fatalf("removing the group where the hierarchies are hidden: %v\n%s", err, out)
+	case hostVisible == nil:
+		if g.Exists() {
+			t.Errorf("%v still there", g.Dirs)
+		}
+		if err := sleeper.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("the process in the group: %v, want killed", err)
+		}
+	case string(out) != "not mounted":
+		t.Fatalf("%s is out of reach here (%v), so Remove must fail with ErrNotMounted; got %v: %s", hostRoot, hostVisible, err, out)
+	default:
+		t.Logf("%s is out of reach here (%v): Remove said so", hostRoot, hostVisible)
+		if procs, _ := g.Procs(); len(procs) != 1 {
+			t.Errorf("the group's process after a failed Remove: %v", procs)
+		}
 	}
 }

@@ -56,23 +56,41 @@ type Layout struct {
 }
 
 // ReadLayout reads the cgroup hierarchies mounted in this process's mount
-// namespace from /proc/self/mountinfo.
+// namespace from /proc/self/mountinfo or, where none is mounted (`ip netns
+// exec` mounts a fresh /sys without them), those of PID 1's mount
+// namespace, reached through /proc/1/root: the cgroups a proxy is put in
+// are the host's either way.
 func ReadLayout() (*Layout, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	hs, err := readMountinfo("/proc/self/mountinfo", "")
+	if err != nil {
+		return nil, err
+	}
+	if len(hs) == 0 {
+		// Where PID 1's are out of reach too, there are none.
+		hs, _ = readMountinfo("/proc/1/mountinfo", hostRoot)
+	}
+	return &Layout{Hierarchies: hs}, nil
+}
+
+// readMountinfo reads the cgroup hierarchies of a mountinfo file, their
+// mount points below root.
+func readMountinfo(path, root string) ([]Hierarchy, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cgroup hierarchies: %w", err)
 	}
 	defer f.Close()
 	hs, err := parseMountinfo(f)
 	if err != nil {
-		return nil, fmt.Errorf("cgroup hierarchies: /proc/self/mountinfo: %w", err)
+		return nil, fmt.Errorf("cgroup hierarchies: %s: %w", path, err)
 	}
 	for i := range hs {
+		hs[i].Mount = root + hs[i].Mount
 		if hs[i].V2 {
 			hs[i].Controllers = readControllers(hs[i].Mount)
 		}
 	}
-	return &Layout{Hierarchies: hs}, nil
+	return hs, nil
 }
 
 // readControllers reads the controllers a v2 cgroup directory offers its
