@@ -212,12 +212,16 @@ func TestCNILifecycle(t *testing.T) {
 		t.Fatalf("CHECK after repair: %v", err)
 	}
 
-	// ...and a dead proxy; with the proxy dead, no TCP gets out.
+	// ...and a dead proxy (its supervisor killed first, else it would
+	// start another; see TestSupervise*); with the proxy dead, no TCP
+	// gets out.
 	s := e.state(c)
-	if err := syscall.Kill(s.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	for _, pid := range []int{s.Supervisor.PID, s.PID} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, pid)
 	}
-	waitGone(t, s.PID)
 	if err := e.check(c); err == nil {
 		t.Fatal("CHECK passed with the proxy killed")
 	}

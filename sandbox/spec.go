@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/resolver"
@@ -46,6 +47,11 @@ type Spec struct {
 	// OTLP, when its Endpoint is set, makes the proxy also export its
 	// decision and DNS records to that OpenTelemetry collector.
 	OTLP otlplog.Config
+	// ProxyLimits are the limits of the proxy's cgroup; a zero field
+	// means its default (DefaultProxyMemory, DefaultProxyPids,
+	// DefaultProxyCPUWeight), cgroup.Max no limit (see ParseMemoryLimit,
+	// ParsePidsLimit, ParseCPUWeight).
+	ProxyLimits cgroup.Limits
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the
@@ -73,6 +79,12 @@ type Attachment struct {
 	// identity on that interface, it pins these rather than those the
 	// interface has. Empty means read them from the interface.
 	Addrs []netip.Addr
+	// CgroupParent is the cgroup the proxy's cgroup goes below, as the
+	// runtime names it (see cgroup.ParsePath): a pod's cgroup, from the
+	// CNI cgroupPath capability, or the parent of a container's own
+	// cgroup, for the OCI hook. Empty, or one that cannot be used, means
+	// doorman's slice (DefaultCgroupSlice).
+	CgroupParent string
 }
 
 // validate checks what Enforce needs of s and a; each value in them was
@@ -86,6 +98,9 @@ func (s *Spec) validate(a Attachment) error {
 	}
 	if a.NetNS == "" {
 		return errors.New("no network namespace")
+	}
+	if w := s.ProxyLimits.CPUWeight; w > cgroup.MaxCPUWeight {
+		return fmt.Errorf("proxy CPU weight %d: want 1 to %d", w, cgroup.MaxCPUWeight)
 	}
 	return ValidKey(a.Key)
 }
