@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
@@ -31,6 +32,7 @@ type Options struct {
 	HostLayer        bool           // add the host-side layer on the container's veth
 	OTLP             otlplog.Config // export records to this collector, if its Endpoint is set
 	ProxyBinary      string         // default this executable
+	ProxyLimits      cgroup.Limits  // the limits of each proxy's cgroup (zero fields: the defaults)
 }
 
 // Stages the hook acts on.
@@ -148,7 +150,7 @@ func enforceState(st *specs.State, opts Options) error {
 	_, err = sandbox.Enforce(sandbox.Request{
 		Attachment: sandbox.Attachment{
 			Key: Key(st.ID), ID: st.ID, Name: containerName(c.annotations), Runtime: "hook",
-			NetNS: c.netns, Label: Coverage(c.oci),
+			NetNS: c.netns, Label: Coverage(c.oci), CgroupParent: cgroupParent(c.oci),
 		},
 		Spec:        spec,
 		StateDir:    stateDir,
@@ -199,7 +201,7 @@ func (c *container) join(holder *sandbox.State) error {
 func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec, error) {
 	s := sandbox.Spec{
 		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
-		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream,
+		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream, ProxyLimits: opts.ProxyLimits,
 	}
 	var err error
 	if s.AllowDirect, err = allowDirect(c.annotations); err != nil {

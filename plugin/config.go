@@ -64,11 +64,17 @@ type NetConf struct {
 	// DNSFilter sends the containers' DNS through the proxy's filter,
 	// which answers only names the policy could admit (default true).
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
+	// ProxyLimits are the limits of each proxy's cgroup: {"memory":
+	// "256Mi", "pids": 512, "cpuWeight": 100} (the defaults).
+	ProxyLimits *sandbox.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
 
 	RuntimeConfig struct {
 		DNS *struct {
 			Servers []string `json:"servers,omitempty"`
 		} `json:"dns,omitempty"`
+		// CgroupPath is the pod's cgroup (the cgroupPath capability),
+		// where the proxy's cgroup goes.
+		CgroupPath string `json:"cgroupPath,omitempty"`
 	} `json:"runtimeConfig,omitempty"`
 }
 
@@ -197,6 +203,9 @@ func (n *NetConf) spec(raw []byte, args *skel.CmdArgs, prev *current.Result) (sa
 	}
 	if s.OTLP, err = n.otlp(); err != nil {
 		return s, err
+	}
+	if s.ProxyLimits, err = n.ProxyLimits.Limits("proxyLimits"); err != nil {
+		return s, invalidConfig(err)
 	}
 	return s, nil
 }

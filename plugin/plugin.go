@@ -61,8 +61,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 			NetNS:   args.Netns,
 			// The label says what enforcement covers when it
 			// applies; in mode open the CLI shows n/a.
-			Label: labelCNI,
-			Addrs: ipamAddrs(prev, args.IfName),
+			Label:        labelCNI,
+			Addrs:        ipamAddrs(prev, args.IfName),
+			CgroupParent: n.RuntimeConfig.CgroupPath,
 		},
 		Spec:     spec,
 		StateDir: n.StateDir,

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/sandbox"
@@ -73,6 +74,9 @@ type Config struct {
 	StateDir, LogDir string
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
+	// ProxyLimits are the limits of the sandbox proxy's cgroup (the
+	// plugin's proxyLimits; zero fields: its defaults).
+	ProxyLimits cgroup.Limits
 	// Logf reports what is worth a user's attention but does not stop the
 	// run (a stale run reaped, a leftover it could not remove). Default:
 	// discard.
@@ -284,6 +288,9 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	}
 	if c.UpstreamResolver.IsValid() {
 		doorman["upstreamResolver"] = c.UpstreamResolver
+	}
+	if l := sandbox.ProxyLimitsConfigOf(c.ProxyLimits); l != nil {
+		doorman["proxyLimits"] = l
 	}
 	return json.Marshal(map[string]any{
 		"cniVersion": cniVersion,

@@ -26,6 +26,7 @@ type runFlags struct {
 	mode, policyFile, upstream, bridge, cniPath string
 	name, stateDir, logDir, runDir, user        string
 	allowICMP                                   bool
+	limits                                      proxyLimitFlags
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -44,6 +45,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&f.dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
 	fs.Var(&f.subnets, "subnet", "run network `prefix`, one per family (repeatable; default "+runner.DefaultSubnet+")")
+	f.limits.register(fs)
 }
 
 // runUsage is the text above the flags in `doorman run -h`.
@@ -144,6 +146,9 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	}
 	if f.cniPath != "" {
 		cfg.CNIPath = filepath.SplitList(f.cniPath)
+	}
+	if cfg.ProxyLimits, err = f.limits.parse(); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }
