@@ -116,8 +116,13 @@ func Start(stateDir, key string) (*ProxyChange, error) {
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}
-		// The new proxy's cgroup is another than the old one's, which
-		// the old one still held: stop the old one by its own record.
+		// Stop the old proxy by its own record. Its cgroup is another
+		// than the new one's where it still held processes; one it left
+		// empty may have been made anew for the new proxy, and is the
+		// new one's now.
+		if old.Cgroup != nil && next.Cgroup != nil && old.Cgroup.Path == next.Cgroup.Path {
+			old.Cgroup = nil
+		}
 		oldErr := old.stopProxy()
 		next.Stopped, next.LeftoverCgroups = false, old.LeftoverCgroups
 		if err := next.save(); err != nil {
