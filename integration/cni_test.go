@@ -379,13 +379,19 @@ func assertNoTrace(t *testing.T, e *cniEnv, c *container) {
 	if tablePresent(t, c) {
 		t.Error("table left after a failed ADD")
 	}
-	if pids := proxiesFor(c.rt.ContainerID); len(pids) > 0 {
+	if pids := append(proxiesFor(c.rt.ContainerID), supervisorsFor(c.rt.ContainerID)...); len(pids) > 0 {
 		t.Errorf("proxy processes left after a failed ADD: %v", pids)
 	}
 }
 
 // proxiesFor lists doorman proxy processes serving sandbox id.
-func proxiesFor(id string) []int {
+func proxiesFor(id string) []int { return doormanProcsFor("proxy", id) }
+
+// supervisorsFor lists the supervisors of sandbox id's proxies.
+func supervisorsFor(id string) []int { return doormanProcsFor("supervise", id) }
+
+// doormanProcsFor lists the `doorman VERB` processes of sandbox id.
+func doormanProcsFor(verb, id string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, d := range ents {
@@ -398,7 +404,7 @@ func proxiesFor(id string) []int {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 1 && args[1] == "proxy" && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
+		if len(args) > 1 && args[1] == verb && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
 			pids = append(pids, pid)
 		}
 	}
