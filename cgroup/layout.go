@@ -129,7 +129,7 @@ func parseMountinfo(r io.Reader) ([]Hierarchy, error) {
 		case "cgroup":
 			for _, o := range strings.Split(g[2], ",") {
 				switch {
-				case o == "rw" || o == "ro" || strings.Contains(o, "=") && !strings.HasPrefix(o, "name="):
+				case o == "" || o == "rw" || o == "ro" || strings.Contains(o, "=") && !strings.HasPrefix(o, "name="):
 				case strings.HasPrefix(o, "name="):
 					// A named hierarchy (name=systemd) holds no
 					// controller: it only tracks processes.
