@@ -55,6 +55,9 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/proxyconf
+	$(GO) test -run='^$$' -fuzz='^FuzzParsePath$$' -fuzztime=$(FUZZTIME) ./cgroup
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMountinfo$$' -fuzztime=$(FUZZTIME) ./cgroup
+	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./sandbox
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid

@@ -90,3 +90,36 @@ func TestProxyLimitsConfig(t *testing.T) {
 		t.Errorf("nil config: %+v, %v", l, err)
 	}
 }
+
+// FuzzParseLimits: each limit parser either refuses a value with a
+// FieldError that names the key and the value, or returns the default
+// (0), no limit (cgroup.Max), or a limit within its bounds.
+func FuzzParseLimits(f *testing.F) {
+	for _, s := range []string{"", "max", "256Mi", "1g", "268435456", "64", "16", "10000", "0", "-1", "1.5g", "17179869184g", " 8m "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		check := func(what string, n uint64, err error, least, most uint64) {
+			t.Helper()
+			if err != nil {
+				var fe *FieldError
+				if !errors.As(err, &fe) || fe.Key != "k" || fe.Value != v {
+					t.Fatalf("%s(%q): %v, want a FieldError naming k and the value", what, v, err)
+				}
+				return
+			}
+			if n != 0 && n != cgroup.Max && (n < least || n > most) {
+				t.Fatalf("%s(%q) = %d, outside %d to %d", what, v, n, least, most)
+			}
+		}
+		n, err := ParseMemoryLimit("k", v)
+		check("ParseMemoryLimit", n, err, MinProxyMemory, cgroup.Max)
+		n, err = ParsePidsLimit("k", v)
+		check("ParsePidsLimit", n, err, MinProxyPids, cgroup.Max)
+		n, err = ParseCPUWeight("k", v)
+		if n == cgroup.Max {
+			t.Fatalf("ParseCPUWeight(%q) = no limit", v)
+		}
+		check("ParseCPUWeight", n, err, 1, cgroup.MaxCPUWeight)
+	})
+}
