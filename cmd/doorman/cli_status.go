@@ -83,10 +83,14 @@ type supervisorInfo struct {
 	Started *time.Time `json:"started,omitempty"`
 }
 
+// cgroupInfo is the proxy's cgroup, with what its files say now; where
+// they cannot be read (its hierarchy is not mounted where this command
+// runs), Unreadable says why and Limits and Usage are empty.
 type cgroupInfo struct {
 	*sandbox.ProxyCgroup
-	Limits cgroup.Limits `json:"limits"`
-	Usage  cgroup.Usage  `json:"usage"`
+	Limits     cgroup.Limits `json:"limits"`
+	Usage      cgroup.Usage  `json:"usage"`
+	Unreadable string        `json:"unreadable,omitempty"`
 }
 
 // describe gathers what ls and show report about s. Counts come from the
@@ -159,8 +163,12 @@ func describeProxy(s *sandbox.State) proxyInfo {
 		p.Restarts, p.Failures, p.LastExit, p.NextStart = sup.Restarts, sup.Failures, sup.LastExit, sup.NextStart
 	}
 	if s.Cgroup != nil {
-		p.Cgroup = &cgroupInfo{ProxyCgroup: s.Cgroup, Usage: s.Cgroup.Usage()}
-		p.Cgroup.Limits, _ = s.Cgroup.Limits()
+		p.Cgroup = &cgroupInfo{ProxyCgroup: s.Cgroup}
+		if l, err := s.Cgroup.Limits(); err != nil {
+			p.Cgroup.Unreadable = err.Error()
+		} else {
+			p.Cgroup.Limits, p.Cgroup.Usage = l, s.Cgroup.Usage()
+		}
 	}
 	p.CgroupError, p.LeftoverCgroups = s.CgroupError, s.LeftoverCgroups
 	return p
@@ -465,6 +473,9 @@ func (i showInfo) supervisionRows(row func(k, v string), now time.Time) {
 		l, u := p.Cgroup.Limits, p.Cgroup.Usage
 		v := fmt.Sprintf("%s (%s): memory %s of %s, %d of %s pids, cpu weight %d", p.Cgroup.Path, where,
 			formatBytes(u.Memory), formatLimit(l.Memory, formatBytes), u.Pids, formatLimit(l.Pids, func(n uint64) string { return fmt.Sprint(n) }), l.CPUWeight)
+		if p.Cgroup.Unreadable != "" {
+			v = fmt.Sprintf("%s (%s): limits and usage not readable from here: %s", p.Cgroup.Path, where, p.Cgroup.Unreadable)
+		}
 		if p.Cgroup.Note != "" {
 			v += "; " + p.Cgroup.Note
 		}
