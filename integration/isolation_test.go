@@ -180,6 +180,12 @@ func TestCNIProxyCgroup(t *testing.T) {
 	if !e.reaches(set, "https://"+apiName+"/", apiName) {
 		t.Error("the proxy in its cgroup does not serve")
 	}
+	// show, run where the hierarchies are mounted, reads the limits
+	// from the cgroup's files.
+	if show := e.operator("show", set.rt.ContainerID); !strings.Contains(show, setPath+" (doorman's slice): memory ") ||
+		!strings.Contains(show, " of 64.0 MiB, ") || !strings.Contains(show, " of 100 pids, cpu weight 50") {
+		t.Errorf("show does not give the cgroup's limits:\n%s", show)
+	}
 
 	for _, tc := range []struct {
 		limits map[string]any
@@ -249,6 +255,24 @@ func TestCNIProxyCgroupPath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCNIProxyCgroupPathUnusable: a cgroupPath doorman cannot use (not
+// a path nor a systemd name) puts the proxy in doorman's slice, and show
+// says why; the ADD does not fail for it.
+func TestCNIProxyCgroupPathUnusable(t *testing.T) {
+	e := newCNIEnv(t)
+	c := e.newContainer()
+	c.rt.CapabilityArgs = map[string]any{"cgroupPath": "kubepods/relative"}
+	e.mustAdd(c, e.conflist(map[string]any{"capabilities": map[string]any{"cgroupPath": true}}))
+	s := e.state(c)
+	assertProxyIn(t, s, sandbox.DefaultCgroupSlice+"/doorman-"+c.key, defaultLimits)
+	if s.Cgroup == nil || !s.Cgroup.Slice || !strings.Contains(s.Cgroup.Note, `"kubepods/relative"`) {
+		t.Errorf("recorded cgroup %+v, want doorman's slice with a note naming the cgroupPath", s.Cgroup)
+	}
+	if show := e.mustCLI("show", c.rt.ContainerID).stdout; !strings.Contains(show, "not below the runtime's cgroup kubepods/relative") {
+		t.Errorf("show does not say why the proxy is not below the runtime's cgroup:\n%s", show)
 	}
 }
 
@@ -374,6 +398,8 @@ func TestCNISupervisedKill(t *testing.T) {
 	}
 	if show := e.mustCLI("show", c.rt.ContainerID).stdout; !strings.Contains(show, "killed by SIGKILL") {
 		t.Errorf("show does not say how the last proxy ended:\n%s", show)
+	} else {
+		t.Logf("show:\n%s", show)
 	}
 	if err := e.check(c); err != nil {
 		t.Errorf("CHECK with the new worker serving: %v", err)
