@@ -61,6 +61,9 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseEntry$$' -fuzztime=$(FUZZTIME) ./plugin
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuntimeConfig$$' -fuzztime=$(FUZZTIME) ./plugin
 	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./hostconf
+	$(GO) test -run='^$$' -fuzz='^FuzzParsePath$$' -fuzztime=$(FUZZTIME) ./cgroup
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMountinfo$$' -fuzztime=$(FUZZTIME) ./cgroup
+	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./sandbox
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid

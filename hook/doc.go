@@ -14,6 +14,12 @@
 // exits non-zero, so the runtime refuses to start the container: an
 // unenforced container never runs.
 //
+// The container's proxy gets a cgroup beside the container's, below the
+// parent of its linux.cgroupsPath (cgroupParent), never inside it: runc
+// removes the container's cgroup before poststop tears the sandbox down,
+// and its kill and freeze of the container reach only that cgroup, so
+// the proxy neither blocks the removal nor dies before the teardown.
+//
 // The runtime wrapper (Wrap) sits where dockerd expects runc. On `create`
 // and `run` it adds doorman's hooks to config.json (once), copies
 // doorman.io/* container labels from Docker's own container config into

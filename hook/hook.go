@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/doorman-net/doorman/annotation"
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
@@ -34,6 +35,7 @@ type Options struct {
 	OTLP             otlplog.Config   // export records to this collector, if its Endpoint is set
 	Limits           proxyconf.Limits // the proxies' caps (zero: the defaults)
 	ProxyBinary      string           // default this executable
+	ProxyLimits      cgroup.Limits    // the limits of each proxy's cgroup (zero fields: the defaults)
 	CADir            string           // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
 	UpstreamCAFile   string           // PEM roots inspected hosts are verified against, if not the system's
 }
@@ -153,7 +155,7 @@ func enforceState(st *specs.State, opts Options) error {
 	_, err = sandbox.Enforce(sandbox.Request{
 		Attachment: sandbox.Attachment{
 			Key: Key(st.ID), ID: st.ID, Name: containerName(c.annotations), Runtime: "hook",
-			NetNS: c.netns, Label: Coverage(c.oci),
+			NetNS: c.netns, Label: Coverage(c.oci), CgroupParent: cgroupParent(c.oci),
 		},
 		Spec:        spec,
 		StateDir:    stateDir,
@@ -207,7 +209,7 @@ func (c *container) join(holder *sandbox.State) error {
 func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec, error) {
 	s := sandbox.Spec{
 		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
-		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream, Limits: opts.Limits,
+		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream, Limits: opts.Limits, ProxyLimits: opts.ProxyLimits,
 		CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile,
 	}
 	var err error

@@ -59,6 +59,9 @@ type RuntimeConfig struct {
 	// the PEM roots inspected hosts are verified against.
 	CADir          string `json:"caDir,omitempty"`
 	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
+	// ProxyLimits are the limits of each proxy's cgroup: {"memory":
+	// "256Mi", "pids": 512, "cpuWeight": 100} (the defaults).
+	ProxyLimits *sandbox.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
 
 	source string // the file this was read from, for messages
 }
@@ -110,6 +113,14 @@ func (c RuntimeConfig) hookArgs() ([]string, error) {
 	}
 	if c.AllowICMP != nil {
 		a = append(a, fmt.Sprintf("--allow-icmp=%t", *c.AllowICMP))
+	}
+	if _, err := c.ProxyLimits.Limits("proxyLimits"); err != nil {
+		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
+	}
+	if l := c.ProxyLimits; l != nil {
+		add("--proxy-memory", string(l.Memory))
+		add("--proxy-pids", string(l.Pids))
+		add("--proxy-cpu-weight", string(l.CPUWeight))
 	}
 	return a, nil
 }

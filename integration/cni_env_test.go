@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,6 +51,9 @@ type cniEnv struct {
 	cni                         *libcni.CNIConfig
 	ipamDir                     string
 	nextID                      atomic.Int32
+
+	mu   sync.Mutex
+	keys []string // of every container made, for assertNothingLeft
 }
 
 func newCNIEnv(t *testing.T) *cniEnv {
@@ -139,6 +144,9 @@ func (e *cniEnv) newContainer() *container {
 	n := e.nextID.Add(1)
 	ns := e.net.NewNetns(e.t, fmt.Sprintf("ctr%d", n))
 	id := fmt.Sprintf("ctr%d%s", n, strings.ReplaceAll(filepath.Base(ns.Name()), "-", ""))
+	e.mu.Lock()
+	e.keys = append(e.keys, id+"-eth0")
+	e.mu.Unlock()
 	return &container{
 		ns:  ns,
 		rt:  &libcni.RuntimeConf{ContainerID: id, NetNS: ns.Path(), IfName: "eth0"},
@@ -249,6 +257,30 @@ func (e *cniEnv) assertNothingLeft() {
 		e.t.Errorf("state left behind: %s (proxy pid %d)", s.Key, s.PID)
 		sandbox.Teardown(e.stateDir, s.Key)
 	}
+	e.mu.Lock()
+	keys := slices.Clone(e.keys)
+	e.mu.Unlock()
+	for _, dir := range proxyCgroupsLeft(keys) {
+		e.t.Errorf("proxy cgroup left behind: %s", dir)
+		removeCgroupTree(dir)
+	}
+}
+
+// proxyCgroupsLeft lists the cgroups in doorman's slice, in every
+// hierarchy, of the proxies of sandboxes keys.
+func proxyCgroupsLeft(keys []string) []string {
+	mounts, _ := cgroupMounts()
+	var out []string
+	for _, m := range mounts {
+		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
+			continue
+		}
+		for _, k := range keys {
+			found, _ := filepath.Glob(filepath.Join(m.mountpoint, sandbox.DefaultCgroupSlice, "doorman-"+k+"*"))
+			out = append(out, found...)
+		}
+	}
+	return out
 }
 
 // tablePresent reports whether c's namespace holds doorman's table.

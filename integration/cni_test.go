@@ -212,12 +212,16 @@ func TestCNILifecycle(t *testing.T) {
 		t.Fatalf("CHECK after repair: %v", err)
 	}
 
-	// ...and a dead proxy; with the proxy dead, no TCP gets out.
+	// ...and a dead proxy (its supervisor killed first, else it would
+	// start another; see TestSupervise*); with the proxy dead, no TCP
+	// gets out.
 	s := e.state(c)
-	if err := syscall.Kill(s.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	for _, pid := range []int{s.Supervisor.PID, s.PID} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, pid)
 	}
-	waitGone(t, s.PID)
 	if err := e.check(c); err == nil {
 		t.Fatal("CHECK passed with the proxy killed")
 	}
@@ -375,13 +379,19 @@ func assertNoTrace(t *testing.T, e *cniEnv, c *container) {
 	if tablePresent(t, c) {
 		t.Error("table left after a failed ADD")
 	}
-	if pids := proxiesFor(c.rt.ContainerID); len(pids) > 0 {
+	if pids := append(proxiesFor(c.rt.ContainerID), supervisorsFor(c.rt.ContainerID)...); len(pids) > 0 {
 		t.Errorf("proxy processes left after a failed ADD: %v", pids)
 	}
 }
 
 // proxiesFor lists doorman proxy processes serving sandbox id.
-func proxiesFor(id string) []int {
+func proxiesFor(id string) []int { return doormanProcsFor("proxy", id) }
+
+// supervisorsFor lists the supervisors of sandbox id's proxies.
+func supervisorsFor(id string) []int { return doormanProcsFor("supervise", id) }
+
+// doormanProcsFor lists the `doorman VERB` processes of sandbox id.
+func doormanProcsFor(verb, id string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, d := range ents {
@@ -394,7 +404,7 @@ func proxiesFor(id string) []int {
 			continue
 		}
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 1 && args[1] == "proxy" && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
+		if len(args) > 1 && args[1] == verb && strings.Contains(string(cmdline), "\x00"+id+"\x00") {
 			pids = append(pids, pid)
 		}
 	}

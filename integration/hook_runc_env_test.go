@@ -420,7 +420,7 @@ func (r *runcEnv) assertNoSandbox(c *runcContainer) {
 		r.t.Errorf("state of %s is there: %v", c.id, err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		pids := proxiesFor(c.id)
+		pids := append(proxiesFor(c.id), supervisorsFor(c.id)...)
 		if len(pids) == 0 {
 			break
 		}

@@ -172,6 +172,7 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		LogDir:            n.LogDir,
 		UpstreamResolvers: n.UpstreamResolvers,
 		AllowDirect:       slices.Clone(n.Settings.AllowDirect),
+		ProxyLimits:       n.ProxyLimits,
 		CADir:             filepath.Join(n.CADir, n.Name),
 		UpstreamCAFile:    n.UpstreamCAFile,
 	}

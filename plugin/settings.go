@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
@@ -27,7 +28,7 @@ var Keys = []string{
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
-	"inspect", "caDir", "upstreamCAFile", "limits",
+	"inspect", "caDir", "upstreamCAFile", "limits", "proxyLimits",
 }
 
 // CNIKeys are the keys of a plugin's entry that belong to the CNI and the
@@ -96,6 +97,10 @@ type Settings struct {
 	// /etc/doorman/limits.json (hostconf.LimitsFile), each one left out
 	// is the host's, else the default.
 	Limits proxyconf.Limits
+	// ProxyLimits are the limits of each proxy's cgroup, from
+	// proxyLimits ({"memory": "256Mi", "pids": 512, "cpuWeight": 100},
+	// see sandbox.ProxyLimitsConfig); a zero field is the default.
+	ProxyLimits cgroup.Limits
 }
 
 // defaultSettings are the settings of an entry with none of Keys.
@@ -188,6 +193,16 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 		*dst = p
 	}
 	s.parseOTLP(v)
+	if raw, has := v.raw["proxyLimits"]; has && string(raw) != "null" {
+		var c sandbox.ProxyLimitsConfig
+		err := json.Unmarshal(raw, &c)
+		if err == nil {
+			s.ProxyLimits, err = c.Limits("proxyLimits")
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if raw, has := v.raw["limits"]; has && string(raw) != "null" {
 		l, err := hostconf.ParseLimits(raw)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
@@ -82,6 +83,9 @@ type Config struct {
 	Limits proxyconf.Limits
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
+	// ProxyLimits are the limits of the sandbox proxy's cgroup (the
+	// plugin's proxyLimits; zero fields: its defaults).
+	ProxyLimits cgroup.Limits
 	// Logf reports what is worth a user's attention but does not stop the
 	// run (a stale run reaped, a leftover it could not remove). Default:
 	// discard.
@@ -317,6 +321,9 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	}
 	if c.Limits != (proxyconf.Limits{}) {
 		doorman["limits"] = c.Limits
+	}
+	if l := sandbox.ProxyLimitsConfigOf(c.ProxyLimits); l != nil {
+		doorman["proxyLimits"] = l
 	}
 	return json.Marshal(map[string]any{
 		"cniVersion": cniVersion,

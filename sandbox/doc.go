@@ -16,9 +16,12 @@
 //
 //  1. create the proxy's listening sockets inside the sandbox's network
 //     namespace (they stay bound to it after the thread leaves);
-//  2. write the proxy's config file (package proxyconf), start one
-//     detached `doorman proxy` in the caller's namespace, hand it those
-//     sockets, and wait until it says it is serving;
+//  2. write the proxy's config file (package proxyconf), make the proxy's
+//     cgroup (package cgroup: below the cgroup the runtime names, else in
+//     doorman's slice, with the Spec's limits), start one detached
+//     `doorman supervise` in the caller's namespace (package supervise),
+//     hand it those sockets, and wait until the `doorman proxy` it starts
+//     as its worker says it is serving;
 //  3. install the nftables ruleset (package enforce) that redirects the
 //     sandbox's TCP to those sockets and rejects everything else;
 //  4. meanwhile, where asked, install the host-side layer (package
@@ -34,6 +37,17 @@
 // UpdatePolicy and EditPolicy change a live sandbox's policy, starting or
 // stopping its proxy when the mode enters or leaves none; Teardown, Check,
 // List, Find and Holder do what they say.
+//
+// The supervisor holds the listeners and replaces a worker that dies, so
+// the sandbox stays closed (never open) while none runs, and the ruleset
+// never changes for it. The state records the supervisor; the worker
+// serving now is the one its status file names (Load reads it). Check
+// fails while no worker serves, while workers crash loop, when the
+// supervisor is gone (nothing would replace the worker), and after Stop,
+// an operator's way to keep a sandbox's proxy stopped until Start.
+// Teardown, Stop and a mode change to none stop the supervisor, then any
+// worker left, then remove the cgroup, which kills whatever still runs in
+// it.
 //
 // The state records the namespace's identity (nsfs device and inode) beside
 // its path. Runtimes often name a namespace /proc/PID/ns/net, which names

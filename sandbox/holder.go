@@ -7,10 +7,10 @@ import (
 
 // Holder says who holds the network namespace at nsPath, other than
 // sandbox key: holder is the first sandbox recorded on that namespace whose
-// enforcement runs there (its ruleset in place, and its proxy running or
-// the sandbox in mode none), or nil; stale are the others recorded on it,
-// whose enforcement does not run (table gone, or proxy dead), oldest
-// first. One network namespace has one doorman ruleset: the front doors
+// enforcement runs there (its ruleset in place, and its proxy running,
+// stopped by an operator, or the sandbox in mode none), or nil; stale are
+// the others recorded on it, whose enforcement does not run (table gone,
+// or proxy dead), oldest first. One network namespace has one doorman ruleset: the front doors
 // ask before they enforce a sandbox there, and decide what a stale one
 // means for them.
 //
@@ -28,7 +28,7 @@ func Holder(stateDir, key, nsPath string) (holder *State, stale []*State) {
 		if s.Key == key || !s.recordedOn(dev, ino) {
 			continue
 		}
-		if present && holder == nil && (s.Mode == conf.ModeNone || s.ProxyAlive()) {
+		if present && holder == nil && (s.Mode == conf.ModeNone || s.Stopped || s.ProxyAlive()) {
 			holder = s
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,7 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/internal/procstat"
+	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
 // readyTimeout bounds how long Enforce waits for a new proxy to serve.
@@ -26,29 +29,53 @@ const readyTimeout = 10 * time.Second
 // readable by its owner only: it carries the OTLP headers.
 const proxyConfigFile = "proxy-config.json"
 
+// supervisorFile, in a sandbox's state directory, is its supervisor's
+// status (see supervise.Status): the worker serving now, restarts, how the
+// last one ended.
+const supervisorFile = "supervisor.json"
+
 // proxyDrainTimeout is how long a sandbox's proxy lets open connections
 // finish once it is told to stop: the sandbox is going.
 const proxyDrainTimeout = 500 * time.Millisecond
 
-// spawnedProxy is a proxy process that was started and may not serve yet.
+// supervisorGrace is how long a supervisor may take to stop its worker
+// (which drains for proxyDrainTimeout, then gets SIGKILL) and exit after
+// SIGTERM, before it gets SIGKILL itself.
+const supervisorGrace = 2 * time.Second
+
+// Proc names one process: its pid and its start time, which together are
+// never reused (see package procstat).
+type Proc struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"pidStart"`
+}
+
+// alive reports whether p still runs (and is not a zombie).
+func (p *Proc) alive() bool { return p != nil && proxyAlive(p.PID, p.Start) }
+
+// spawnedProxy is a sandbox's supervisor that was started, whose first
+// worker may not serve yet.
 type spawnedProxy struct {
 	cmd     *exec.Cmd
 	ready   chan error
 	exited  chan error
 	errPath string
 	errFrom int64 // where this proxy's output starts in errPath
+	status  string
+	cgroup  *cgroup.Group
 }
 
 // maxStartError bounds how much of a proxy's own error output an error
 // that it did not start quotes.
 const maxStartError = 1024
 
-// spawnProxy starts a detached `doorman proxy` (its own session, stdio on
-// /dev/null, so it outlives the plugin and the runtime and never holds the
-// runtime's pipes open) and hands it the sockets. The caller may install
-// the ruleset meanwhile (connections wait in the listeners' backlog), then
-// calls wait.
-func spawnProxy(binary, sandbox, config, logFile string, files []*os.File) (*spawnedProxy, error) {
+// spawnSupervisor starts a detached `doorman supervise` (its own session,
+// stdio on /dev/null, so it outlives the plugin and the runtime and never
+// holds the runtime's pipes open), handing it the sockets; it joins grp,
+// if any, and starts the sandbox's proxy as its worker. The caller may
+// install the ruleset meanwhile (connections wait in the listeners'
+// backlog), then calls wait.
+func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgroup.Group, files []*os.File) (*spawnedProxy, error) {
 	readR, readW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -64,11 +91,18 @@ func spawnProxy(binary, sandbox, config, logFile string, files []*os.File) (*spa
 	// ExtraFiles start at fd 3: the sockets, then the readiness pipe.
 	// --sandbox repeats the config's, so that ps shows whose proxy it is.
 	extra := append(slices.Clip(files), readW)
-	args := []string{"proxy", "--sandbox", sandbox, "--config", config, "--ready-fd", strconv.Itoa(2 + len(extra))}
+	args := []string{"supervise", "--sandbox", sandbox, "--config", config, "--status", status}
+	if grp != nil {
+		for _, d := range grp.Dirs {
+			args = append(args, "--cgroup", d)
+		}
+	}
+	args = append(args, "--ready-fd", strconv.Itoa(2+len(extra)))
 	cmd := exec.Command(binary, args...)
 	cmd.Stdin, cmd.Stdout = devnull, devnull
-	// Early failures (bad flags, unreadable policy) go to the decision
-	// log's directory as the proxy's own stderr.
+	// Early failures (bad flags, unreadable policy) and the supervisor's
+	// account of its workers go to the decision log's directory, as the
+	// proxy's own stderr.
 	errPath := logFile + ".stderr"
 	errLog, err := os.OpenFile(errPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
@@ -88,7 +122,8 @@ func spawnProxy(binary, sandbox, config, logFile string, files []*os.File) (*spa
 	// network stack, not in Go code, and with one P it wakes no second
 	// thread per connection. Measured side by side (docs/benchmarks.md):
 	// about 10% more new connections per second and 7% less CPU per
-	// connection than with two, bulk throughput unchanged.
+	// connection than with two, bulk throughput unchanged. The
+	// supervisor passes its environment on to each worker.
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"}
 	err = cmd.Start()
 	readW.Close()
@@ -96,7 +131,7 @@ func spawnProxy(binary, sandbox, config, logFile string, files []*os.File) (*spa
 		readR.Close()
 		return nil, fmt.Errorf("start proxy %s: %w", binary, err)
 	}
-	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom}
+	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom, status: status, cgroup: grp}
 	go func() { p.exited <- cmd.Wait() }()
 	go func() {
 		defer readR.Close()
@@ -110,31 +145,37 @@ func spawnProxy(binary, sandbox, config, logFile string, files []*os.File) (*spa
 	return p, nil
 }
 
-// wait waits until the proxy serves and returns its pid and start time.
-// A proxy that fails to get ready is killed.
-func (p *spawnedProxy) wait() (int, uint64, error) {
+// wait waits until the first worker serves and returns the supervisor
+// and that worker. A proxy that fails to get ready is killed.
+func (p *spawnedProxy) wait() (supervisor, worker Proc, err error) {
 	select {
 	case err := <-p.ready:
 		if err != nil {
 			p.kill()
-			return 0, 0, p.startError(err)
+			return Proc{}, Proc{}, p.startError(err)
 		}
 	case err := <-p.exited:
-		return 0, 0, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
+		p.exited <- err
+		p.kill()
+		return Proc{}, Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
 	case <-time.After(readyTimeout):
 		p.kill()
-		return 0, 0, fmt.Errorf("proxy not ready after %v", readyTimeout)
+		return Proc{}, Proc{}, fmt.Errorf("proxy not ready after %v", readyTimeout)
 	}
 	pid := p.cmd.Process.Pid
 	start, err := processStart(pid)
 	if err != nil {
 		p.kill()
-		return 0, 0, fmt.Errorf("proxy pid %d: %w", pid, err)
+		return Proc{}, Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
 	}
-	// The goroutine in spawnProxy keeps waiting for the child, so that a
-	// long-lived caller (the CLI, tests) reaps it; once this process
-	// exits, the proxy belongs to no one and runs on.
-	return pid, start, nil
+	// The supervisor wrote its status before it said ready.
+	if st, err := supervise.ReadStatus(p.status); err == nil && st.Worker != nil {
+		worker = Proc{PID: st.Worker.PID, Start: st.Worker.Start}
+	}
+	// The goroutine in spawnSupervisor keeps waiting for the child, so
+	// that a long-lived caller (the CLI, tests) reaps it; once this
+	// process exits, the supervisor belongs to no one and runs on.
+	return Proc{PID: pid, Start: start}, worker, nil
 }
 
 // startError is err, the reason the proxy did not get to serve, with what
@@ -155,9 +196,21 @@ func (p *spawnedProxy) startError(err error) error {
 	return fmt.Errorf("%w: %s (in %s)", err, said, p.errPath)
 }
 
-// kill ends a proxy that is not wanted after all.
+// kill ends a proxy that is not wanted after all: the supervisor, the
+// worker it started, and the cgroup they ran in.
 func (p *spawnedProxy) kill() {
 	p.cmd.Process.Kill()
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(5 * time.Second):
+	}
+	if st, err := supervise.ReadStatus(p.status); err == nil && st.Worker != nil {
+		stopProcess(st.Worker.PID, st.Worker.Start, 0)
+	}
+	if p.cgroup != nil {
+		p.cgroup.Remove(5 * time.Second)
+	}
 }
 
 // processStart reads a process's start time: together with the pid it
@@ -191,8 +244,8 @@ func openProxy(pid int, start uint64) (int, error) {
 	return fd, nil
 }
 
-// proxyAlive reports whether the recorded proxy process still runs (and is
-// not a zombie).
+// proxyAlive reports whether the recorded process still runs (and is not
+// a zombie).
 func proxyAlive(pid int, start uint64) bool {
 	fd, err := openProxy(pid, start)
 	if err != nil || fd < 0 {
@@ -203,19 +256,22 @@ func proxyAlive(pid int, start uint64) bool {
 	return err == nil && !st.Exited()
 }
 
-// stopProxy terminates the recorded proxy through a pidfd: SIGTERM, then
-// SIGKILL if it has not exited within grace. A proxy already gone is fine.
-func stopProxy(pid int, start uint64, grace time.Duration) error {
+// stopProcess terminates the recorded process through a pidfd: SIGTERM, then
+// SIGKILL if it has not exited within grace (at once for no grace). One
+// already gone is fine.
+func stopProcess(pid int, start uint64, grace time.Duration) error {
 	fd, err := openProxy(pid, start)
 	if err != nil || fd < 0 {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("signal proxy %d: %w", pid, err)
-	}
-	if waitPidfd(fd, grace) {
-		return nil
+	if grace > 0 {
+		if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("signal proxy %d: %w", pid, err)
+		}
+		if waitPidfd(fd, grace) {
+			return nil
+		}
 	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("kill proxy %d: %w", pid, err)
@@ -248,6 +304,68 @@ func waitPidfd(fd int, timeout time.Duration) bool {
 	}
 }
 
+// stopProxy stops the sandbox's proxy and removes its cgroup: the
+// supervisor first (on SIGTERM it stops its worker, and starts no other),
+// then whatever still runs (the worker of a supervisor that is gone or
+// would not stop; a proxy an earlier release started), then the cgroup,
+// which kills anything left in it. It records that nothing runs.
+func (s *State) stopProxy() error {
+	var errs []error
+	if s.Supervisor != nil {
+		errs = append(errs, stopProcess(s.Supervisor.PID, s.Supervisor.Start, supervisorGrace))
+		// The last worker it started, which its status names.
+		s.loadSupervision()
+	}
+	errs = append(errs, stopProcess(s.PID, s.PIDStart, time.Second))
+	errs = append(errs, s.removeCgroup())
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	s.PID, s.PIDStart, s.Supervisor, s.supervision = 0, 0, nil, nil
+	os.Remove(filepath.Join(s.Dir, supervisorFile))
+	return nil
+}
+
+// loadSupervision reads the supervisor's status file, if the sandbox
+// records a supervisor, and takes the worker it names as the sandbox's
+// proxy: the recorded pid is the worker that served when the state was
+// saved, and the supervisor replaces it when it dies. A status file of
+// another supervisor (one that a failed start left) is ignored.
+func (s *State) loadSupervision() {
+	s.supervision = nil
+	if s.Supervisor == nil || s.Dir == "" {
+		return
+	}
+	st, err := supervise.ReadStatus(filepath.Join(s.Dir, supervisorFile))
+	if err != nil || st.Supervisor.PID != s.Supervisor.PID || st.Supervisor.Start != s.Supervisor.Start {
+		return
+	}
+	s.supervision = st
+	if st.Worker != nil {
+		s.PID, s.PIDStart = st.Worker.PID, st.Worker.Start
+	} else {
+		s.PID, s.PIDStart = 0, 0
+	}
+}
+
+// Supervision is what the sandbox's supervisor last said of its proxy
+// (see supervise.Status), or nil: a sandbox in mode none, stopped, or
+// whose proxy an earlier release started has none, and one whose
+// supervisor has gone keeps what it said last.
+func (s *State) Supervision() *supervise.Status { return s.supervision }
+
+// SupervisorAlive reports whether the sandbox records a supervisor and it
+// runs.
+func (s *State) SupervisorAlive() bool { return s.Supervisor.alive() }
+
+// Serving reports whether a proxy worker of the sandbox runs: the one its
+// supervisor last started, or the one an earlier release started.
+func (s *State) Serving() bool { return proxyAlive(s.PID, s.PIDStart) }
+
+// ProxyAlive reports whether the sandbox's proxy is alive: a worker
+// serving, or a supervisor that starts the next one.
+func (s *State) ProxyAlive() bool { return s.Serving() || s.SupervisorAlive() }
+
 // clockTicks is USER_HZ, the unit of process start times in /proc: 100 on
 // every Linux architecture Go supports.
 const clockTicks = 100
@@ -255,9 +373,15 @@ const clockTicks = 100
 // ProxyStarted returns when the sandbox's proxy process started. It fails
 // if the proxy is not running.
 func (s *State) ProxyStarted() (time.Time, error) {
-	if !s.ProxyAlive() {
+	if !s.Serving() {
 		return time.Time{}, errors.New("proxy not running")
 	}
+	return startTime(s.PIDStart)
+}
+
+// startTime is the wall clock time of a process start time (clock ticks
+// since boot).
+func startTime(ticks uint64) (time.Time, error) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return time.Time{}, err
@@ -268,9 +392,17 @@ func (s *State) ProxyStarted() (time.Time, error) {
 			if err != nil {
 				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
 			}
-			ticks := int64(s.PIDStart)
 			return time.Unix(boot, 0).Add(time.Duration(ticks) * time.Second / clockTicks), nil
 		}
 	}
 	return time.Time{}, errors.New("/proc/stat has no btime")
+}
+
+// SupervisorStarted returns when the sandbox's supervisor started. It
+// fails if it is not running.
+func (s *State) SupervisorStarted() (time.Time, error) {
+	if !s.SupervisorAlive() {
+		return time.Time{}, errors.New("supervisor not running")
+	}
+	return startTime(s.Supervisor.Start)
 }

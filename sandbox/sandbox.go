@@ -63,7 +63,7 @@ func Enforce(r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS && old.NetNSCurrent() &&
-		(old.Mode == conf.ModeNone || proxyAlive(old.PID, old.PIDStart)) {
+		(old.Mode == conf.ModeNone || old.ProxyAlive()) {
 		return reenforce(old, r)
 	} else if err == nil {
 		// Stale state (proxy dead, or another netns): start afresh.
@@ -96,7 +96,7 @@ func enforceNew(r Request) (_ *State, err error) {
 			if spawned != nil {
 				spawned.kill()
 			}
-			stopProxy(s.PID, s.PIDStart, time.Second)
+			s.stopProxy()
 			if rulesInstalled {
 				enforce.Remove(r.NetNS)
 			}
@@ -121,7 +121,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	if spawned != nil {
-		if s.PID, s.PIDStart, err = spawned.wait(); err != nil {
+		if err := s.started(spawned); err != nil {
 			return nil, err
 		}
 		spawned = nil
@@ -172,6 +172,8 @@ func newState(r Request) (*State, error) {
 		CADir:        r.CADir, UpstreamCAFile: r.UpstreamCAFile,
 		Limits: r.Limits,
 	}
+	lim := limitsWithDefaults(r.ProxyLimits)
+	s.ProxyLimits = &lim
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
 		os.RemoveAll(dir)
@@ -337,7 +339,24 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	if err := cfg.WriteFile(path); err != nil {
 		return nil, err
 	}
-	return spawnProxy(s.ProxyBinary, s.ID, path, s.LogFile, files)
+	grp := s.makeCgroup()
+	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files)
+	if err != nil {
+		s.removeCgroup()
+	}
+	return p, err
+}
+
+// started records the proxy p, once its first worker serves: its
+// supervisor, that worker, and what the supervisor's status says.
+func (s *State) started(p *spawnedProxy) error {
+	sup, worker, err := p.wait()
+	if err != nil {
+		return err
+	}
+	s.Supervisor, s.PID, s.PIDStart, s.Stopped = &sup, worker.PID, worker.Start, false
+	s.loadSupervision()
+	return nil
 }
 
 // dnsUpstreams are the resolvers the DNS filter forwards to from the
@@ -445,9 +464,6 @@ func (s *State) spec() enforce.Spec {
 	return spec
 }
 
-// ProxyAlive reports whether the sandbox's proxy process is running.
-func (s *State) ProxyAlive() bool { return proxyAlive(s.PID, s.PIDStart) }
-
 // Teardown stops the sandbox's proxy, removes its ruleset and its state. A
 // sandbox that is not there, or whose netns is gone, is no error.
 func Teardown(stateDir, key string) error {
@@ -493,7 +509,7 @@ func Teardown(stateDir, key string) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		proxyErr = stopProxy(s.PID, s.PIDStart, time.Second)
+		proxyErr = s.stopProxy()
 	}()
 	go func() {
 		defer wg.Done()
@@ -539,7 +555,8 @@ func RemoveOrphanRules(stateDir, key, nsPath string) error {
 }
 
 // Check reports an error if sandbox key is not enforced as recorded: no
-// state, proxy not running, or the ruleset differs from what doorman
+// state, proxy not running, stopped, crash looping or no longer
+// supervised (see ProxyProblem), or the ruleset differs from what doorman
 // installs.
 func Check(stateDir, key string) error {
 	if stateDir == "" {
@@ -552,8 +569,10 @@ func Check(stateDir, key string) error {
 	if s.Unenforced != "" {
 		return nil // as recorded: nothing enforced
 	}
-	if s.Mode != conf.ModeNone && !s.ProxyAlive() {
-		return fmt.Errorf("check sandbox %s: proxy (pid %d) is not running", key, s.PID)
+	if s.Mode != conf.ModeNone {
+		if err := s.ProxyProblem(); err != nil {
+			return fmt.Errorf("check sandbox %s: %w", key, err)
+		}
 	}
 	if !s.NetNSCurrent() {
 		return fmt.Errorf("check sandbox %s: %w", key, s.errNetNSGone())

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
@@ -62,6 +63,11 @@ type Spec struct {
 	// Limits are the caps of the sandbox's proxy (the zero value: the
 	// defaults; see proxyconf.Limits).
 	Limits proxyconf.Limits
+	// ProxyLimits are the limits of the proxy's cgroup; a zero field
+	// means its default (DefaultProxyMemory, DefaultProxyPids,
+	// DefaultProxyCPUWeight), cgroup.Max no limit (see ParseMemoryLimit,
+	// ParsePidsLimit, ParseCPUWeight).
+	ProxyLimits cgroup.Limits
 }
 
 // Attachment is who a sandbox is: the container and, for CNI, the
@@ -93,13 +99,11 @@ type Attachment struct {
 	// identity on that interface, it pins these rather than those the
 	// interface has. Empty means read them from the interface.
 	Addrs []netip.Addr
-	// CgroupParent is the cgroup the runtime names for the sandbox (CNI
-	// cgroupPath capability: a Kubernetes pod's cgroup parent), "" if
-	// none; recorded in the state. The plugin passes it only in one of
-	// two forms: a clean absolute cgroupfs path
-	// ("/kubepods/burstable/pod<uid>", relative to the cgroup root) or,
-	// under the systemd cgroup driver, a slice's unit name
-	// ("kubepods-burstable-pod<uid>.slice", nested by its dashes).
+	// CgroupParent is the cgroup the proxy's cgroup goes below, as the
+	// runtime names it (see cgroup.ParsePath): a pod's cgroup, from the
+	// CNI cgroupPath capability, or the parent of a container's own
+	// cgroup, for the OCI hook. Empty, or one that cannot be used, means
+	// doorman's slice (DefaultCgroupSlice).
 	CgroupParent string
 }
 
@@ -117,6 +121,9 @@ func (s *Spec) validate(a Attachment) error {
 	}
 	if err := s.Limits.Validate(); err != nil {
 		return err
+	}
+	if w := s.ProxyLimits.CPUWeight; w > cgroup.MaxCPUWeight {
+		return fmt.Errorf("proxy CPU weight %d: want 1 to %d", w, cgroup.MaxCPUWeight)
 	}
 	return ValidKey(a.Key)
 }

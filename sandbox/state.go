@@ -17,9 +17,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
 // Files inside one sandbox's state directory.
@@ -93,17 +95,42 @@ type State struct {
 	// exited and been reused, so doorman changes the rules at NetNS only
 	// while it still names this one (see NetNSCurrent). Zero in states
 	// recorded before these fields were.
-	NetNSDev uint64    `json:"netnsDev,omitempty"`
-	NetNSIno uint64    `json:"netnsIno,omitempty"`
-	PID      int       `json:"pid"`      // proxy process
-	PIDStart uint64    `json:"pidStart"` // its start time (clock ticks since boot), to never signal a reused pid
-	LogFile  string    `json:"logFile"`  // decision log
-	Created  time.Time `json:"created"`  //
-	Dir      string    `json:"-"`        // the sandbox's state directory
+	NetNSDev uint64 `json:"netnsDev,omitempty"`
+	NetNSIno uint64 `json:"netnsIno,omitempty"`
+	// PID and PIDStart are the proxy process (the worker serving, for a
+	// supervised proxy, when the state was saved; Load takes the one the
+	// supervisor's status names) and its start time (clock ticks since
+	// boot), to never signal a reused pid.
+	PID      int    `json:"pid"`
+	PIDStart uint64 `json:"pidStart"`
+	// Supervisor is the proxy's parent (`doorman supervise`), which holds
+	// its listeners and replaces it when it dies. Proxies of earlier
+	// releases have none.
+	Supervisor *Proc `json:"supervisor,omitempty"`
+	// Stopped says an operator stopped the proxy (Stop): nothing
+	// restarts it until Start.
+	Stopped bool `json:"stopped,omitempty"`
+	// ProxyLimits are the limits of the proxy's cgroup (the Spec's, with
+	// the defaults filled in); CgroupParent the cgroup the runtime named
+	// for it (Attachment.CgroupParent). Both are kept for the proxies a
+	// mode change or Start starts later.
+	ProxyLimits  *cgroup.Limits `json:"proxyLimits,omitempty"`
+	CgroupParent string         `json:"cgroupParent,omitempty"`
+	// Cgroup is the cgroup the proxy runs in, if it has one; CgroupError
+	// says why it has none.
+	Cgroup      *ProxyCgroup `json:"cgroup,omitempty"`
+	CgroupError string       `json:"cgroupError,omitempty"`
+	// LeftoverCgroups are cgroups of earlier proxies that could not be
+	// removed from where they were stopped (see removeCgroup).
+	LeftoverCgroups []cgroup.Group `json:"leftoverCgroups,omitempty"`
+	LogFile         string         `json:"logFile"` // decision log
+	Created         time.Time      `json:"created"` //
+	Dir             string         `json:"-"`       // the sandbox's state directory
 
-	// CgroupParent is the cgroup the runtime named for the sandbox
-	// (Attachment.CgroupParent), if any.
-	CgroupParent string `json:"cgroupParent,omitempty"`
+	// supervision is what the supervisor's status file says (see
+	// loadSupervision).
+	supervision *supervise.Status
+
 	// Unenforced, when set, says why doorman enforces nothing on this
 	// attachment ("excluded namespace"): the record of a sandbox the
 	// front door passed through on purpose, so that the CLI lists it,
@@ -255,6 +282,7 @@ func Load(stateDir, key string) (*State, error) {
 	}
 	s.Dir = dir
 	s.migrate(data)
+	s.loadSupervision()
 	return &s, nil
 }
 

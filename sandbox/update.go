@@ -162,13 +162,11 @@ func (s *State) enterNone(p *conf.Policy) error {
 	if err := enforce.Apply(s.NetNS, spec); err != nil {
 		return fmt.Errorf("install the mode none ruleset (the proxy denies everything meanwhile): %w", err)
 	}
-	stopErr := stopProxy(s.PID, s.PIDStart, time.Second)
+	// A proxy that would not stop stays recorded, so that Teardown
+	// still ends it.
+	stopErr := s.stopProxy()
 	s.Mode, s.Port4, s.Port6, s.DNSPort4, s.DNSPort6 = conf.ModeNone, 0, 0, 0, 0
-	if stopErr == nil {
-		// A proxy that would not stop stays recorded, so that Teardown
-		// still ends it.
-		s.PID, s.PIDStart = 0, 0
-	}
+	s.Stopped = false // mode none has no proxy to stop
 	s.relabel()
 	if err := s.save(); err != nil {
 		return err
@@ -205,7 +203,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		if err == nil {
 			return
 		}
-		stopProxy(next.PID, next.PIDStart, time.Second)
+		next.stopProxy()
 		if applied {
 			deny := s.spec()
 			deny.DenyAll = true
@@ -222,7 +220,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err != nil {
 		return err
 	}
-	if next.PID, next.PIDStart, err = spawned.wait(); err != nil {
+	if err := next.started(spawned); err != nil {
 		return err
 	}
 	if err := enforce.Apply(s.NetNS, next.spec()); err != nil {

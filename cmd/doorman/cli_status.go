@@ -8,17 +8,23 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
 // Proxy health as ls and show report it.
 const (
-	healthUp   = "up"   // running
-	healthDown = "down" // should run and does not: the sandbox's TCP is refused
-	healthNone = "none" // mode none: there is no proxy, nothing leaves
-	healthNA   = "n/a"  // not enforced (a pod passed through): no proxy, nothing held
+	healthUp           = "up"           // running
+	healthDown         = "down"         // should run and does not: the sandbox's TCP is refused
+	healthNone         = "none"         // mode none: there is no proxy, nothing leaves
+	healthRestarting   = "restarting"   // no worker runs; its supervisor starts the next one
+	healthCrashLoop    = "crashloop"    // its workers keep dying soon after they start
+	healthUnsupervised = "unsupervised" // running, but its supervisor is gone: not replaced if it dies
+	healthStopped      = "stopped"      // stopped by an operator (doorman stop)
+	healthNA           = "n/a"          // not enforced (a pod passed through): no proxy, nothing held
 )
 
 // sandboxInfo is one sandbox as ls and show report it; -o json writes it
@@ -60,6 +66,39 @@ type proxyInfo struct {
 	Health  string     `json:"health"`
 	PID     int        `json:"pid,omitempty"`
 	Started *time.Time `json:"started,omitempty"`
+	// Problem is what CHECK says is wrong with the proxy, if anything.
+	Problem string `json:"problem,omitempty"`
+	// Supervisor is the proxy's parent, which replaces it when it dies;
+	// none for a proxy an earlier release started.
+	Supervisor *supervisorInfo `json:"supervisor,omitempty"`
+	// Restarts, Failures (in a row), LastExit and NextStart are what
+	// the supervisor last said (see supervise.Status).
+	Restarts  int             `json:"restarts"`
+	Failures  int             `json:"failures,omitempty"`
+	LastExit  *supervise.Exit `json:"lastExit,omitempty"`
+	NextStart *time.Time      `json:"nextStart,omitempty"`
+	// Cgroup is where the proxy runs and what it may use; CgroupError
+	// says why it runs without one.
+	Cgroup      *cgroupInfo `json:"cgroup,omitempty"`
+	CgroupError string      `json:"cgroupError,omitempty"`
+	// LeftoverCgroups are earlier proxies' cgroups not removed yet.
+	LeftoverCgroups []cgroup.Group `json:"leftoverCgroups,omitempty"`
+}
+
+type supervisorInfo struct {
+	PID     int        `json:"pid"`
+	Alive   bool       `json:"alive"`
+	Started *time.Time `json:"started,omitempty"`
+}
+
+// cgroupInfo is the proxy's cgroup, with what its files say now; where
+// they cannot be read (its hierarchy is not mounted where this command
+// runs), Unreadable says why and Limits and Usage are empty.
+type cgroupInfo struct {
+	*sandbox.ProxyCgroup
+	Limits     cgroup.Limits `json:"limits"`
+	Usage      cgroup.Usage  `json:"usage"`
+	Unreadable string        `json:"unreadable,omitempty"`
 }
 
 // describe gathers what ls and show report about s. Counts come from the
@@ -84,23 +123,69 @@ func describe(s *sandbox.State) *sandboxInfo {
 		info.Mode, info.Entries, info.policy = string(p.Mode), len(p.Entries), p
 	}
 	info.Label = displayLabel(s.Label, conf.Mode(info.Mode))
-	switch {
-	case s.Mode == conf.ModeNone && !s.ProxyAlive():
-		info.Proxy.Health = healthNone
-	case s.ProxyAlive():
-		info.Proxy.Health, info.Proxy.PID = healthUp, s.PID
-		if t, err := s.ProxyStarted(); err == nil {
-			info.Proxy.Started = &t
-		}
-	default:
-		info.Proxy.Health = healthDown
-	}
+	info.Proxy = describeProxy(s)
 	if c, err := decisionlog.CountFile(s.LogFile, s.Created); err != nil {
 		info.CountError = err.Error()
 	} else {
 		info.Counts = c
 	}
 	return info
+}
+
+// describeProxy gathers what ls and show report about s's proxy.
+func describeProxy(s *sandbox.State) proxyInfo {
+	var p proxyInfo
+	if s.Mode == conf.ModeNone && !s.ProxyAlive() {
+		p.Health = healthNone
+		return p
+	}
+	if err := s.ProxyProblem(); err != nil {
+		p.Problem = err.Error()
+	}
+	sup := s.Supervision()
+	serving := s.Serving()
+	switch {
+	case s.Stopped:
+		p.Health = healthStopped
+	case serving && sup != nil && sup.CrashLooping() && s.SupervisorAlive():
+		p.Health = healthCrashLoop
+	case serving && s.Supervisor != nil && !s.SupervisorAlive():
+		p.Health = healthUnsupervised
+	case serving:
+		p.Health = healthUp
+	case s.SupervisorAlive():
+		p.Health = healthRestarting
+		if sup != nil && sup.CrashLooping() {
+			p.Health = healthCrashLoop
+		}
+	default:
+		p.Health = healthDown
+	}
+	if serving {
+		p.PID = s.PID
+		if t, err := s.ProxyStarted(); err == nil {
+			p.Started = &t
+		}
+	}
+	if s.Supervisor != nil {
+		p.Supervisor = &supervisorInfo{PID: s.Supervisor.PID, Alive: s.SupervisorAlive()}
+		if t, err := s.SupervisorStarted(); err == nil {
+			p.Supervisor.Started = &t
+		}
+	}
+	if sup != nil {
+		p.Restarts, p.Failures, p.LastExit, p.NextStart = sup.Restarts, sup.Failures, sup.LastExit, sup.NextStart
+	}
+	if s.Cgroup != nil {
+		p.Cgroup = &cgroupInfo{ProxyCgroup: s.Cgroup}
+		if l, err := s.Cgroup.Limits(); err != nil {
+			p.Cgroup.Unreadable = err.Error()
+		} else {
+			p.Cgroup.Limits, p.Cgroup.Usage = l, s.Cgroup.Usage()
+		}
+	}
+	p.CgroupError, p.LeftoverCgroups = s.CgroupError, s.LeftoverCgroups
+	return p
 }
 
 // displayLabel is the enforcement label to show for a sandbox recorded
@@ -121,13 +206,19 @@ func runLs(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("ls", "[-o json] [--all]", `
 Lists every enforced sandbox on this host: id (for a Kubernetes pod,
 <namespace>/<pod name>), container name, runtime path (cni or hook),
-policy mode and number of entries, proxy health (up, down: its TCP is
-refused, none: mode none has no proxy, n/a: not enforced), connections
-allowed and denied since it was enforced, DNS queries its DNS filter
-refused ("-" without the filter), and its enforcement label. A pod in a
-namespace the CNI configuration excludes is listed with the label
-"n/a (excluded namespace)". -o json has the DNS filter's counts under
-"dnsQueries".
+policy mode and number of entries, proxy health, how many times its
+supervisor replaced a proxy that died ("-" for a proxy an earlier release
+started), connections allowed and denied since it was enforced, DNS
+queries its DNS filter refused ("-" without the filter), and its
+enforcement label. Proxy health is up; restarting (no proxy runs: its
+supervisor starts the next, and meanwhile the sandbox's TCP waits or is
+refused); crashloop (its proxies keep dying soon after they start);
+unsupervised (it runs, but its supervisor is gone: nothing replaces it if
+it dies); stopped (doorman stop); down (nothing runs: its TCP is refused);
+none (mode none has no proxy); n/a (not enforced). A pod in a namespace
+the CNI configuration excludes is listed with the label "n/a (excluded
+namespace)". -o json has the DNS filter's counts under "dnsQueries", and
+under "proxy" the supervisor, the last exit and the cgroup.
 
 --all also lists, after the sandboxes, the network namespaces of this
 host's processes that doorman does not enforce (label "unenforced"): no
@@ -175,7 +266,7 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 		perID[s.ID]++
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
+	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tRESTARTS\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
 	for _, i := range infos {
 		id := shortID(i.ID)
 		if perID[i.ID] > 1 {
@@ -189,11 +280,15 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 		if i.state.DNSFilter {
 			dnsDenied = fmt.Sprint(i.DNS.Denied)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
-			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, i.Allowed, i.Denied, dnsDenied, i.Label)
+		restarts := "-"
+		if i.state.Supervisor != nil {
+			restarts = fmt.Sprint(i.Proxy.Restarts)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
 	}
 	for _, u := range unenforced {
-		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
+		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -237,8 +332,10 @@ func icmpSummary(s *sandbox.State) string {
 func runShow(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
 Shows one sandbox: its policy, resolvers, enforcement label (for a pod,
-its uid and the cgroup the runtime named), proxy pid and uptime, counts
-of connections and of DNS queries (with the DNS filter on), and its most
+its uid and the cgroup the runtime named), proxy pid and uptime, its
+supervisor, how many times a proxy that died was replaced and how the last
+one ended, the cgroup it runs in with its limits and usage, counts of
+connections and of DNS queries (with the DNS filter on), and its most
 recent decisions, DNS queries included.
 
 `+sandboxArg, stdout, stderr)
@@ -390,17 +487,39 @@ func (i showInfo) networkRows(row func(k, v string)) {
 
 // proxyRows are show's rows on the proxy and what it counted.
 func (i showInfo) proxyRows(row func(k, v string), now time.Time) {
-	switch i.Proxy.Health {
-	case healthUp:
-		up := "up"
-		if i.Proxy.Started != nil {
-			up = "up " + roundAge(now.Sub(*i.Proxy.Started))
+	p := i.Proxy
+	up := func() string {
+		if p.Started == nil {
+			return fmt.Sprintf("pid %d", p.PID)
 		}
-		row("proxy", fmt.Sprintf("pid %d, %s", i.Proxy.PID, up))
+		return fmt.Sprintf("pid %d, up %s", p.PID, roundAge(now.Sub(*p.Started)))
+	}
+	switch p.Health {
+	case healthUp:
+		row("proxy", up())
+	case healthCrashLoop:
+		what := "no proxy runs"
+		if p.PID != 0 {
+			what = up()
+		}
+		row("proxy", fmt.Sprintf("CRASH LOOP: %s; %d in a row ended soon after they started", what, p.Failures))
+	case healthRestarting:
+		next := "now"
+		if p.NextStart != nil {
+			next = "in " + p.NextStart.Sub(now).Round(100*time.Millisecond).String()
+		}
+		row("proxy", fmt.Sprintf("RESTARTING: no proxy runs (the sandbox's TCP waits, or is refused); the next starts %s", next))
+	case healthUnsupervised:
+		row("proxy", up()+"; NOT SUPERVISED: its supervisor is gone, nothing replaces it if it dies (doorman start restores it)")
+	case healthStopped:
+		row("proxy", "STOPPED by an operator: the sandbox's TCP is refused (doorman start starts it)")
 	case healthDown:
 		row("proxy", "NOT RUNNING: the sandbox's TCP connections are refused")
 	default:
 		row("proxy", "none (mode none: nothing leaves)")
+	}
+	if p.Health != healthNone && p.Health != healthStopped {
+		i.supervisionRows(row, now)
 	}
 	counts := fmt.Sprintf("%d allowed, %d denied, %d failed upstream", i.Allowed, i.Denied, i.Errors)
 	if i.CountError != "" {
@@ -414,6 +533,68 @@ func (i showInfo) proxyRows(row func(k, v string), now time.Time) {
 		}
 		row("dns queries", dns)
 	}
+}
+
+// supervisionRows are show's rows on the proxy's supervisor and cgroup.
+func (i showInfo) supervisionRows(row func(k, v string), now time.Time) {
+	p := i.Proxy
+	switch {
+	case p.Supervisor == nil:
+		row("supervisor", "none (a proxy an earlier release started: doorman start puts one under a supervisor)")
+	case p.Supervisor.Alive && p.Supervisor.Started != nil:
+		row("supervisor", fmt.Sprintf("pid %d, up %s", p.Supervisor.PID, roundAge(now.Sub(*p.Supervisor.Started))))
+	case p.Supervisor.Alive:
+		row("supervisor", fmt.Sprintf("pid %d", p.Supervisor.PID))
+	default:
+		row("supervisor", fmt.Sprintf("GONE (pid %d)", p.Supervisor.PID))
+	}
+	if p.Supervisor != nil {
+		restarts := fmt.Sprint(p.Restarts)
+		if e := p.LastExit; e != nil {
+			restarts += fmt.Sprintf("; the last proxy (pid %d) %s after %v, %s ago", e.PID, e.Reason, time.Duration(e.Ran), roundAge(now.Sub(e.Time)))
+		}
+		row("restarts", restarts)
+	}
+	switch {
+	case p.Cgroup != nil:
+		where := "below the runtime's " + p.Cgroup.Parent
+		if p.Cgroup.Slice {
+			where = "doorman's slice"
+		}
+		l, u := p.Cgroup.Limits, p.Cgroup.Usage
+		v := fmt.Sprintf("%s (%s): memory %s of %s, %d of %s pids, cpu weight %d", p.Cgroup.Path, where,
+			formatBytes(u.Memory), formatLimit(l.Memory, formatBytes), u.Pids, formatLimit(l.Pids, func(n uint64) string { return fmt.Sprint(n) }), l.CPUWeight)
+		if p.Cgroup.Unreadable != "" {
+			v = fmt.Sprintf("%s (%s): limits and usage not readable from here: %s", p.Cgroup.Path, where, p.Cgroup.Unreadable)
+		}
+		if p.Cgroup.Note != "" {
+			v += "; " + p.Cgroup.Note
+		}
+		row("cgroup", v)
+	case p.CgroupError != "":
+		row("cgroup", "none, not limited: "+p.CgroupError)
+	case p.Supervisor == nil:
+		row("cgroup", "none (a proxy an earlier release started)")
+	}
+	for _, g := range p.LeftoverCgroups {
+		row("leftover", g.Path+" (an earlier proxy's cgroup, not reachable from where it was stopped: the next start, stop or teardown removes it)")
+	}
+}
+
+// formatLimit renders limit n with format, or "no limit".
+func formatLimit(n uint64, format func(uint64) string) string {
+	if n == cgroup.Max || n == 0 {
+		return "no limit"
+	}
+	return format(n)
+}
+
+// formatBytes renders n bytes in MiB (KiB below one).
+func formatBytes(n uint64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // roundAge renders an age to the second, or in days and hours past two

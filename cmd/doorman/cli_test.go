@@ -137,12 +137,12 @@ func TestCLIListAndShow(t *testing.T) {
 	if r.code != 0 || len(lines) != 3 {
 		t.Fatalf("ls: %+v", r)
 	}
-	// Connections allowed and denied, then the queries the DNS filter
-	// refused, "-" without the filter.
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down 1 2 4 full" {
+	// No supervisor ("-" restarts), connections allowed and denied,
+	// then the queries the DNS filter refused, "-" without the filter.
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down - 1 2 4 full" {
 		t.Errorf("ls row %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down 0 0 - n/a" {
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down - 0 0 - n/a" {
 		t.Errorf("ls row %q", lines[2])
 	}
 

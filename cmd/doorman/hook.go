@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/sandbox"
 )
 
 // runtimeLinkName is the name under which doorman acts as the runc wrapper.
@@ -30,6 +32,8 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	limitsConfig := fs.String("limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize); the defaults if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
+	var limits proxyLimitFlags
+	limits.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: doorman hook [FLAGS] createRuntime|prestart|poststop   (state JSON on stdin)")
 		fs.PrintDefaults()
@@ -49,6 +53,10 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
+		return 2
+	}
+	if opts.ProxyLimits, err = limits.parse(); err != nil {
+		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 2
 	}
 	if err := hook.Run(fs.Arg(0), os.Stdin, opts); err != nil {
@@ -82,4 +90,26 @@ func runRuntime(args []string, stdout, stderr io.Writer) int {
 	err = hook.ExecRunc(runc, args)
 	fmt.Fprintf(stderr, "doorman: exec %s: %v\n", runc, err)
 	return 1
+}
+
+// proxyLimitFlags are the flags of the proxy's cgroup limits, which
+// `doorman hook` and `doorman run` share.
+type proxyLimitFlags struct{ memory, pids, cpuWeight string }
+
+func (f *proxyLimitFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.memory, "proxy-memory", "", "memory limit of the proxy's cgroup: `bytes`, with an optional unit k, m or g (powers of 1024: 256Mi, 1g), or max (default 256Mi)")
+	fs.StringVar(&f.pids, "proxy-pids", "", "limit on the `number` of processes and threads in the proxy's cgroup, or max (default 512)")
+	fs.StringVar(&f.cpuWeight, "proxy-cpu-weight", "", "CPU `weight` of the proxy's cgroup against its siblings, 1 to 10000 (default 100, a sibling's share)")
+}
+
+// parse parses the flags' values.
+func (f *proxyLimitFlags) parse() (l cgroup.Limits, err error) {
+	if l.Memory, err = sandbox.ParseMemoryLimit("--proxy-memory", f.memory); err != nil {
+		return l, err
+	}
+	if l.Pids, err = sandbox.ParsePidsLimit("--proxy-pids", f.pids); err != nil {
+		return l, err
+	}
+	l.CPUWeight, err = sandbox.ParseCPUWeight("--proxy-cpu-weight", f.cpuWeight)
+	return l, err
 }

@@ -23,7 +23,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"proxy":   {"serve one sandbox's transparent proxy (started by the plugin and the hook)", runProxy},
+		"proxy":   {"serve one sandbox's transparent proxy (started by doorman supervise)", runProxy},
 		"hook":    {"OCI hook: enforce at createRuntime/prestart, tear down at poststop", runHook},
 		"run":     {"run a command in a fresh network namespace under a doorman policy", runRun},
 		"runtime": {"runc wrapper for dockerd: adds doorman's hooks, then execs runc", runRuntime},
@@ -35,8 +35,14 @@ func commands() map[string]command {
 		"mode":    {"set a sandbox's mode: none, allowlist or open", runMode},
 		"set":     {"replace a sandbox's policy with a policy file", runSet},
 		"logs":    {"print (or follow) a sandbox's decisions", runLogs},
+		"stop":    {"stop a sandbox's proxy (its TCP is refused) until doorman start", runStop},
+		"start":   {"start a sandbox's proxy under a supervisor (after stop, or to restore one)", runStart},
 		"learn":   {"print an allowlist that admits what a sandbox did", runLearn},
 		"ca":      {"show or rotate the per-network CAs of inspected hosts", runCA},
+
+		// The parent of each sandbox's proxy, started by the plugin and
+		// the hook.
+		"supervise": {"hold one sandbox's listeners and restart its proxy when it dies", runSupervise},
 
 		// Kubernetes: the node installer, run by a DaemonSet.
 		"install-cni": {"chain doorman into this node's primary CNI network configuration", runInstallCNI},

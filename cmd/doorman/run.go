@@ -29,6 +29,7 @@ type runFlags struct {
 	caDir, upstreamCA                           string
 	limits                                      string
 	allowICMP                                   bool
+	proxyLimits                                 proxyLimitFlags
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -50,6 +51,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&f.dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
 	fs.Var(&f.subnets, "subnet", "run network `prefix`, one per family (repeatable; default "+runner.DefaultSubnet+")")
+	f.proxyLimits.register(fs)
 }
 
 // runUsage is the text above the flags in `doorman run -h`.
@@ -159,6 +161,9 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		if cfg.Limits, err = hostconf.ParseLimits(data); err != nil {
 			return cfg, fmt.Errorf("--limits %s: %w", f.limits, err)
 		}
+	}
+	if cfg.ProxyLimits, err = f.proxyLimits.parse(); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

@@ -1,0 +1,274 @@
+package supervise
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// envWorker makes this test binary a worker (see TestMain): "serve" says
+// ready, then answers each connection on the inherited listener (fd 3)
+// with its pid until SIGTERM; "fail" exits with status 3 at once;
+// "flaky" says ready and exits with status 4 a moment later.
+const envWorker = "DOORMAN_SUPERVISE_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	switch mode := os.Getenv(envWorker); mode {
+	case "":
+		os.Exit(m.Run())
+	case "fail":
+		fmt.Fprintln(os.Stderr, "test worker: failing as asked")
+		os.Exit(3)
+	case "serve", "flaky":
+		fd := -1
+		for i, a := range os.Args {
+			if a == "--ready-fd" && i+1 < len(os.Args) {
+				fd, _ = strconv.Atoi(os.Args[i+1])
+			}
+		}
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		ln, err := net.FileListener(os.NewFile(3, "listener"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "test worker:", err)
+			os.Exit(1)
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(c, "%d\n", os.Getpid())
+				c.Close()
+			}
+		}()
+		ready := os.NewFile(uintptr(fd), "ready")
+		ready.WriteString("ready\n")
+		ready.Close()
+		if mode == "flaky" {
+			time.Sleep(20 * time.Millisecond)
+			os.Exit(4)
+		}
+		<-term
+		os.Exit(0)
+	}
+}
+
+// harness runs Run on a TCP listener of its own with workers of the given
+// mode, until the test ends.
+type harness struct {
+	t      *testing.T
+	ln     *net.TCPListener
+	status string
+	done   chan error
+	cancel context.CancelFunc
+	ready  chan struct{}
+}
+
+func newHarness(t *testing.T, mode string, tweak func(*Config)) *harness {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, ln: ln, status: filepath.Join(t.TempDir(), "status.json"), done: make(chan error, 1), ready: make(chan struct{})}
+	cfg := Config{
+		Sandbox: "test", Path: os.Args[0], Args: []string{"worker"}, Env: append(os.Environ(), envWorker+"="+mode),
+		Files: []*os.File{f}, Stderr: stderr, StatusFile: h.status,
+		Ready: func() { close(h.ready) },
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-h.done:
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10s of its context's end")
+		}
+		f.Close()
+		ln.Close()
+		stderr.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(stderr.Name())
+			t.Logf("supervisor's stderr:\n%s", data)
+		}
+	})
+	return h
+}
+
+// waitStatus polls the status file until ok says yes (a generous
+// deadline: the machine is shared).
+func (h *harness) waitStatus(what string, ok func(*Status) bool) *Status {
+	h.t.Helper()
+	var last *Status
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if s, err := ReadStatus(h.status); err == nil {
+			last = s
+			if ok(s) {
+				return s
+			}
+		}
+	}
+	h.t.Fatalf("status never %s; last %+v", what, last)
+	return nil
+}
+
+// ask connects to the listener and returns the pid the worker answers
+// with.
+func (h *harness) ask() int {
+	h.t.Helper()
+	c, err := net.DialTimeout("tcp", h.ln.Addr().String(), 10*time.Second)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		h.t.Fatalf("no answer from a worker: %v", err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// A worker killed with SIGKILL is replaced, on the same listener; a
+// connection made while no worker ran waits in the backlog and is
+// answered by the next one.
+func TestRunReplacesAKilledWorker(t *testing.T) {
+	h := newHarness(t, "serve", nil)
+	<-h.ready
+	first := h.waitStatus("serving", func(s *Status) bool { return s.State == StateServing && s.Worker != nil })
+	if first.Supervisor.PID != os.Getpid() || first.Restarts != 0 || first.LastExit != nil {
+		t.Fatalf("first status %+v", first)
+	}
+	if pid := h.ask(); pid != first.Worker.PID {
+		t.Fatalf("answered by %d, the status says %d", pid, first.Worker.PID)
+	}
+	syscall.Kill(first.Worker.PID, syscall.SIGKILL)
+	answered := make(chan int, 1)
+	go func() { answered <- h.ask() }()
+	s := h.waitStatus("serving a second worker", func(s *Status) bool {
+		return s.State == StateServing && s.Worker != nil && s.Worker.PID != first.Worker.PID
+	})
+	if s.Restarts != 1 || s.LastExit == nil || s.LastExit.Reason != "killed by SIGKILL" || s.LastExit.PID != first.Worker.PID || s.LastExit.OOM {
+		t.Errorf("after kill -9: %+v, last exit %+v", s, s.LastExit)
+	}
+	if pid := <-answered; pid != s.Worker.PID {
+		t.Errorf("the connection made across the restart was answered by %d, want the new worker %d", pid, s.Worker.PID)
+	}
+}
+
+// The first worker must serve: its failure is Run's error.
+func TestRunFirstWorkerFails(t *testing.T) {
+	h := newHarness(t, "fail", nil)
+	select {
+	case err := <-h.done:
+		h.done <- err
+		if err == nil || !strings.Contains(err.Error(), "exited with status 3") {
+			t.Errorf("Run: %v, want the worker's exit", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case <-h.ready:
+		t.Error("Ready called for a worker that never served")
+	default:
+	}
+}
+
+// Workers that keep dying back off, the status says so (crash loop), and
+// SIGTERM still stops the supervisor at once.
+func TestRunBacksOff(t *testing.T) {
+	h := newHarness(t, "flaky", func(c *Config) { c.BackoffBase = 200 * time.Millisecond })
+	<-h.ready
+	s := h.waitStatus("in backoff, crash looping", func(s *Status) bool {
+		return s.State == StateBackoff && s.CrashLooping() && s.NextStart != nil
+	})
+	if s.Worker != nil || s.LastExit == nil || s.LastExit.Reason != "exited with status 4" || s.Restarts < CrashLoopAfter-1 {
+		t.Errorf("crash loop status %+v, last exit %+v", s, s.LastExit)
+	}
+	// The delays grow: a later backoff waits longer than the first.
+	later := h.waitStatus("backing off longer", func(o *Status) bool {
+		return o.State == StateBackoff && o.Failures > s.Failures+1
+	})
+	if d0, d1 := s.NextStart.Sub(s.Updated), later.NextStart.Sub(later.Updated); d1 <= d0 {
+		t.Errorf("backoff %v after %d failures, %v after %d: want it growing", d0, s.Failures, d1, later.Failures)
+	}
+	start := time.Now()
+	h.cancel()
+	select {
+	case err := <-h.done:
+		h.done <- err
+		if err != nil {
+			t.Errorf("Run after cancel: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return while backing off")
+	}
+	t.Logf("stopped %v after the cancel, in backoff", time.Since(start).Round(time.Millisecond))
+}
+
+// A worker that serves StableAfter resets the failures; stopping the
+// supervisor stops its worker with SIGTERM.
+func TestRunStableAndStop(t *testing.T) {
+	h := newHarness(t, "serve", func(c *Config) { c.StableAfter = 300 * time.Millisecond })
+	<-h.ready
+	first := h.waitStatus("serving", func(s *Status) bool { return s.State == StateServing })
+	syscall.Kill(first.Worker.PID, syscall.SIGKILL)
+	h.waitStatus("one failure", func(s *Status) bool { return s.Failures == 1 && s.State == StateServing })
+	s := h.waitStatus("failures reset", func(s *Status) bool { return s.Failures == 0 && s.Restarts == 1 })
+	h.cancel()
+	if err := <-h.done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	h.done <- nil
+	for deadline := time.Now().Add(10 * time.Second); alive(s.Worker.PID) && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	}
+	if alive(s.Worker.PID) {
+		t.Errorf("worker %d still runs after Run returned", s.Worker.PID)
+	}
+	final, _ := ReadStatus(h.status)
+	if final.State != StateStopping || final.Worker != nil {
+		t.Errorf("final status %+v", final)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	c := Config{}
+	c.defaults()
+	want := []time.Duration{0, 0, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
+	for f, w := range want {
+		if got := c.Backoff(f); got != w {
+			t.Errorf("Backoff(%d) = %v, want %v", f, got, w)
+		}
+	}
+	if got := c.Backoff(100); got != DefaultBackoffMax {
+		t.Errorf("Backoff(100) = %v, want the cap %v", got, DefaultBackoffMax)
+	}
+}
