@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -591,4 +592,56 @@ func processCgroups(t *testing.T, pid int) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestCRIPodCgroup: on a containerd that passes the cgroupPath
+// capability (2.x; Debian's 1.6 does not), the pod's proxy and its
+// supervisor run below the pod's cgroup in every hierarchy that holds
+// memory, pids or cpu, so that they count against the pod's limits; rmp
+// removes the proxy's cgroup and the pod's goes with the pod.
+func TestCRIPodCgroup(t *testing.T) {
+	skipUnlessCRI(t)
+	skipUnlessContainerd2(t)
+	e := newCNIEnv(t)
+	c := newCRIEnv(t, e, withCRIContainerd(criContainerd2Dir))
+	p := c.mustRunPod(criPodSpec{annotations: map[string]string{"doorman.io/allowed-hosts": apiName}})
+	assertCRIEnforced(t, c, p)
+	s := e.state(&container{key: p.key})
+	if s.CgroupParent != p.cgroupParent {
+		t.Fatalf("recorded cgroup parent %q, want the pod's %q", s.CgroupParent, p.cgroupParent)
+	}
+	if s.Cgroup == nil || s.Cgroup.Slice || s.Cgroup.Parent != p.cgroupParent || !strings.HasPrefix(s.Cgroup.Path, p.cgroupParent+"/") {
+		t.Fatalf("recorded proxy cgroup %+v, want one below the pod's %s", s.Cgroup, p.cgroupParent)
+	}
+	pids := map[string]int{"proxy": s.PID}
+	if s.Supervisor != nil {
+		pids["supervisor"] = s.Supervisor.PID
+	} else {
+		t.Error("no supervisor recorded")
+	}
+	for who, pid := range pids {
+		cgroups := processCgroups(t, pid)
+		for ctrls, path := range cgroups {
+			// The unified hierarchy ("") holds the controllers only on a
+			// cgroup v2 host; on a hybrid one (these machines) it holds
+			// none and doorman leaves it alone.
+			unifiedOnly := ctrls == "" && len(cgroups) == 1
+			for _, ctrl := range strings.Split(ctrls, ",") {
+				if (ctrl == "memory" || ctrl == "pids" || ctrl == "cpu" || unifiedOnly) && !strings.HasPrefix(path, p.cgroupParent+"/") {
+					t.Errorf("the %s (pid %d) is in %s cgroup %s, not below the pod's %s", who, pid, cmp.Or(ctrls, "unified"), path, p.cgroupParent)
+				}
+			}
+		}
+	}
+	if show := e.mustCLI("show", p.id).stdout; !strings.Contains(show, p.cgroupParent) {
+		t.Errorf("show does not name the pod's cgroup %s:\n%s", p.cgroupParent, show)
+	}
+	c.mustCrictl("stopp", p.id)
+	c.mustCrictl("rmp", p.id)
+	assertPodGone(t, e, p)
+	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+		if d, ok := cgroupDir(t, ctrl, s.Cgroup.Path); ok && dirExists(d) {
+			t.Errorf("the proxy's cgroup %s is left after rmp", d)
+		}
+	}
 }

@@ -258,21 +258,16 @@ func TestCNIProxyCgroupPath(t *testing.T) {
 	}
 }
 
-// TestCNIProxyCgroupPathUnusable: a cgroupPath doorman cannot use (not
-// a path nor a systemd name) puts the proxy in doorman's slice, and show
-// says why; the ADD does not fail for it.
-func TestCNIProxyCgroupPathUnusable(t *testing.T) {
+// TestCNIProxyCgroupPathMalformed: a cgroupPath that is neither an
+// absolute cgroupfs path nor a systemd slice name fails the ADD, naming
+// the value, and leaves nothing behind (assertNothingLeft).
+func TestCNIProxyCgroupPathMalformed(t *testing.T) {
 	e := newCNIEnv(t)
 	c := e.newContainer()
 	c.rt.CapabilityArgs = map[string]any{"cgroupPath": "kubepods/relative"}
-	e.mustAdd(c, e.conflist(map[string]any{"capabilities": map[string]any{"cgroupPath": true}}))
-	s := e.state(c)
-	assertProxyIn(t, s, sandbox.DefaultCgroupSlice+"/doorman-"+c.key, defaultLimits)
-	if s.Cgroup == nil || !s.Cgroup.Slice || !strings.Contains(s.Cgroup.Note, `"kubepods/relative"`) {
-		t.Errorf("recorded cgroup %+v, want doorman's slice with a note naming the cgroupPath", s.Cgroup)
-	}
-	if show := e.mustCLI("show", c.rt.ContainerID).stdout; !strings.Contains(show, "not below the runtime's cgroup kubepods/relative") {
-		t.Errorf("show does not say why the proxy is not below the runtime's cgroup:\n%s", show)
+	_, err := e.add(c, e.conflist(map[string]any{"capabilities": map[string]any{"cgroupPath": true}}))
+	if err == nil || !strings.Contains(err.Error(), `cgroupPath "kubepods/relative"`) {
+		t.Fatalf("ADD with a relative cgroupPath: %v, want it refused naming the value", err)
 	}
 }
 
