@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/doorman-net/doorman/ca"
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
@@ -56,6 +57,10 @@ func (r *Request) defaults() error {
 // is already enforced with a live proxy updates its policy and re-applies
 // the ruleset (idempotent). On any error nothing is left behind.
 func Enforce(r Request) (*State, error) {
+	if r.Policy != nil && r.Policy.Mode != conf.ModeNone {
+		// The proxy will join a cgroup: see cgroup.WarmMigration.
+		cgroup.WarmMigration()
+	}
 	if err := r.defaults(); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
