@@ -57,6 +57,17 @@ type Config struct {
 	DNSFilter *bool `json:"dnsFilter,omitempty"`
 	HostLayer *bool `json:"hostLayer,omitempty"`
 	AllowICMP bool  `json:"allowICMP,omitempty"`
+	// Inspect is the request rules of the pods without annotations
+	// (conf.ParseInspectJSON), CADir and UpstreamCAFile the plugin's keys
+	// of those names (see "Request rules: inspected hosts").
+	Inspect        json.RawMessage `json:"inspect,omitempty"`
+	CADir          string          `json:"caDir,omitempty"`
+	UpstreamCAFile string          `json:"upstreamCAFile,omitempty"`
+	// Limits are every pod proxy's caps (proxyconf.Limits), ProxyLimits
+	// the limits of its cgroup (sandbox.ProxyLimitsConfig), as the
+	// plugin reads them; passed on as written.
+	Limits      json.RawMessage `json:"limits,omitempty"`
+	ProxyLimits json.RawMessage `json:"proxyLimits,omitempty"`
 }
 
 // Defaults of the keys a --config file may leave out: the plugin's.

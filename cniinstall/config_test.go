@@ -2,12 +2,16 @@ package cniinstall
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	cniplugin "github.com/doorman-net/doorman/plugin"
 )
 
 func TestValidateConfigDefaults(t *testing.T) {
@@ -130,4 +134,48 @@ func TestBadConfigChangesNothing(t *testing.T) {
 		t.Log(err)
 	}
 	n.assertUnchanged(t, snap)
+}
+
+// Every key the plugin reads survives the installer: a --config that
+// sets one gets an entry that sets it, so that none is dropped on the
+// way to the node (plugin.Keys is the list; a key added there and not
+// here fails this test).
+func TestConfigKeepsEveryPluginKey(t *testing.T) {
+	values := map[string]string{
+		"mode": `"none"`, "allowedHosts": `["api.example.com"]`, "excludeNamespaces": `["kube-system"]`,
+		"clusterDomain": `"cluster.local"`, "serviceCIDRs": `["10.96.0.0/12"]`, "podCIDRs": `["10.244.0.0/16"]`,
+		"allowDirect": `["203.0.113.7"]`, "resolvers": `["203.0.113.53"]`, "upstreamResolver": `"203.0.113.53"`,
+		"policyDir": `"/etc/doorman/pods"`, "stateDir": `"/run/doorman"`, "logDir": `"/var/log/doorman"`,
+		"otlpEndpoint": `"collector.example.com:4318"`, "otlpInsecure": `true`, "otlpHeaders": `{"x-team": "ci"}`,
+		"dnsFilter": `false`, "hostLayer": `false`, "allowICMP": `true`,
+		"inspect": `{"github.com": {"allow": [{"method": "GET"}], "default": "deny"}}`,
+		"caDir":   `"/var/lib/doorman/ca"`, "upstreamCAFile": `"/etc/ssl/certs/ca-certificates.crt"`,
+		"limits":      `{"connections": 100}`,
+		"proxyLimits": `{"memory": "64Mi"}`,
+	}
+	var parts []string
+	for _, k := range cniplugin.Keys {
+		v, ok := values[k]
+		if !ok {
+			t.Fatalf("no sample value for the plugin's key %q", k)
+		}
+		parts = append(parts, fmt.Sprintf("%q: %s", k, v))
+	}
+	c, err := ValidateConfig([]byte("{" + strings.Join(parts, ", ") + "}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range cniplugin.Keys {
+		if _, ok := got[k]; !ok {
+			t.Errorf("the installer's entry drops %q: %s", k, out)
+		}
+	}
 }
