@@ -17,7 +17,9 @@
 // client's framing reaches the upstream: smuggling needs a framing both
 // ends read differently, and here the upstream reads only doorman's.
 // Each side negotiates its own ALPN: a client that speaks HTTP/2 to
-// doorman may be relayed over HTTP/1.1, and the other way round.
+// doorman may be relayed over HTTP/1.1, and the other way round. The relay is httputil.ReverseProxy's without what a relay
+// of one host to itself does not need (relay.go); a WebSocket handshake
+// goes through httputil.ReverseProxy itself.
 //
 // # What a request must be
 //

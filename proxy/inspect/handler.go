@@ -91,7 +91,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit))
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		body, err := readBody(r, limit)
 		if err != nil {
 			refuse(http.StatusBadRequest, "", "reading the body: "+err.Error())
 			return
@@ -128,10 +128,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingBody{ReadCloser: r.Body, n: &rec.up}
+	s.relay(sw, r, sc, rec)
+}
+
+// readBody reads at most limit+1 bytes of a request's body, in one
+// buffer of its declared length if it has one.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength < 0 {
+		return io.ReadAll(io.LimitReader(r.Body, limit+1))
 	}
-	s.reverseProxy(sess, rec).ServeHTTP(sw, r)
+	body := make([]byte, r.ContentLength) // at most limit: checked above
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // checkRequest says why a request may not be relayed whatever the rules,

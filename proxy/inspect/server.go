@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Limits on what a client may send inside an inspected session.
@@ -155,6 +152,10 @@ type sessionConn struct {
 	denied   atomic.Int64
 	closed   chan struct{}
 	once     sync.Once
+	// upstream and upstreamAuthority are where the session's requests
+	// go: its transport and the host:port requests are sent to.
+	upstream          *http.Transport
+	upstreamAuthority string
 }
 
 func (c *sessionConn) Read(b []byte) (int, error) {
@@ -186,6 +187,8 @@ func (s *Server) Serve(sess *Session) Result {
 		sc.Close()
 		return Result{HandshakeErr: err, BytesUp: sc.up.Load(), BytesDown: sc.down.Load()}
 	}
+	sc.upstream = s.transport(sess)
+	sc.upstreamAuthority = net.JoinHostPort(sess.Name, strconv.Itoa(int(sess.Dst.Port())))
 	if !s.ln.push(tc) {
 		tc.Close()
 	}
@@ -226,26 +229,4 @@ func (s *Server) transport(sess *Session) *http.Transport {
 	}
 	s.transports[key] = t
 	return t
-}
-
-// reverseProxy relays one admitted request upstream.
-func (s *Server) reverseProxy(sess *Session, rec *requestRecord) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "https"
-			pr.Out.URL.Host = net.JoinHostPort(sess.Name, strconv.Itoa(int(sess.Dst.Port())))
-			pr.Out.Host = pr.In.Host
-		},
-		Transport: s.transport(sess),
-		ModifyResponse: func(resp *http.Response) error {
-			rec.status = resp.StatusCode
-			resp.Body = &countingBody{ReadCloser: resp.Body, n: &rec.down}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			rec.verdict, rec.reason, rec.status = decisionlog.Error, "upstream: "+err.Error(), http.StatusBadGateway
-			http.Error(w, fmt.Sprintf("doorman: the upstream %s failed: %v", sess.Name, err), http.StatusBadGateway)
-		},
-		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
-	}
 }
