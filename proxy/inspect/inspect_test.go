@@ -287,7 +287,8 @@ func TestRules(t *testing.T) {
 			if h.Get("X-Api-Key") != b.secret {
 				t.Fatalf("upstream got x-api-key %q", h.Get("X-Api-Key"))
 			}
-			if wantProto := map[bool]string{true: "HTTP/2.0", false: "HTTP/1.1"}[c.upstreamH2]; proto != wantProto {
+			// HTTP/2 upstream only for a client that speaks it.
+			if wantProto := map[bool]string{true: "HTTP/2.0", false: "HTTP/1.1"}[c.clientH2 && c.upstreamH2]; proto != wantProto {
 				t.Fatalf("upstream spoke %s, want %s", proto, wantProto)
 			}
 			// Bearer scheme kept; a value that only contains the

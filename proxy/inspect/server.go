@@ -187,7 +187,7 @@ func (s *Server) Serve(sess *Session) Result {
 		sc.Close()
 		return Result{HandshakeErr: err, BytesUp: sc.up.Load(), BytesDown: sc.down.Load()}
 	}
-	sc.upstream = s.transport(sess)
+	sc.upstream = s.transport(sess, tc.ConnectionState().NegotiatedProtocol == "h2")
 	sc.upstreamAuthority = net.JoinHostPort(sess.Name, strconv.Itoa(int(sess.Dst.Port())))
 	if !s.ln.push(tc) {
 		tc.Close()
@@ -198,9 +198,14 @@ func (s *Server) Serve(sess *Session) Result {
 
 // transport returns the upstream transport for a session's target: one
 // per name and dial target, so that sessions reaching the same host share
-// its connections and never another's.
-func (s *Server) transport(sess *Session) *http.Transport {
-	key := sess.Name + "|" + sess.DialKey + "|" + strconv.Itoa(int(sess.Dst.Port()))
+// its connections and never another's, and per client protocol. A client
+// that speaks HTTP/2 to doorman is relayed over HTTP/2 if the host offers
+// it (its streams share one connection); one that speaks HTTP/1.1 is
+// relayed over HTTP/1.1, a pooled connection per request in flight: one
+// HTTP/2 connection would make every HTTP/1.1 session's requests queue
+// behind its one writer and reader.
+func (s *Server) transport(sess *Session, clientH2 bool) *http.Transport {
+	key := sess.Name + "|" + sess.DialKey + "|" + strconv.Itoa(int(sess.Dst.Port())) + "|" + strconv.FormatBool(clientH2)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.transports[key]; ok {
@@ -220,12 +225,15 @@ func (s *Server) transport(sess *Session) *http.Transport {
 			RootCAs:    s.cfg.UpstreamRoots,
 			MinVersion: tls.VersionTLS12,
 		},
-		ForceAttemptHTTP2:     true,
+		ForceAttemptHTTP2:     clientH2,
 		TLSHandshakeTimeout:   handshakeTimeout,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
+	}
+	if !clientH2 {
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // no HTTP/2
 	}
 	s.transports[key] = t
 	return t
