@@ -191,9 +191,13 @@ func checkAuthority(authority string, sess *Session) string {
 	if h, p, err := net.SplitHostPort(authority); err == nil {
 		host, port = h, p
 	}
-	name, err := conf.NormalizeName(host)
-	if err != nil || name != sess.Name {
-		return decisionlog.ReasonWrongAuthority + logSafe(authority)
+	// The session's name is normalized, and normalizing it again
+	// changes nothing: only another spelling needs the IDNA work.
+	if host != sess.Name {
+		name, err := conf.NormalizeName(host)
+		if err != nil || name != sess.Name {
+			return decisionlog.ReasonWrongAuthority + logSafe(authority)
+		}
 	}
 	if port != "" && port != strconv.Itoa(int(sess.Dst.Port())) {
 		return decisionlog.ReasonWrongAuthority + logSafe(authority) + " (another port)"
