@@ -104,6 +104,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
+		rec.up.Store(r.ContentLength)
 	}
 	j := h.Judge(req)
 	rec.rule = j.Rule
@@ -128,7 +129,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
-	s.relay(sw, r, sc, rec)
+	s.relay(sw, r, sc, rec, req.Body != nil)
 }
 
 // readBody reads at most limit+1 bytes of a request's body, in one

@@ -27,7 +27,11 @@ import (
 // 1xx responses passed on, a body of unknown length or an event stream
 // flushed as each part arrives. A WebSocket handshake goes through
 // httputil.ReverseProxy, which relays the upgraded connection.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, rec *requestRecord) {
+//
+// A body read whole for a rule (buffered, counted already) goes as it is:
+// net/http's client writes an in-memory body in the same write as the
+// header, where a body it must read sends the header on its own first.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, rec *requestRecord, buffered bool) {
 	if r.Header.Get("Upgrade") != "" {
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = &countingBody{ReadCloser: r.Body, n: &rec.up}
@@ -54,7 +58,7 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 	out.URL, out.RequestURI, out.Close = &u, "", false
 	if r.ContentLength == 0 {
 		out.Body = nil // lets the transport retry on a dead idle connection
-	} else if r.Body != nil && r.Body != http.NoBody {
+	} else if r.Body != nil && r.Body != http.NoBody && !buffered {
 		// The transport may close or read the body after this handler
 		// has returned; the server's body is closed by the server.
 		body := &requestBody{r: r.Body, n: &rec.up}
