@@ -3,17 +3,18 @@ package inspect
 import (
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 )
 
 // BenchmarkKeepAlive is one process's view of the inspected keep-alive
-// path: HTTP/1.1 clients on keep-alive sessions, a body rule that parses
-// every request, an HTTP/2 upstream. Client and upstream share the CPU
-// with the Server, so it profiles the Server's share, not its speed.
+// path of BenchmarkInspect (integration): HTTP/1.1 clients on keep-alive
+// sessions, a body rule that parses every request, an upstream that
+// offers HTTP/2. Client and upstream share the process with the Server:
+// it is for profiling the Server's share (-cpuprofile, allocations), not
+// a measure of its speed.
 func BenchmarkKeepAlive(b *testing.B) {
-	bd := newBed(b, "api.example.test\ninspect api.example.test deny POST /v1/messages json:tools[].type=web_search*\n", os.Getenv("BENCH_UP_H1") == "")
+	bd := newBed(b, "api.example.test\ninspect api.example.test deny POST /v1/messages json:tools[].type=web_search*\n", true)
 	cl := bd.client(false)
 	const body = `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"bash_20250124","name":"bash"}]}`
 	b.ReportAllocs()
