@@ -33,7 +33,7 @@ import (
 // header, where a body it must read sends the header on its own first.
 func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, rec *requestRecord, buffered bool) {
 	if r.Header.Get("Upgrade") != "" {
-		if r.Body != nil && r.Body != http.NoBody {
+		if r.Body != nil && r.Body != http.NoBody && !buffered {
 			r.Body = &countingBody{ReadCloser: r.Body, n: &rec.up}
 		}
 		s.reverseProxy(sc, rec).ServeHTTP(w, r)
