@@ -129,7 +129,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
-	s.relay(sw, r, sc, rec, req.Body != nil)
+	s.relay(sw, r, sc, rec, req.Body)
 }
 
 // readBody reads at most limit+1 bytes of a request's body, in one

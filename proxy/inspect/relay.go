@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -28,12 +29,14 @@ import (
 // flushed as each part arrives. A WebSocket handshake goes through
 // httputil.ReverseProxy, which relays the upgraded connection.
 //
-// A body read whole for a rule (buffered, counted already) goes as it is:
-// net/http's client writes an in-memory body in the same write as the
-// header, where a body it must read sends the header on its own first.
-func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, rec *requestRecord, buffered bool) {
+// A body read whole for a rule (buffered: r.Body reads it, and it is
+// counted already) goes as it is: net/http's client writes an in-memory
+// body in the same write as the header, where a body it must read sends
+// the header on its own first; and it can be sent again when a pooled
+// connection turns out closed before any of the request was written.
+func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, rec *requestRecord, buffered []byte) {
 	if r.Header.Get("Upgrade") != "" {
-		if r.Body != nil && r.Body != http.NoBody && !buffered {
+		if r.Body != nil && r.Body != http.NoBody && buffered == nil {
 			r.Body = &countingBody{ReadCloser: r.Body, n: &rec.up}
 		}
 		s.reverseProxy(sc, rec).ServeHTTP(w, r)
@@ -56,9 +59,12 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 	u := *r.URL
 	u.Scheme, u.Host = "https", sc.upstreamAuthority
 	out.URL, out.RequestURI, out.Close = &u, "", false
-	if r.ContentLength == 0 {
+	switch {
+	case r.ContentLength == 0:
 		out.Body = nil // lets the transport retry on a dead idle connection
-	} else if r.Body != nil && r.Body != http.NoBody && !buffered {
+	case buffered != nil:
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buffered)), nil }
+	case r.Body != nil && r.Body != http.NoBody:
 		// The transport may close or read the body after this handler
 		// has returned; the server's body is closed by the server.
 		body := &requestBody{r: r.Body, n: &rec.up}
