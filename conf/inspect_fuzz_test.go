@@ -2,11 +2,12 @@ package conf
 
 import (
 	"net/http"
+	"reflect"
 	"testing"
 )
 
-// The seed corpora live in testdata/fuzz/FuzzInspectLine and
-// testdata/fuzz/FuzzJSONPath.
+// The seed corpora live in testdata/fuzz/FuzzInspectLine,
+// testdata/fuzz/FuzzJSONPath and testdata/fuzz/FuzzStrictJSON.
 
 // FuzzInspectLine checks that a policy file with request rules never
 // panics the parser, that what parses renders to a file that parses back
@@ -66,6 +67,23 @@ func FuzzJSONPath(f *testing.F) {
 		}
 		if p.Match(v, glob) && !p.Match(v, "*") {
 			t.Fatalf("%q matches %q in %s but not *", path, glob, body)
+		}
+	})
+}
+
+// FuzzStrictJSON checks ParseStrictJSON's fast path against its token
+// parser: they accept the same documents as the same values (a key given
+// twice, nesting too deep or data after the value must never get past the
+// fast path).
+func FuzzStrictJSON(f *testing.F) {
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := parseStrictFast(body)
+		slow, err := parseStrictTokens(body)
+		if ok && (err != nil || !reflect.DeepEqual(fast, slow)) {
+			t.Fatalf("%q: the fast path says %#v, the token parser %#v (%v)", body, fast, slow, err)
+		}
+		if !ok && err == nil {
+			t.Fatalf("%q: the fast path refused what the token parser accepts", body)
 		}
 	})
 }

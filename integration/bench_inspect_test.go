@@ -81,7 +81,8 @@ const inspectBenchBaselineEnv = "DOORMAN_BENCH_BASELINE"
 // body is parsed) beside the same requests made directly, spliced by
 // the same doorman proxy to an uninspected host, spliced by a doorman
 // proxy with no request rules (and by an older doorman binary's, named by
-// DOORMAN_BENCH_BASELINE), through Squid 5's ssl_bump in bump mode
+// DOORMAN_BENCH_BASELINE, which then also inspects the host by the same
+// rule, for a before and after of the inspected relay), through Squid 5's ssl_bump in bump mode
 // (with the method and path part of the rule: Squid's ACLs cannot read a
 // body) and through mitmproxy in transparent mode with an addon doing the
 // whole rule, each where installed: requests per second with 8 clients
@@ -124,6 +125,18 @@ func BenchmarkInspect(b *testing.B) {
 	if bin := os.Getenv(inspectBenchBaselineEnv); bin != "" {
 		paths = append(paths, &inspectPath{name: "doorman, no rules, baseline",
 			sb: enforceInspectBench(b, n, dir, "baseline", "", "", "", bin), host: inspectBenchPlainName, roots: testCA})
+		// The older binary inspecting too, for a before and after of
+		// the inspected relay in the same run.
+		baseCADir := filepath.Join(dir, "ca", "bench-baseline")
+		baseSB := enforceInspectBench(b, n, dir, "rules-baseline", rule, baseCADir, caFile, bin)
+		basePEM, err := ca.CertPEM(baseCADir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		baseRoots := x509.NewCertPool()
+		baseRoots.AppendCertsFromPEM(basePEM)
+		paths = append(paths, &inspectPath{name: "doorman inspected, baseline", sb: baseSB, host: inspectBenchName, roots: baseRoots,
+			denyPath: "/v1/messages", denyBody: inspectBenchToolBody})
 	} else {
 		b.Logf("%s is not set: no older doorman to compare the uninspected relay with", inspectBenchBaselineEnv)
 	}
@@ -211,6 +224,17 @@ func BenchmarkInspect(b *testing.B) {
 			fmt.Fprintf(&out, "\n%s: doorman/squid bump req/s %.2fx [%.2f..%.2f over the rounds] (%s); added p99 doorman %.2f ms, squid %.2f ms (%s)",
 				m.name, ratio, ratios.min, ratios.max, benchVerdict("target >= 2x", ratio >= 2), dAdded, sAdded, benchVerdict("target below squid's", dAdded < sAdded))
 		}
+	}
+	// The inspected relay against the older binary's.
+	for pi, p := range paths {
+		if p.name != "doorman inspected, baseline" {
+			continue
+		}
+		rk := benchSpreadOf(benchPairedRatios(results[0][pi], results[0][1]))
+		rn := benchSpreadOf(benchPairedRatios(results[2][pi], results[2][1]))
+		fmt.Fprintf(&out, "\ndoorman inspected / %s: keep-alive req/s %.2fx [%.2f..%.2f], p99 %.2f vs %.2f ms; new-conn req/s %.2fx [%.2f..%.2f], p99 %.2f vs %.2f ms",
+			p.name, rk.med, rk.min, rk.max, benchPercentile(results[1][1], 0.99), benchPercentile(results[1][pi], 0.99),
+			rn.med, rn.min, rn.max, benchPercentile(results[3][1], 0.99), benchPercentile(results[3][pi], 0.99))
 	}
 	// Uninspected hosts: the spliced host of a proxy that inspects
 	// another, and the older binary, against the proxy with no rules.

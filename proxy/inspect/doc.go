@@ -17,7 +17,13 @@
 // client's framing reaches the upstream: smuggling needs a framing both
 // ends read differently, and here the upstream reads only doorman's.
 // Each side negotiates its own ALPN: a client that speaks HTTP/2 to
-// doorman may be relayed over HTTP/1.1, and the other way round.
+// doorman is relayed over HTTP/2 if the host offers it, over HTTP/1.1
+// otherwise; a client that speaks HTTP/1.1 is relayed over HTTP/1.1, on
+// pooled connections, one per request in flight (over one shared HTTP/2
+// connection, every session's requests would queue behind its one writer
+// and reader). The relay is httputil.ReverseProxy's without what a relay
+// of one host to itself does not need (relay.go); a WebSocket handshake
+// goes through httputil.ReverseProxy itself.
 //
 // # What a request must be
 //

@@ -91,7 +91,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit))
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+		body, err := readBody(r, limit)
 		if err != nil {
 			refuse(http.StatusBadRequest, "", "reading the body: "+err.Error())
 			return
@@ -104,6 +104,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
+		rec.up.Store(r.ContentLength)
 	}
 	j := h.Judge(req)
 	rec.rule = j.Rule
@@ -128,10 +129,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = &countingBody{ReadCloser: r.Body, n: &rec.up}
+	s.relay(sw, r, sc, rec, req.Body)
+}
+
+// readBody reads at most limit+1 bytes of a request's body, in one
+// buffer of its declared length if it has one.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength < 0 {
+		return io.ReadAll(io.LimitReader(r.Body, limit+1))
 	}
-	s.reverseProxy(sess, rec).ServeHTTP(sw, r)
+	body := make([]byte, r.ContentLength) // at most limit: checked above
+	if _, err := io.ReadFull(r.Body, body); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // checkRequest says why a request may not be relayed whatever the rules,
@@ -181,9 +192,13 @@ func checkAuthority(authority string, sess *Session) string {
 	if h, p, err := net.SplitHostPort(authority); err == nil {
 		host, port = h, p
 	}
-	name, err := conf.NormalizeName(host)
-	if err != nil || name != sess.Name {
-		return decisionlog.ReasonWrongAuthority + logSafe(authority)
+	// The session's name is normalized, and normalizing it again
+	// changes nothing: only another spelling needs the IDNA work.
+	if host != sess.Name {
+		name, err := conf.NormalizeName(host)
+		if err != nil || name != sess.Name {
+			return decisionlog.ReasonWrongAuthority + logSafe(authority)
+		}
 	}
 	if port != "" && port != strconv.Itoa(int(sess.Dst.Port())) {
 		return decisionlog.ReasonWrongAuthority + logSafe(authority) + " (another port)"

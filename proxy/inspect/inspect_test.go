@@ -36,7 +36,7 @@ import (
 const host = "api.example.test"
 
 // upstreamCert is a self-signed certificate for host: the test's root.
-func upstreamCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
+func upstreamCert(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
@@ -73,7 +73,7 @@ func (s *seen) last() (http.Header, string) {
 }
 
 type bed struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *Server
 	caDir   string
 	logs    *bytes.Buffer
@@ -96,7 +96,7 @@ func (l lockedBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
-func newBed(t *testing.T, policy string, upstreamH2 bool) *bed {
+func newBed(t testing.TB, policy string, upstreamH2 bool) *bed {
 	t.Helper()
 	b := &bed{t: t, seen: &seen{}, release: make(chan struct{}), logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
 	b.secret = "sk-real-secret-0123456789"
@@ -165,6 +165,18 @@ func (b *bed) upstream(w http.ResponseWriter, r *http.Request) {
 		buf := make([]byte, 64)
 		n, _ := brw.Read(buf)
 		conn.Write(buf[:n])
+	case "/hop":
+		// Fields of one hop, named by Connection, both ways.
+		w.Header().Set("Connection", "X-Resp-Hop")
+		w.Header().Set("X-Resp-Hop", "1")
+		w.Header().Set("Trailer", "X-Sum")
+		io.WriteString(w, "hop body")
+		w.Header().Set("X-Sum", "42")
+	case "/cut":
+		// A body of unknown length cut short by the upstream.
+		io.WriteString(w, "part")
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
 	default:
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "upstream got %s %s %d bytes", r.Method, r.URL.Path, len(body))
@@ -275,7 +287,8 @@ func TestRules(t *testing.T) {
 			if h.Get("X-Api-Key") != b.secret {
 				t.Fatalf("upstream got x-api-key %q", h.Get("X-Api-Key"))
 			}
-			if wantProto := map[bool]string{true: "HTTP/2.0", false: "HTTP/1.1"}[c.upstreamH2]; proto != wantProto {
+			// HTTP/2 upstream only for a client that speaks it.
+			if wantProto := map[bool]string{true: "HTTP/2.0", false: "HTTP/1.1"}[c.clientH2 && c.upstreamH2]; proto != wantProto {
 				t.Fatalf("upstream spoke %s, want %s", proto, wantProto)
 			}
 			// Bearer scheme kept; a value that only contains the
@@ -488,6 +501,48 @@ func TestStreamAndWebSocket(t *testing.T) {
 	buf := make([]byte, 10)
 	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping-frame" {
 		t.Fatalf("echo %q %v", buf, err)
+	}
+}
+
+// Hop-by-hop fields stay on their hop both ways, trailers are passed on,
+// and a response the upstream cuts short is cut short for the client,
+// not ended as if it were whole.
+func TestRelayFraming(t *testing.T) {
+	for _, c := range []struct{ clientH2, upstreamH2 bool }{{false, false}, {true, true}} {
+		b := newBed(t, "api.example.test\ninspect api.example.test allow *\n", c.upstreamH2)
+		cl := b.client(c.clientH2)
+		req, _ := http.NewRequest("GET", "https://"+host+"/hop", nil)
+		if !c.clientH2 {
+			req.Header.Set("Connection", "X-Req-Hop")
+		}
+		req.Header.Set("X-Req-Hop", "1")
+		req.Header.Set("X-Forwarded-For", "198.51.100.9")
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "hop body" || resp.Trailer.Get("X-Sum") != "42" {
+			t.Fatalf("h2=%v: body %q (%v), trailer %v", c.clientH2, body, err, resp.Trailer)
+		}
+		if !c.upstreamH2 && resp.Header.Get("X-Resp-Hop") != "" {
+			t.Fatalf("the upstream's hop field reached the client: %v", resp.Header)
+		}
+		h, _ := b.seen.last()
+		if (!c.clientH2 && h.Get("X-Req-Hop") != "") || h.Get("X-Forwarded-For") != "" || h.Get("User-Agent") != "Go-http-client/"+map[bool]string{false: "1.1", true: "2.0"}[c.clientH2] {
+			t.Fatalf("h2=%v: the upstream got %v", c.clientH2, h)
+		}
+
+		resp, err = cl.Get("https://" + host + "/cut")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("h2=%v: a cut response reached the client as whole: %q", c.clientH2, body)
+		}
 	}
 }
 

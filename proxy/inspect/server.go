@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
 
 // Limits on what a client may send inside an inspected session.
@@ -155,6 +152,10 @@ type sessionConn struct {
 	denied   atomic.Int64
 	closed   chan struct{}
 	once     sync.Once
+	// upstream and upstreamAuthority are where the session's requests
+	// go: its transport and the host:port requests are sent to.
+	upstream          *http.Transport
+	upstreamAuthority string
 }
 
 func (c *sessionConn) Read(b []byte) (int, error) {
@@ -186,6 +187,8 @@ func (s *Server) Serve(sess *Session) Result {
 		sc.Close()
 		return Result{HandshakeErr: err, BytesUp: sc.up.Load(), BytesDown: sc.down.Load()}
 	}
+	sc.upstream = s.transport(sess, tc.ConnectionState().NegotiatedProtocol == "h2")
+	sc.upstreamAuthority = net.JoinHostPort(sess.Name, strconv.Itoa(int(sess.Dst.Port())))
 	if !s.ln.push(tc) {
 		tc.Close()
 	}
@@ -195,9 +198,14 @@ func (s *Server) Serve(sess *Session) Result {
 
 // transport returns the upstream transport for a session's target: one
 // per name and dial target, so that sessions reaching the same host share
-// its connections and never another's.
-func (s *Server) transport(sess *Session) *http.Transport {
-	key := sess.Name + "|" + sess.DialKey + "|" + strconv.Itoa(int(sess.Dst.Port()))
+// its connections and never another's, and per client protocol. A client
+// that speaks HTTP/2 to doorman is relayed over HTTP/2 if the host offers
+// it (its streams share one connection); one that speaks HTTP/1.1 is
+// relayed over HTTP/1.1, a pooled connection per request in flight: one
+// HTTP/2 connection would make every HTTP/1.1 session's requests queue
+// behind its one writer and reader.
+func (s *Server) transport(sess *Session, clientH2 bool) *http.Transport {
+	key := sess.Name + "|" + sess.DialKey + "|" + strconv.Itoa(int(sess.Dst.Port())) + "|" + strconv.FormatBool(clientH2)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.transports[key]; ok {
@@ -217,35 +225,16 @@ func (s *Server) transport(sess *Session) *http.Transport {
 			RootCAs:    s.cfg.UpstreamRoots,
 			MinVersion: tls.VersionTLS12,
 		},
-		ForceAttemptHTTP2:     true,
+		ForceAttemptHTTP2:     clientH2,
 		TLSHandshakeTimeout:   handshakeTimeout,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
 	}
+	if !clientH2 {
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{} // no HTTP/2
+	}
 	s.transports[key] = t
 	return t
-}
-
-// reverseProxy relays one admitted request upstream.
-func (s *Server) reverseProxy(sess *Session, rec *requestRecord) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "https"
-			pr.Out.URL.Host = net.JoinHostPort(sess.Name, strconv.Itoa(int(sess.Dst.Port())))
-			pr.Out.Host = pr.In.Host
-		},
-		Transport: s.transport(sess),
-		ModifyResponse: func(resp *http.Response) error {
-			rec.status = resp.StatusCode
-			resp.Body = &countingBody{ReadCloser: resp.Body, n: &rec.down}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			rec.verdict, rec.reason, rec.status = decisionlog.Error, "upstream: "+err.Error(), http.StatusBadGateway
-			http.Error(w, fmt.Sprintf("doorman: the upstream %s failed: %v", sess.Name, err), http.StatusBadGateway)
-		},
-		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
-	}
 }
