@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/doorman-net/doorman/ca"
 )
 
 // runc exec flags that take a value, by name.
@@ -19,7 +21,9 @@ const defaultRuncRoot = "/run/runc"
 
 // prepareExec gives a process that `runc exec --process FILE` starts in a
 // container the DOORMAN_* variables the container's own process got at
-// create. Engines build an exec'd process's environment from their own
+// create, and the trust bundle's variables (SSL_CERT_FILE and the like,
+// see addTrust) when its policy inspects hosts: a client run with `docker
+// exec` must trust the network's CA as the container's own process does. Engines build an exec'd process's environment from their own
 // record of the container (`docker exec` from the image and `docker run
 // -e`), not from config.json, so without this `docker exec env` would not
 // show them. It is best effort: the variables are information, and a
@@ -46,7 +50,7 @@ func prepareExec(global, args []string) {
 		return
 	}
 	wrapped := map[string]any{"process": proc} // the shape setEnv edits
-	for _, k := range []string{EnvNetworkMode, EnvEnforcement} {
+	for _, k := range execEnvKeys() {
 		if v, ok := env[k]; ok {
 			setEnv(wrapped, k, v)
 		}
@@ -85,9 +89,13 @@ func parseExec(args []string) (process, id string) {
 	return process, id
 }
 
-// doormanEnv returns the DOORMAN_* variables of container id's own process,
-// from its bundle's config.json, which runc's state (root/id/state.json)
-// names in the label "bundle=PATH".
+// execEnvKeys are the variables prepareExec carries over.
+func execEnvKeys() []string { return append([]string{EnvNetworkMode, EnvEnforcement}, ca.BundleEnv...) }
+
+// doormanEnv returns the variables doorman set for container id's own
+// process (DOORMAN_*, and the trust bundle's where they name it), from its
+// bundle's config.json, which runc's state (root/id/state.json) names in
+// the label "bundle=PATH".
 func doormanEnv(root, id string) map[string]string {
 	data, err := os.ReadFile(filepath.Join(root, id, "state.json"))
 	if err != nil {
@@ -116,7 +124,12 @@ func doormanEnv(root, id string) map[string]string {
 	}
 	env := map[string]string{}
 	for _, kv := range spec.Process.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && (k == EnvNetworkMode || k == EnvEnforcement) {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+		case k == EnvNetworkMode || k == EnvEnforcement:
+			env[k] = v
+		case slices.Contains(ca.BundleEnv, k) && v == trustedBundlePath:
 			env[k] = v
 		}
 	}

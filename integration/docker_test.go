@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -256,6 +257,54 @@ func TestDocker(t *testing.T) {
 		}
 		d.mustDocker("rm", "--force", id)
 		waitGone(t, s.PID)
+	})
+
+	t.Run("request rules", func(t *testing.T) {
+		// The wrapper's own CA directory and the fake internet's root as
+		// the roots inspected hosts are verified against (runtime.json's
+		// caDir and upstreamCAFile, passed on to the hook).
+		cfg := d.runtime
+		cfg.CADir = t.TempDir()
+		cfg.UpstreamCAFile = d.net.WriteCA(t.TempDir())
+		d.writeRuntimeConfig(t, cfg)
+		t.Cleanup(func() { d.writeRuntimeConfig(t, d.runtime) })
+		rules := `{"` + apiName + `": {"deny": [{"path": "/denied/*"}]}}`
+		id := d.startProbe("dm-inspect-"+d.id, append(slices.Clone(labels), "--label", hook.AnnotationInspect+"="+rules)...)
+		env := d.containerEnv(id)
+		for _, k := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"} {
+			if env[k] != "/etc/ssl/certs/ca-certificates.crt" {
+				t.Errorf("%s=%q in the container, want the trust bundle /etc/ssl/certs/ca-certificates.crt", k, env[k])
+			}
+		}
+		if r := d.mustDocker("exec", id, "sh", "-c", "echo x > /etc/ssl/certs/ca-certificates.crt && echo writable || echo read-only"); !strings.Contains(r, "read-only") {
+			t.Errorf("the trust bundle is writable in the container: %q", r)
+		}
+		// No --ca: the probe trusts what SSL_CERT_FILE names, the bundle
+		// with the network's CA, which vouches for the inspected host.
+		if r := d.probe(id, "get", "https://"+apiName+"/allowed"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\n"+apiName+" ") {
+			t.Errorf("inspected host, allowed path: %v", r)
+		}
+		if r := d.probe(id, "get", "https://"+apiName+"/denied/x"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 403\n") ||
+			!strings.Contains(r.stdout, apiName) {
+			t.Errorf("inspected host, denied path: %v, want doorman's 403 naming the host", r)
+		}
+		// One decision line per request (the session's connection line
+		// comes when it ends).
+		s := d.state(id)
+		data, _ := os.ReadFile(s.LogFile)
+		var allowed, denied bool
+		for _, line := range strings.Split(string(data), "\n") {
+			var l map[string]any
+			if json.Unmarshal([]byte(line), &l) != nil || l["msg"] != "request" {
+				continue
+			}
+			allowed = allowed || l["path"] == "/allowed" && l["verdict"] == "allow"
+			denied = denied || l["path"] == "/denied/x" && l["verdict"] == "deny"
+		}
+		if !allowed || !denied {
+			t.Errorf("decision log: request lines allowed %v, denied %v, want both:\n%s", allowed, denied, data)
+		}
+		d.mustDocker("rm", "-f", id)
 	})
 
 	t.Run("bad labels", func(t *testing.T) {
