@@ -344,21 +344,7 @@ func criPrimaryConflist(tb testing.TB, e *cniEnv, name string, lan cniLAN) []byt
 		"cniVersion": "1.0.0",
 		"name":       name,
 		"plugins": []any{
-			map[string]any{
-				"type":      "bridge",
-				"bridge":    lan.bridge,
-				"isGateway": true,
-				"ipMasq":    false,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"dataDir": e.ipamDir,
-					"ranges": []any{
-						[]any{map[string]any{"subnet": lan.subnet4, "gateway": lan.gateway4}},
-						[]any{map[string]any{"subnet": lan.subnet6, "gateway": lan.gateway6}},
-					},
-					"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
-				},
-			},
+			lanBridge(e, lan),
 			map[string]any{
 				"type":         "portmap",
 				"capabilities": map[string]bool{"portMappings": true},

@@ -184,6 +184,26 @@ type cniLAN struct {
 	subnet6, gateway6 string
 }
 
+// lanBridge is the reference bridge plugin's entry for lan, with
+// host-local IPAM in e's directory and default routes for both families.
+func lanBridge(e *cniEnv, lan cniLAN) map[string]any {
+	return map[string]any{
+		"type":      "bridge",
+		"bridge":    lan.bridge,
+		"isGateway": true,
+		"ipMasq":    false,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"dataDir": e.ipamDir,
+			"ranges": []any{
+				[]any{map[string]any{"subnet": lan.subnet4, "gateway": lan.gateway4}},
+				[]any{map[string]any{"subnet": lan.subnet6, "gateway": lan.gateway6}},
+			},
+			"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
+		},
+	}
+}
+
 // The LANs a test's CNI networks use: lanA for one network, lanB for a
 // second one beside it.
 var (
@@ -197,24 +217,9 @@ var (
 // newest that Podman 4.3's libcni and Debian's plugins speak.
 func bridgeConflist(t *testing.T, e *cniEnv, name string, lan cniLAN, withDoorman bool) []byte {
 	t.Helper()
-	plugins := []any{
-		map[string]any{
-			"type":      "bridge",
-			"bridge":    lan.bridge,
-			"isGateway": true,
-			"ipMasq":    false,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": e.ipamDir,
-				"ranges": []any{
-					[]any{map[string]any{"subnet": lan.subnet4, "gateway": lan.gateway4}},
-					[]any{map[string]any{"subnet": lan.subnet6, "gateway": lan.gateway6}},
-				},
-				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}, map[string]any{"dst": "::/0"}},
-			},
-			"dns": map[string]any{"nameservers": []string{e.net.DNS.String(), e.net.DNS6.String()}},
-		},
-	}
+	bridge := lanBridge(e, lan)
+	bridge["dns"] = map[string]any{"nameservers": []string{e.net.DNS.String(), e.net.DNS6.String()}}
+	plugins := []any{bridge}
 	if withDoorman {
 		plugins = append(plugins, map[string]any{
 			"type":             "doorman",
