@@ -57,10 +57,6 @@ func (r *Request) defaults() error {
 // is already enforced with a live proxy updates its policy and re-applies
 // the ruleset (idempotent). On any error nothing is left behind.
 func Enforce(r Request) (*State, error) {
-	if r.Policy != nil && r.Policy.Mode != conf.ModeNone {
-		// The proxy will join a cgroup: see cgroup.WarmMigration.
-		cgroup.WarmMigration()
-	}
 	if err := r.defaults(); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
@@ -75,6 +71,12 @@ func Enforce(r Request) (*State, error) {
 		if err := Teardown(r.StateDir, r.Key); err != nil {
 			return nil, err
 		}
+	}
+	if r.Policy.Mode != conf.ModeNone {
+		// A new proxy will join a cgroup (see cgroup.WarmMigration).
+		// Only here: the move's wait would hold up the exit of a front
+		// door that starts no proxy, such as a re-ADD.
+		cgroup.WarmMigration()
 	}
 	s, err := enforceNew(r)
 	if err != nil {
