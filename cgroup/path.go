@@ -28,8 +28,8 @@ func ParsePath(s string) (string, error) {
 	switch {
 	case s == "":
 		return bad("empty")
-	case strings.ContainsAny(s, "\x00\n"):
-		return bad("holds a NUL or a newline")
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return bad("holds a control character")
 	case strings.HasPrefix(s, "/"):
 		return path.Clean(s), nil
 	case strings.Count(s, ":") == 2:
@@ -69,8 +69,8 @@ func ParsePath(s string) (string, error) {
 func ExpandSlice(slice string) (string, error) {
 	const suffix = ".slice"
 	name, ok := strings.CutSuffix(slice, suffix)
-	if !ok || name == "" || strings.Contains(slice, "/") {
-		return "", fmt.Errorf("%q is not a systemd slice name", slice)
+	if !ok || name == "" || len(slice) > 255 || strings.ContainsFunc(slice, func(r rune) bool { return !isUnitNameRune(r) }) {
+		return "", fmt.Errorf("%q is not a systemd slice name: want at most 255 of A-Z a-z 0-9 : _ . - \\, ending in .slice", slice)
 	}
 	if name == "-" {
 		return "/", nil
@@ -84,4 +84,9 @@ func ExpandSlice(slice string) (string, error) {
 		prefix += c + "-"
 	}
 	return p, nil
+}
+
+// isUnitNameRune reports whether systemd allows r in a unit name.
+func isUnitNameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":_.-\\", r)
 }

@@ -26,7 +26,7 @@ func TestParsePath(t *testing.T) {
 			t.Errorf("ParsePath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
-	for _, in := range []string{"", "relative/path", "docker", "a--b.slice", "-a.slice", "a-.slice", ".slice", "system.slice:docker:", "x.slice:p:a/b", "nota:slice:x", "/a\nb", "a/b.slice"} {
+	for _, in := range []string{"", "relative/path", "docker", "a--b.slice", "-a.slice", "a-.slice", ".slice", "system.slice:docker:", "x.slice:p:a/b", "nota:slice:x", "/a\nb", "/a\tb", "a/b.slice", "kube pods.slice", "kube\x7fpods.slice"} {
 		got, err := ParsePath(in)
 		if err == nil {
 			t.Errorf("ParsePath(%q) = %q, want an error", in, got)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/doorman-net/doorman/cgroup"
 )
 
 // RuntimeConfig is what a runtime passes doorman in runtimeConfig: the
@@ -83,36 +85,20 @@ func ParseRuntimeConfig(data json.RawMessage) (RuntimeConfig, error) {
 	return rc, errors.Join(errs...)
 }
 
-// checkCgroupPath checks that p names a cgroup in one of the two forms a
-// CRI runtime passes: a cgroupfs path or a systemd slice. Whatever later
-// places processes there joins it to the cgroup root or expands the slice
-// by its dashes, so a path that climbs out ("..") or is relative, or a
-// slice name with a slash or characters systemd refuses, is an error
-// rather than a cgroup somewhere else.
+// checkCgroupPath checks that p names a cgroup in a form the cgroup
+// package places proxies below (cgroup.ParsePath: a cgroupfs path or a
+// systemd slice), and, for a path, that it is clean: one that climbs
+// ("..") or repeats slashes is an error rather than a cgroup somewhere
+// else.
 func checkCgroupPath(p string) error {
-	switch {
-	case p == "":
+	if p == "" {
 		return nil // none named, as if absent
-	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return errors.New("holds a control character")
-	case strings.HasPrefix(p, "/"):
-		if path.Clean(p) != p {
-			return errors.New("want a clean absolute cgroup path (no ., .., // or trailing /)")
-		}
-		return nil
-	case strings.HasSuffix(p, ".slice"):
-		if len(p) > 255 || strings.ContainsFunc(p, func(r rune) bool { return !isUnitNameRune(r) }) {
-			return errors.New("want a systemd slice name: at most 255 of A-Z a-z 0-9 : _ . - \\, ending in .slice")
-		}
-		return nil
-	default:
-		return errors.New("want an absolute cgroup path or a systemd slice name (ending in .slice)")
 	}
-}
-
-// isUnitNameRune reports whether systemd allows r in a unit name.
-func isUnitNameRune(r rune) bool {
-	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":_.-\\", r)
+	if strings.HasPrefix(p, "/") && path.Clean(p) != p {
+		return errors.New("want a clean absolute cgroup path (no ., .., // or trailing /)")
+	}
+	_, err := cgroup.ParsePath(p)
+	return err
 }
 
 // parseDNSCapability parses the dns capability's object: its keys in

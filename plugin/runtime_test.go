@@ -58,12 +58,12 @@ func TestParseRuntimeConfigErrors(t *testing.T) {
 		{`{"io.kubernetes.cri.pod-annotations": {"doorman.io/mode": 1}}`, `runtimeConfig io.kubernetes.cri.pod-annotations {"doorman.io/mode":1}: want an object of strings`},
 		{`{"io.kubernetes.cri.pod-annotations": {"doorman.io/mode": null}}`, `want an object of strings`},
 		{`{"cgroupPath": 7}`, `runtimeConfig cgroupPath 7: want a string`},
-		{`{"cgroupPath": "kubepods/besteffort/pod1234"}`, `runtimeConfig cgroupPath "kubepods/besteffort/pod1234": want an absolute cgroup path or a systemd slice name`},
+		{`{"cgroupPath": "kubepods/besteffort/pod1234"}`, `runtimeConfig cgroupPath "kubepods/besteffort/pod1234": cgroup "kubepods/besteffort/pod1234": want an absolute path`},
 		{`{"cgroupPath": "/kubepods/../../system.slice"}`, `runtimeConfig cgroupPath "/kubepods/../../system.slice": want a clean absolute cgroup path`},
 		{`{"cgroupPath": "/kubepods/pod1234/"}`, `want a clean absolute cgroup path`},
-		{`{"cgroupPath": "/kubepods/pod\n1234"}`, `runtimeConfig cgroupPath "/kubepods/pod\n1234": holds a control character`},
-		{`{"cgroupPath": "../kubepods.slice"}`, `want a systemd slice name`},
-		{`{"cgroupPath": "kube pods.slice"}`, `want a systemd slice name`},
+		{`{"cgroupPath": "/kubepods/pod\n1234"}`, `runtimeConfig cgroupPath "/kubepods/pod\n1234": cgroup "/kubepods/pod\n1234": holds a control character`},
+		{`{"cgroupPath": "../kubepods.slice"}`, `want an absolute path`},
+		{`{"cgroupPath": "kube pods.slice"}`, `is not a systemd slice name`},
 	} {
 		got, err := ParseRuntimeConfig(json.RawMessage(tc.json))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
