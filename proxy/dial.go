@@ -119,8 +119,8 @@ func (p *Proxy) lostPermission(pol *conf.Policy, t *tracked) string {
 	if !t.inspected && pol.InspectFor(t.currentName()) != nil {
 		return reasonNowInspected
 	}
-	if t.upstream == nil {
-		return "" // inspected: each upstream dial goes past the guard
+	if t.inspected {
+		return "" // each upstream dial goes past the guard
 	}
 	if r := p.refusal(pol, d.dialName, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
 		return privateUpstream(r)

@@ -90,8 +90,10 @@ func trimBrackets(s string) string {
 	return s
 }
 
-// handle serves one redirected connection from accept to close.
-func (p *Proxy) handle(c *net.TCPConn) {
+// handle serves one redirected connection from accept to close. It returns
+// true if it handed the connection to the relay loop, which then accounts
+// for its end (see connDone); false if the connection has ended.
+func (p *Proxy) handle(c *net.TCPConn) (handedOff bool) {
 	rec := Record{Sandbox: p.sandbox, Start: time.Now(), Proto: "unknown"}
 	rec.Client, _ = netip.ParseAddrPort(c.RemoteAddr().String())
 	rec.Client = netip.AddrPortFrom(rec.Client.Addr().Unmap(), rec.Client.Port())
@@ -100,7 +102,7 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		rec.Verdict, rec.Reason = Deny, err.Error()
 		p.log(rec)
 		denyReset(c)
-		return
+		return false
 	}
 	rec.Dst = dst
 	// TCP keepalive: net.Listener turns it on for every accepted conn.
@@ -116,13 +118,13 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
 			p.pending.Add(-1)
 			p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
-			return
+			return false
 		}
 		s = p.sniff(c)
 		p.pending.Add(-1)
 		if s.limited != "" {
 			p.refuseLimited(c, s.proto, s.limited, p.maxPendingBytes)
-			return
+			return false
 		}
 	}
 	rec.Proto, rec.Name = s.proto.String(), s.name
@@ -138,12 +140,12 @@ func (p *Proxy) handle(c *net.TCPConn) {
 	if d.verdict == Deny {
 		p.log(rec)
 		p.refuse(c, s, d.reason)
-		return
+		return false
 	}
 
 	if s.proto == sniff.ProtoTLS && pol.InspectFor(s.name) != nil {
 		p.serveInspected(c, &rec, d, dst)
-		return
+		return false
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout)
@@ -158,29 +160,24 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		case errors.As(err, &limited):
 			// A cap, not a decision: a limit line, no connection line.
 			p.refuseLimited(c, s.proto, limited.limit, limited.max)
-			return
+			return false
 		case errors.As(err, &refused):
 			rec.Reason = err.Error()
 			rec.Verdict, rec.Upstream = Deny, refused.upstream()
 			p.log(rec)
 			p.refuse(c, s, "upstream not permitted")
-			return
+			return false
 		}
 		rec.Reason = err.Error()
 		rec.Verdict = VerdictError
 		p.log(rec)
 		denyReset(c)
-		return
+		return false
 	}
 	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
-	// Its source port stays taken for a minute if the proxy closes
-	// first, which it does unless the upstream's end came first.
-	closedFirst := true
-	defer func() { p.upstreams.release(slot, closedFirst, time.Now()) }()
 
 	t := &tracked{client: c, upstream: up, dst: dst, upAddr: rec.Upstream, name: s.name}
 	p.track(t)
-	defer p.untrack(t)
 	// A policy change between the decision and track would have missed
 	// this connection: decide again against the policy now in force.
 	if now := p.Policy(); now != pol {
@@ -198,18 +195,34 @@ func (p *Proxy) handle(c *net.TCPConn) {
 		for _, n := range r.notes {
 			rec.Reason += "; " + n
 		}
-	} else {
-		var upstreamFirst bool
-		rec.BytesUp, rec.BytesDn, upstreamFirst = relay(c, up, p.bulk)
-		closedFirst = !upstreamFirst
+		p.relayEnded(t, rec, slot, true)
+		return false
 	}
-	c.Close()
-	up.Close()
+	if p.handOff(t, rec, slot) {
+		return true
+	}
+	up2, down, upstreamFirst := relay(c, up, p.bulk)
+	rec.BytesUp, rec.BytesDn = up2, down
+	p.relayEnded(t, rec, slot, !upstreamFirst)
+	return false
+}
+
+// relayEnded closes a relayed connection's ends and writes its line. The
+// upstream's source port stays taken for a minute if the proxy closed
+// first (closedFirst), which it did unless the upstream's end came first
+// or the proxy cut the connection.
+func (p *Proxy) relayEnded(t *tracked, rec Record, slot netip.AddrPort, closedFirst bool) {
+	if t.client != nil {
+		t.client.Close()
+		t.upstream.Close()
+	}
 	if why := t.killReason(); why != "" {
 		rec.Verdict, rec.Reason, closedFirst = Deny, why, true
 	} else if why := t.expireReason(); why != "" {
 		rec.Reason, closedFirst = why, true
 	}
+	p.untrack(t)
+	p.upstreams.release(slot, closedFirst, time.Now())
 	p.log(rec)
 }
 

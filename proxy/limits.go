@@ -284,7 +284,7 @@ func (p *Proxy) closeIdle() {
 	}
 	p.mu.Unlock()
 	for _, t := range all {
-		if min(idleFor(t.client), idleFor(t.upstream)) >= p.idleTimeout {
+		if t.idleFor() >= p.idleTimeout {
 			t.expire(decisionlog.ReasonIdle + p.idleTimeout.String())
 		}
 	}

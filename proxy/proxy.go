@@ -14,6 +14,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/inspect"
+	"github.com/doorman-net/doorman/proxy/relayloop"
 )
 
 // Config configures a Proxy. The zero value of every field but Sandbox has a
@@ -123,6 +124,12 @@ type Proxy struct {
 	// stand in for the internet.
 	permitUpstream func(netip.Addr) bool
 	bulk           *bulkSched // nil unless Config.BatchWhileBulk
+
+	// The relay loop that carries established spliced connections
+	// (see loop.go), started with the first of them.
+	loopMu sync.Mutex
+	loop   *relayloop.Loop
+	noLoop bool // it cannot run here, or the proxy is shut down
 
 	caDir, upstreamCAFile string
 	inspectOnce           sync.Once
@@ -296,11 +303,17 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		p.held.Add(1)
 		p.wg.Add(1)
 		go func() {
-			defer p.wg.Done()
-			defer p.held.Add(-1)
-			p.handle(tc)
+			if !p.handle(tc) {
+				p.connDone()
+			}
 		}()
 	}
+}
+
+// connDone accounts for the end of a connection Serve accepted.
+func (p *Proxy) connDone() {
+	p.held.Add(-1)
+	p.wg.Done()
 }
 
 // Shutdown stops accepting, waits for the connections in flight to end
@@ -322,6 +335,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		p.closeRelayLoop()
 		return nil
 	case <-ctx.Done():
 	}
@@ -335,6 +349,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		t.kill(decisionlog.ReasonShutdown)
 	}
 	<-done
+	p.closeRelayLoop()
 	p.inspectOnce.Do(func() {}) // p.inspect is set, or never will be
 	if p.inspect != nil {
 		p.inspect.Close()
@@ -345,6 +360,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // tracked is an established, relayed connection, kept so that a policy
 // change can close it.
 type tracked struct {
+	// client and upstream are nil once the connection is handed to the
+	// relay loop (then pair is set).
 	client, upstream *net.TCPConn
 	dst              netip.AddrPort // the original destination
 	upAddr           netip.AddrPort // the upstream's address
@@ -354,6 +371,7 @@ type tracked struct {
 	inspected bool
 
 	mu      sync.Mutex
+	pair    *relayloop.Pair // set by handOff
 	name    string
 	killed  string // why it was closed by the proxy as a denial, "" if not
 	expired string // why it was closed by the proxy, still allowed (idle), "" if not
@@ -371,17 +389,22 @@ func (t *tracked) setName(name string) {
 	t.mu.Unlock()
 }
 
-// kill closes both ends; the relay goroutines then return.
+// kill closes both ends, the client's with a reset; the relay then ends.
 func (t *tracked) kill(reason string) {
 	t.mu.Lock()
 	if t.killed == "" {
 		t.killed = reason
 	}
+	pair, client, upstream := t.pair, t.client, t.upstream
 	t.mu.Unlock()
-	t.client.SetLinger(0)
-	t.client.Close()
-	if t.upstream != nil {
-		t.upstream.Close()
+	if pair != nil {
+		pair.Abort()
+		return
+	}
+	client.SetLinger(0)
+	client.Close()
+	if upstream != nil {
+		upstream.Close()
 	}
 }
 
@@ -400,9 +423,28 @@ func (t *tracked) expire(reason string) {
 		return
 	}
 	t.expired = reason
+	pair, client, upstream := t.pair, t.client, t.upstream
 	t.mu.Unlock()
-	t.client.Close()
-	t.upstream.Close()
+	if pair != nil {
+		pair.Close()
+		return
+	}
+	client.Close()
+	upstream.Close()
+}
+
+// idleFor returns how long t has carried no data either way.
+func (t *tracked) idleFor() time.Duration {
+	t.mu.Lock()
+	pair, client, upstream := t.pair, t.client, t.upstream
+	t.mu.Unlock()
+	if pair != nil {
+		return pair.IdleFor()
+	}
+	if upstream == nil {
+		return 0
+	}
+	return min(idleFor(client), idleFor(upstream))
 }
 
 func (t *tracked) expireReason() string {

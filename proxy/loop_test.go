@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
+)
+
+// handlerGoroutines counts the goroutines inside the connection handler.
+func handlerGoroutines() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "proxy.(*Proxy).handle(")
+}
+
+// An established TLS connection is carried by the relay loop: while it is
+// open no handler goroutine is left for it, and when it ends its line has
+// the bytes each way.
+func TestEstablishedOnTheRelayLoop(t *testing.T) {
+	e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{})
+	const n = 50
+	var conns []net.Conn
+	for range n {
+		c := e.dial(netip.AddrPortFrom(apiAddr, e.tlsPort))
+		tc, _, err := e.tlsClient(c, "api.test")
+		if err != nil {
+			t.Fatalf("allowed TLS failed: %v", err)
+		}
+		conns = append(conns, tc)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.p.relayLoop().Len() != n || handlerGoroutines() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay loop holds %d of %d connections, %d handler goroutines left", e.p.relayLoop().Len(), n, handlerGoroutines())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := e.p.Stats(); st.Active != n || st.Held != n {
+		t.Fatalf("stats %+v, want %d active and held", st, n)
+	}
+	// The echo still works through the loop.
+	tc := conns[0]
+	tc.Write([]byte("ping\n"))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(tc, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("echo through the loop: %q, %v", got, err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	r := e.waitRecord(recordFor("api.test", "allow"))
+	if up, _ := r["bytes_up"].(float64); up <= 0 {
+		t.Errorf("record %v: no bytes up", r)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for e.p.Stats().Held != 0 || e.p.relayLoop().Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing: stats %+v, loop %d", e.p.Stats(), e.p.relayLoop().Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Without the loop (it cannot run, or the proxy is shutting down) the
+// connection is relayed by its own goroutines, as before.
+func TestRelayWithoutTheLoop(t *testing.T) {
+	e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{}, func(p *Proxy) { p.noLoop = true })
+	c := e.dial(netip.AddrPortFrom(apiAddr, e.tlsPort))
+	tc, _, err := e.tlsClient(c, "api.test")
+	if err != nil {
+		t.Fatalf("allowed TLS failed: %v", err)
+	}
+	tc.Write([]byte("ping\n"))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(tc, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("echo: %q, %v", got, err)
+	}
+	if n := handlerGoroutines(); n != 1 {
+		t.Fatalf("%d handler goroutines, want the one relaying", n)
+	}
+	tc.Close()
+	e.waitRecord(recordFor("api.test", "allow"))
+}

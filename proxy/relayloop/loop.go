@@ -1,0 +1,330 @@
+package relayloop
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options configures a Loop.
+type Options struct {
+	// Written, if set, is called with the bytes of each splice into a
+	// destination, from the loop's goroutine (the proxy's bulk
+	// detector; see proxy/sched.go). It must not block.
+	Written func(n int64)
+}
+
+// Result is what a pair carried, given to its done function.
+type Result struct {
+	// AToB and BToA are the bytes each direction delivered.
+	AToB, BToA int64
+	// BEndedFirst reports that b's end of stream (EOF or an error) came
+	// before a's.
+	BEndedFirst bool
+	// Aborted reports that the pair was closed by Abort or Close, or by
+	// the loop's own Close, rather than by its endpoints.
+	Aborted bool
+}
+
+// Loop relays pairs of connected TCP sockets (see the package doc). Its
+// methods are safe for concurrent use.
+type Loop struct {
+	opts   Options
+	epfd   int
+	wakefd int      // eventfd: commands are queued
+	ep     *os.File // epfd, registered in the runtime's netpoller
+	rc     syscall.RawConn
+
+	mu     sync.Mutex
+	pairs  map[uint32]*Pair
+	nextID uint32
+	queue  []command
+	closed bool
+
+	// Only the loop's goroutine touches these.
+	events []unix.EpollEvent
+	nready int
+	pipes  []*pipe // empty pipes for the next direction that needs one
+	done   chan struct{}
+}
+
+// wakeID is the epoll data of the loop's eventfd; pairs get ids from 1.
+const wakeID = 0
+
+// maxFreePipes bounds the pool of empty pipes (two descriptors each).
+const maxFreePipes = 64
+
+type command struct {
+	pair  *Pair
+	abort bool // a reset; false: a graceful close
+	stop  bool // the loop's Close
+}
+
+// New starts a loop. An error means the loop cannot run here (no epoll
+// or eventfd, or the runtime cannot poll an epoll descriptor); the caller
+// relays some other way.
+func New(opts Options) (*Loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("relay loop: epoll_create1: %w", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("relay loop: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: wakeID}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("relay loop: epoll_ctl: %w", err)
+	}
+	// Non-blocking, so that os.NewFile hands it to the netpoller; the
+	// loop only ever calls epoll_wait with a zero timeout.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("relay loop: %w", err)
+	}
+	ep := os.NewFile(uintptr(epfd), "relayloop-epoll")
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("relay loop: %w", err)
+	}
+	l := &Loop{
+		opts: opts, epfd: epfd, wakefd: wakefd, ep: ep, rc: rc,
+		pairs:  make(map[uint32]*Pair),
+		nextID: wakeID + 1,
+		events: make([]unix.EpollEvent, 128),
+		done:   make(chan struct{}),
+	}
+	// A file the netpoller refused would make the loop spin; find out
+	// now, while the caller can still fall back.
+	if err := ep.SetReadDeadline(time.Time{}); err != nil {
+		ep.Close()
+		unix.Close(wakefd)
+		return nil, fmt.Errorf("relay loop: the runtime cannot poll an epoll descriptor: %w", err)
+	}
+	go l.run()
+	return l, nil
+}
+
+// ErrClosed is returned by Add after Close.
+var ErrClosed = errors.New("relay loop closed")
+
+// Add relays between the connected, non-blocking TCP sockets a and b,
+// which the loop now owns: it closes them when the pair ends, and then
+// calls done with what the pair carried, from the loop's goroutine (done
+// must not block for long: every pair waits meanwhile). Bytes already
+// queued on either socket are relayed first. On error the loop owns
+// nothing and done is never called.
+func (l *Loop) Add(a, b int, done func(Result)) (*Pair, error) {
+	p := &Pair{loop: l, fd: [2]int{a, b}, done: done, firstEnd: -1}
+	p.dir[0] = direction{src: 0}
+	p.dir[1] = direction{src: 1}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.id = l.nextID
+	l.nextID++
+	if l.nextID == wakeID {
+		l.nextID++
+	}
+	l.pairs[p.id] = p
+	l.mu.Unlock()
+	// Registration reports what is ready already (edge-triggered epoll
+	// queues an event for a ready descriptor when it is added), so bytes
+	// that arrived before Add are not missed.
+	for side := range 2 {
+		ev := unix.EpollEvent{Events: eventsRead, Fd: int32(p.id), Pad: int32(side)}
+		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
+			if side == 1 {
+				unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], nil)
+			}
+			l.mu.Lock()
+			delete(l.pairs, p.id)
+			l.mu.Unlock()
+			return nil, fmt.Errorf("relay loop: epoll_ctl: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// Len returns the number of pairs the loop holds.
+func (l *Loop) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pairs)
+}
+
+// Close aborts every pair (each done function still runs) and stops the
+// loop. It waits until the loop's goroutine has returned.
+func (l *Loop) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.post(command{stop: true})
+	<-l.done
+	return nil
+}
+
+// The interest of a socket whose outgoing direction can take bytes, and of
+// one whose outgoing direction waits for its destination (its arrivals
+// would only wake the loop for nothing). EPOLLOUT stays in both: it fires
+// once the socket's send buffer, full before, has room again.
+const (
+	eventsRead   = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+	eventsMasked = unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+)
+
+// post queues c for the loop's goroutine and wakes it.
+func (l *Loop) post(c command) {
+	l.mu.Lock()
+	l.queue = append(l.queue, c)
+	l.mu.Unlock()
+	one := [8]byte{1}
+	for {
+		_, err := unix.Write(l.wakefd, one[:])
+		if err != unix.EINTR {
+			return // EAGAIN: the counter is full, a wake is pending
+		}
+	}
+}
+
+// run is the loop's goroutine.
+func (l *Loop) run() {
+	defer close(l.done)
+	defer l.ep.Close()
+	defer unix.Close(l.wakefd)
+	for {
+		err := l.rc.Read(func(uintptr) bool {
+			for {
+				n, err := unix.EpollWait(l.epfd, l.events, 0)
+				if err == unix.EINTR {
+					continue
+				}
+				l.nready = max(n, 0)
+				return n > 0
+			}
+		})
+		if err != nil {
+			// The descriptor was closed under us: cannot happen but
+			// through Close, which posts a stop first.
+			l.stop()
+			return
+		}
+		if l.dispatch(l.events[:l.nready]) {
+			l.stop()
+			return
+		}
+	}
+}
+
+// dispatch handles one batch of events; it returns true when the loop must
+// stop.
+func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
+	for i := range evs {
+		ev := &evs[i]
+		id := uint32(ev.Fd)
+		if id == wakeID {
+			if l.commands() {
+				stop = true
+			}
+			continue
+		}
+		l.mu.Lock()
+		p := l.pairs[id]
+		l.mu.Unlock()
+		if p == nil || p.ended {
+			continue // ended earlier in this batch
+		}
+		side := int(ev.Pad)
+		in := ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+		out := ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0
+		if in {
+			l.move(p, side)
+		}
+		// Every event reports EPOLLOUT while the socket has room; it
+		// matters only to a direction waiting for this socket.
+		if out && !p.ended && p.dir[1-side].inPipe > 0 {
+			l.move(p, 1-side)
+		}
+		if !p.ended && p.dir[0].finished && p.dir[1].finished {
+			l.end(p, false)
+		}
+	}
+	return stop
+}
+
+// commands runs the queued commands; it returns true on a stop.
+func (l *Loop) commands() (stop bool) {
+	var buf [8]byte
+	unix.Read(l.wakefd, buf[:])
+	l.mu.Lock()
+	q := l.queue
+	l.queue = nil
+	l.mu.Unlock()
+	for _, c := range q {
+		switch {
+		case c.stop:
+			stop = true
+		case !c.pair.ended:
+			c.pair.result.Aborted = true
+			l.end(c.pair, c.abort)
+		}
+	}
+	return stop
+}
+
+// stop ends every pair left, as aborted.
+func (l *Loop) stop() {
+	l.mu.Lock()
+	all := make([]*Pair, 0, len(l.pairs))
+	for _, p := range l.pairs {
+		all = append(all, p)
+	}
+	l.mu.Unlock()
+	for _, p := range all {
+		if !p.ended {
+			p.result.Aborted = true
+			l.end(p, true)
+		}
+	}
+	for _, pp := range l.pipes {
+		pp.close()
+	}
+	l.pipes = nil
+}
+
+// getPipe returns an empty pipe from the pool or a new one.
+func (l *Loop) getPipe() (*pipe, error) {
+	if n := len(l.pipes); n > 0 {
+		pp := l.pipes[n-1]
+		l.pipes = l.pipes[:n-1]
+		return pp, nil
+	}
+	return newPipe()
+}
+
+// putPipe returns an empty pipe to the pool, or closes it.
+func (l *Loop) putPipe(pp *pipe) {
+	if len(l.pipes) < maxFreePipes {
+		l.pipes = append(l.pipes, pp)
+		return
+	}
+	pp.close()
+}

@@ -1,0 +1,319 @@
+package relayloop
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bed is a client and a server on loopback with a relay pair between
+// them: client <-> a (the pair's side 0), b (side 1) <-> server.
+type bed struct {
+	client, server *net.TCPConn
+	a, b           int // the pair's descriptors
+}
+
+// newBed connects client to a listener whose accepted end becomes side a,
+// and side b to a listener whose accepted end is the server.
+func newBed(t testing.TB) *bed {
+	t.Helper()
+	connect := func() (dialed, accepted *net.TCPConn) {
+		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, c
+	}
+	client, a := connect()
+	b, server := connect()
+	bd := &bed{client: client, server: server}
+	var err error
+	if bd.a, err = Detach(a); err != nil {
+		t.Fatal(err)
+	}
+	if bd.b, err = Detach(b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return bd
+}
+
+func newLoop(t testing.TB) *Loop {
+	t.Helper()
+	l, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// add adds the bed's pair and returns a channel that gets its result.
+func (bd *bed) add(t testing.TB, l *Loop) (*Pair, chan Result) {
+	t.Helper()
+	res := make(chan Result, 2)
+	p, err := l.Add(bd.a, bd.b, func(r Result) { res <- r })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, res
+}
+
+func waitResult(t *testing.T, res chan Result) Result {
+	t.Helper()
+	select {
+	case r := <-res:
+		select {
+		case <-res:
+			t.Fatal("done ran twice")
+		case <-time.After(50 * time.Millisecond):
+		}
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("the pair did not end")
+	}
+	return Result{}
+}
+
+func randomBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// exchange has both ends send their bytes at once, half-close, and read
+// everything the other sent.
+func exchange(t *testing.T, bd *bed, up, down []byte) (gotUp, gotDown []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var errUp, errDown error
+	wg.Add(4)
+	go func() { defer wg.Done(); bd.client.Write(up); bd.client.CloseWrite() }()
+	go func() { defer wg.Done(); bd.server.Write(down); bd.server.CloseWrite() }()
+	go func() { defer wg.Done(); gotUp, errUp = io.ReadAll(bd.server) }()
+	go func() { defer wg.Done(); gotDown, errDown = io.ReadAll(bd.client) }()
+	wg.Wait()
+	if errUp != nil || errDown != nil {
+		t.Fatalf("reading: %v, %v", errUp, errDown)
+	}
+	return gotUp, gotDown
+}
+
+func TestRelayBothWays(t *testing.T) {
+	l := newLoop(t)
+	for _, sz := range [][2]int{{0, 0}, {1, 0}, {0, 1}, {3 << 20, 5 << 20}, {70000, 131073}} {
+		bd := newBed(t)
+		_, res := bd.add(t, l)
+		up, down := randomBytes(t, sz[0]), randomBytes(t, sz[1])
+		gotUp, gotDown := exchange(t, bd, up, down)
+		if !bytes.Equal(gotUp, up) || !bytes.Equal(gotDown, down) {
+			t.Fatalf("sizes %v: got %d/%d bytes, not what was sent", sz, len(gotUp), len(gotDown))
+		}
+		r := waitResult(t, res)
+		if r.AToB != int64(len(up)) || r.BToA != int64(len(down)) || r.Aborted {
+			t.Fatalf("sizes %v: result %+v", sz, r)
+		}
+	}
+	if n := l.Len(); n != 0 {
+		t.Fatalf("loop holds %d pairs after they all ended", n)
+	}
+}
+
+// Bytes that arrived before Add are relayed first, in order.
+func TestBytesBeforeAdd(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	early := randomBytes(t, 10000)
+	bd.client.Write(early)
+	bd.server.Write([]byte("hello"))
+	time.Sleep(50 * time.Millisecond) // both queued on a and b
+	_, res := bd.add(t, l)
+	late := randomBytes(t, 5000)
+	gotUp, gotDown := exchange(t, bd, late, nil)
+	if want := append(append([]byte(nil), early...), late...); !bytes.Equal(gotUp, want) {
+		t.Fatalf("upstream got %d bytes, want the %d sent before and after Add, in order", len(gotUp), len(want))
+	}
+	if string(gotDown) != "hello" {
+		t.Fatalf("client got %q, want hello", gotDown)
+	}
+	waitResult(t, res)
+}
+
+// One side's FIN reaches the other while the opposite direction keeps
+// flowing, and the pair records who ended first.
+func TestHalfClose(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	_, res := bd.add(t, l)
+	bd.server.CloseWrite()
+	bd.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := bd.client.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("client read %d, %v after the server's FIN; want EOF", n, err)
+	}
+	// The client can still talk to the server.
+	bd.client.Write([]byte("still here"))
+	bd.client.CloseWrite()
+	got, err := io.ReadAll(bd.server)
+	if err != nil || string(got) != "still here" {
+		t.Fatalf("server got %q, %v", got, err)
+	}
+	r := waitResult(t, res)
+	if !r.BEndedFirst || r.AToB != 10 {
+		t.Fatalf("result %+v, want b ended first and 10 bytes a to b", r)
+	}
+}
+
+// A slow reader holds the relay back (nothing is lost, nothing piles up
+// in the proxy) and the fast writer keeps its bytes.
+func TestSlowReader(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	_, res := bd.add(t, l)
+	down := randomBytes(t, 24<<20)
+	go func() { bd.server.Write(down); bd.server.Close() }()
+	var got []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := bd.client.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got)%(1<<20) < 32<<10 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if !bytes.Equal(got, down) {
+		t.Fatalf("client got %d bytes, not the %d sent", len(got), len(down))
+	}
+	bd.client.Close()
+	if r := waitResult(t, res); r.BToA != int64(len(down)) {
+		t.Fatalf("result %+v", r)
+	}
+}
+
+// Abort resets the client's side and closes the server's.
+func TestAbort(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	p, res := bd.add(t, l)
+	bd.client.Write([]byte("x"))
+	if _, err := io.ReadFull(bd.server, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	p.Abort()
+	r := waitResult(t, res)
+	if !r.Aborted {
+		t.Fatalf("result %+v, want aborted", r)
+	}
+	bd.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bd.client.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("client read: %v, want a reset", err)
+	}
+	bd.server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := bd.server.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("server read %d, %v; want the end of the stream", n, err)
+	}
+	if d := p.IdleFor(); d != 0 {
+		t.Fatalf("IdleFor after the end = %v, want 0", d)
+	}
+}
+
+// Close ends the pair gracefully: both ends see EOF.
+func TestPairClose(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	p, res := bd.add(t, l)
+	p.Close()
+	if r := waitResult(t, res); !r.Aborted {
+		t.Fatalf("result %+v", r)
+	}
+	for _, c := range []*net.TCPConn{bd.client, bd.server} {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("read %d, %v; want EOF", n, err)
+		}
+	}
+}
+
+func TestIdleFor(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	p, _ := bd.add(t, l)
+	bd.client.Write([]byte("x"))
+	io.ReadFull(bd.server, make([]byte, 1))
+	time.Sleep(300 * time.Millisecond)
+	if d := p.IdleFor(); d < 250*time.Millisecond {
+		t.Fatalf("IdleFor = %v after 300 ms of silence", d)
+	}
+	bd.client.Write([]byte("y"))
+	io.ReadFull(bd.server, make([]byte, 1))
+	if d := p.IdleFor(); d > 200*time.Millisecond {
+		t.Fatalf("IdleFor = %v right after a byte", d)
+	}
+}
+
+// The loop's Close aborts what is left, running every done function, and
+// Add fails afterwards.
+func TestLoopClose(t *testing.T) {
+	l, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []chan Result
+	for range 5 {
+		bd := newBed(t)
+		_, res := bd.add(t, l)
+		results = append(results, res)
+	}
+	l.Close()
+	for _, res := range results {
+		if r := waitResult(t, res); !r.Aborted {
+			t.Fatalf("result %+v", r)
+		}
+	}
+	bd := newBed(t)
+	if _, err := l.Add(bd.a, bd.b, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Add after Close: %v", err)
+	}
+}
+
+// Written sees every byte delivered.
+func TestWritten(t *testing.T) {
+	var mu sync.Mutex
+	var total int64
+	l, err := New(Options{Written: func(n int64) { mu.Lock(); total += n; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	bd := newBed(t)
+	_, res := bd.add(t, l)
+	exchange(t, bd, randomBytes(t, 100000), randomBytes(t, 200000))
+	waitResult(t, res)
+	mu.Lock()
+	defer mu.Unlock()
+	if total != 300000 {
+		t.Fatalf("Written saw %d bytes, want 300000", total)
+	}
+}
