@@ -213,3 +213,79 @@ func mustSize(t *testing.T, path string) int64 {
 	}
 	return fi.Size()
 }
+
+// A batching LogFile writes its lines together: not at once, but within
+// its delay, at once past 64 KiB, at Flush and at Close; and it still
+// rotates at its size, each line in the file it would have gone to.
+func TestLogFileBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sb.log")
+	line := connLine("n0000.example")
+	l, err := OpenLogFile(path, int64(10*len(line)), "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Batch(time.Hour)
+	count := func(p string) int {
+		ds, _, err := ReadFile(p, Filter{})
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return len(ds)
+	}
+	for i := range 3 {
+		l.Write([]byte(connLine(fmt.Sprintf("n%04d.example", i))))
+	}
+	if n := count(path); n != 0 {
+		t.Fatalf("%d lines in the file before the delay, want 0", n)
+	}
+	l.Flush()
+	if n := count(path); n != 3 {
+		t.Fatalf("%d lines after Flush, want 3", n)
+	}
+	// Past the size: the 10th line fills the file, the 11th starts the
+	// next, with no flush in between.
+	for i := 3; i < 14; i++ {
+		l.Write([]byte(connLine(fmt.Sprintf("n%04d.example", i))))
+	}
+	l.Close()
+	ds, _, err := ReadFile(path, Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 14 {
+		t.Fatalf("%d lines in the file and its rotation, want 14", len(ds))
+	}
+	for i, d := range ds {
+		if want := fmt.Sprintf("n%04d.example", i); d.Name != want {
+			t.Fatalf("line %d: %s, want %s", i, d.Name, want)
+		}
+	}
+	if fi, err := os.Stat(path + RotatedSuffix); err != nil || fi.Size() != int64(10*len(line)) {
+		t.Fatalf("rotated file: %v, %v; want 10 lines", fi, err)
+	}
+
+	// The delay, and 64 KiB without waiting for it.
+	path2 := filepath.Join(t.TempDir(), "sb2.log")
+	l2, err := OpenLogFile(path2, 0, "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	l2.Batch(50 * time.Millisecond)
+	l2.Write([]byte(line))
+	deadline := time.Now().Add(5 * time.Second)
+	for count(path2) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the line was not written after the delay")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l2.Batch(time.Hour)
+	n := maxBatch/len(line) + 1
+	for range n {
+		l2.Write([]byte(line))
+	}
+	if got := count(path2); got != n+1 {
+		t.Fatalf("%d lines after 64 KiB of them, want %d written without waiting", got, n+1)
+	}
+}
