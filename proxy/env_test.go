@@ -124,6 +124,14 @@ func newTestEnv(t *testing.T, pol *conf.Policy, cfg Config, setup ...func(*Proxy
 		cfg.Guard = guard.New(guard.Config{OwnAddrs: noAddrs, ConnectedSubnets: noSubnets})
 	}
 	e.p = New(cfg)
+	// The same stand-in for connections the relay loop accepts.
+	e.p.origDstFD = func(_ int, client netip.AddrPort) (netip.AddrPort, error) {
+		v, ok := e.dsts.Load(client.String())
+		if !ok {
+			return netip.AddrPort{}, fmt.Errorf("test: no destination for %v", client)
+		}
+		return v.(netip.AddrPort), nil
+	}
 	e.p.permitUpstream = func(a netip.Addr) bool { return a == apiAddr || a == evilAddr || a == netip.MustParseAddr("127.0.0.9") }
 	// Nothing a test proxy dials may leave the machine, whatever the
 	// guard says.

@@ -90,7 +90,9 @@ func trimBrackets(s string) string {
 	return s
 }
 
-// handle serves one redirected connection from accept to close. It returns
+// handle serves one redirected connection from accept to close, on its
+// own goroutine: the path of a proxy without the relay loop, and of
+// connections the loop's accept hands over (see accept.go). It returns
 // true if it handed the connection to the relay loop, which then accounts
 // for its end (see connDone); false if the connection has ended.
 func (p *Proxy) handle(c *net.TCPConn) (handedOff bool) {
@@ -108,83 +110,73 @@ func (p *Proxy) handle(c *net.TCPConn) (handedOff bool) {
 	// TCP keepalive: net.Listener turns it on for every accepted conn.
 
 	pol := p.Policy()
-	// Sniff unless the name cannot change the verdict: in mode none, and
-	// where an address rule admits the destination whatever the name
-	// (server-speaks-first protocols would otherwise wait out the sniff
-	// deadline). Mode open sniffs so that the log names every host.
-	var s sniffed
-	_, addrAllowed := pol.MatchAddr(dst.Addr(), dst.Port())
-	if pol.Mode == conf.ModeOpen || (pol.Mode == conf.ModeAllowlist && !addrAllowed) {
-		if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
-			p.pending.Add(-1)
-			p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
-			return false
-		}
-		s = p.sniff(c)
-		p.pending.Add(-1)
-		if s.limited != "" {
-			p.refuseLimited(c, s.proto, s.limited, p.maxPendingBytes)
-			return false
-		}
+	if !needsSniff(pol, dst) {
+		return p.decided(c, rec, sniffed{}, pol)
 	}
-	rec.Proto, rec.Name = s.proto.String(), s.name
+	if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
+		p.pending.Add(-1)
+		p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
+		return false
+	}
+	return p.sniffThenDecide(c, rec, pol)
+}
 
-	d := decide(pol, s.name, dst)
+// needsSniff reports whether a connection to dst must show its name:
+// not in mode none, nor where an address rule admits the destination
+// whatever the name (server-speaks-first protocols would otherwise wait out
+// the sniff deadline). Mode open sniffs so that the log names every host.
+func needsSniff(pol *conf.Policy, dst netip.AddrPort) bool {
+	_, addrAllowed := pol.MatchAddr(dst.Addr(), dst.Port())
+	return pol.Mode == conf.ModeOpen || (pol.Mode == conf.ModeAllowlist && !addrAllowed)
+}
+
+// sniffThenDecide sniffs c, counted as pending already, until
+// rec.Start plus the sniff timeout, and goes on as decided does.
+func (p *Proxy) sniffThenDecide(c *net.TCPConn, rec Record, pol *conf.Policy) (handedOff bool) {
+	s := p.sniff(c, rec.Start.Add(p.sniffTimeout))
+	p.pending.Add(-1)
+	if s.limited != "" {
+		p.refuseLimited(c, s.proto, s.limited, p.maxPendingBytes)
+		return false
+	}
+	return p.decided(c, rec, s, pol)
+}
+
+// judge decides a connection by what its first bytes said, and records
+// the verdict in rec.
+func judge(rec *Record, s sniffed, pol *conf.Policy) decision {
+	rec.Proto, rec.Name = s.proto.String(), s.name
+	d := decide(pol, s.name, rec.Dst)
 	if s.proto == sniff.ProtoHTTP {
-		d = decideHTTP(pol, s.name, dst)
+		d = decideHTTP(pol, s.name, rec.Dst)
 	}
 	if d.verdict == Deny && s.err != nil {
 		d.reason += " (" + s.err.Error() + ")"
 	}
 	rec.Verdict, rec.Rule, rec.Reason = d.verdict, d.rule, d.reason
+	return d
+}
+
+// decided goes on from what c's first bytes said: it refuses c, serves
+// it as an inspected host, or dials its upstream and relays it.
+func (p *Proxy) decided(c *net.TCPConn, rec Record, s sniffed, pol *conf.Policy) (handedOff bool) {
+	d := judge(&rec, s, pol)
 	if d.verdict == Deny {
 		p.log(rec)
 		p.refuse(c, s, d.reason)
 		return false
 	}
-
 	if s.proto == sniff.ProtoTLS && pol.InspectFor(s.name) != nil {
-		p.serveInspected(c, &rec, d, dst)
+		p.serveInspected(c, &rec, d, rec.Dst)
 		return false
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout)
-	up, slot, err := p.dialUpstream(ctx, pol, d, dst)
-	cancel()
+	up, slot, err := p.dialFor(pol, d, rec.Dst)
 	if err != nil {
-		// The client learns that the upstream is not permitted, not
-		// which private address the name has.
-		var refused *refusedError
-		var limited *limitError
-		switch {
-		case errors.As(err, &limited):
-			// A cap, not a decision: a limit line, no connection line.
-			p.refuseLimited(c, s.proto, limited.limit, limited.max)
-			return false
-		case errors.As(err, &refused):
-			rec.Reason = err.Error()
-			rec.Verdict, rec.Upstream = Deny, refused.upstream()
-			p.log(rec)
-			p.refuse(c, s, "upstream not permitted")
-			return false
-		}
-		rec.Reason = err.Error()
-		rec.Verdict = VerdictError
-		p.log(rec)
-		denyReset(c)
+		p.dialFailed(c, rec, s, err)
 		return false
 	}
 	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
-
-	t := &tracked{client: c, upstream: up, dst: dst, upAddr: rec.Upstream, name: s.name}
-	p.track(t)
-	// A policy change between the decision and track would have missed
-	// this connection: decide again against the policy now in force.
-	if now := p.Policy(); now != pol {
-		if why := p.lostPermission(now, t); why != "" {
-			t.kill(decisionlog.ReasonPolicyChanged + why)
-		}
-	}
+	t := p.trackRelayed(&tracked{client: c, upstream: up, dst: rec.Dst, upAddr: rec.Upstream, name: s.name}, pol)
 
 	if s.proto == sniff.ProtoHTTP && s.head != nil {
 		r := p.relayHTTP(t)
@@ -207,6 +199,50 @@ func (p *Proxy) handle(c *net.TCPConn) (handedOff bool) {
 	return false
 }
 
+// dialFor dials the upstream of decision d within the dial timeout.
+func (p *Proxy) dialFor(pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout)
+	defer cancel()
+	return p.dialUpstream(ctx, pol, d, dst)
+}
+
+// dialFailed refuses c, whose upstream could not be dialed (err from
+// dialUpstream), and logs why. The client learns that the upstream is not
+// permitted, not which private address the name has.
+func (p *Proxy) dialFailed(c *net.TCPConn, rec Record, s sniffed, err error) {
+	var refused *refusedError
+	var limited *limitError
+	switch {
+	case errors.As(err, &limited):
+		// A cap, not a decision: a limit line, no connection line.
+		p.refuseLimited(c, s.proto, limited.limit, limited.max)
+		return
+	case errors.As(err, &refused):
+		rec.Reason = err.Error()
+		rec.Verdict, rec.Upstream = Deny, refused.upstream()
+		p.log(rec)
+		p.refuse(c, s, "upstream not permitted")
+		return
+	}
+	rec.Reason = err.Error()
+	rec.Verdict = VerdictError
+	p.log(rec)
+	denyReset(c)
+}
+
+// trackRelayed tracks t, an established connection decided under pol. A
+// policy change between the decision and track would have missed it:
+// it is decided again against the policy now in force.
+func (p *Proxy) trackRelayed(t *tracked, pol *conf.Policy) *tracked {
+	p.track(t)
+	if now := p.Policy(); now != pol {
+		if why := p.lostPermission(now, t); why != "" {
+			t.kill(decisionlog.ReasonPolicyChanged + why)
+		}
+	}
+	return t
+}
+
 // relayEnded closes a relayed connection's ends and writes its line. The
 // upstream's source port stays taken for a minute if the proxy closed
 // first (closedFirst), which it did unless the upstream's end came first
@@ -214,6 +250,8 @@ func (p *Proxy) handle(c *net.TCPConn) (handedOff bool) {
 func (p *Proxy) relayEnded(t *tracked, rec Record, slot netip.AddrPort, closedFirst bool) {
 	if t.client != nil {
 		t.client.Close()
+	}
+	if t.upstream != nil {
 		t.upstream.Close()
 	}
 	if why := t.killReason(); why != "" {
@@ -228,7 +266,7 @@ func (p *Proxy) relayEnded(t *tracked, rec Record, slot netip.AddrPort, closedFi
 
 // sniff peeks at the first bytes until they name a host, prove there is none,
 // or the deadline passes.
-func (p *Proxy) sniff(c *net.TCPConn) sniffed {
+func (p *Proxy) sniff(c *net.TCPConn, deadline time.Time) sniffed {
 	var s sniffed
 	var serr error = sniff.ErrIncomplete
 	var charged int64
@@ -239,7 +277,7 @@ func (p *Proxy) sniff(c *net.TCPConn) sniffed {
 		charged += int64(n)
 		return true
 	}
-	buf, n, err := peek(c, time.Now().Add(p.sniffTimeout), grow, func(b []byte) (bool, int) {
+	buf, n, err := peek(c, deadline, grow, func(b []byte) (bool, int) {
 		var need int
 		p.parses.Add(1)
 		s, need, serr = sniffBytes(b)

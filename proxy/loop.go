@@ -49,29 +49,50 @@ func (p *Proxy) closeRelayLoop() {
 // line when they end and releases the upstream slot. It returns false if
 // the loop cannot take them; t is then as it was.
 func (p *Proxy) handOff(t *tracked, rec Record, slot netip.AddrPort) bool {
-	l := p.relayLoop()
-	if l == nil {
+	if p.relayLoop() == nil {
 		return false
 	}
-	// From here on nobody may close t.client and t.upstream but this
-	// function: kill and expire find t.pair, or t.killed tells us.
+	// From here on nobody may close t.client but this function: kill and
+	// expire find it nil, or t.killed tells relayRaw.
 	t.mu.Lock()
-	client, upstream := t.client, t.upstream
-	cfd, err := relayloop.Detach(client)
+	cfd, err := relayloop.Detach(t.client)
 	if err != nil {
 		t.mu.Unlock()
 		return false
 	}
-	ufd, err := relayloop.Detach(upstream)
+	t.client = nil
+	t.mu.Unlock()
+	p.relayRaw(t, cfd, rec, slot)
+	return true
+}
+
+// relayRaw relays between the client's socket cfd, detached from the
+// runtime, and t.upstream, on the relay loop, which writes rec's line when
+// both have ended and accounts for the connection's end. It owns cfd:
+// whatever happens, the connection is ended or relayed.
+func (p *Proxy) relayRaw(t *tracked, cfd int, rec Record, slot netip.AddrPort) {
+	l := p.relayLoop()
+	t.mu.Lock()
+	var ufd int
+	var err error
+	if l == nil || t.upstream == nil {
+		err = relayloop.ErrClosed
+	} else if ufd, err = relayloop.Detach(t.upstream); err == nil {
+		t.upstream = nil
+	}
 	if err != nil {
-		// The client's socket is ours now; there is no going back.
+		// Killed meanwhile, or shutting down.
+		killed := t.killed != ""
 		t.mu.Unlock()
-		closeFD(cfd)
+		if killed {
+			resetFD(cfd)
+		} else {
+			closeFD(cfd)
+		}
 		p.relayEnded(t, rec, slot, true)
 		p.connDone()
-		return true
+		return
 	}
-	t.client, t.upstream = nil, nil
 	pair, err := l.Add(cfd, ufd, func(r relayloop.Result) {
 		rec.BytesUp, rec.BytesDn = r.AToB, r.BToA
 		p.relayEnded(t, rec, slot, !r.BEndedFirst)
@@ -83,7 +104,7 @@ func (p *Proxy) handOff(t *tracked, rec Record, slot netip.AddrPort) bool {
 		closeFD(ufd)
 		p.relayEnded(t, rec, slot, true)
 		p.connDone()
-		return true
+		return
 	}
 	t.pair = pair
 	killed, expired := t.killed != "", t.expired != ""
@@ -94,7 +115,12 @@ func (p *Proxy) handOff(t *tracked, rec Record, slot netip.AddrPort) bool {
 	case expired:
 		pair.Close()
 	}
-	return true
+}
+
+// resetFD closes a socket Detach returned with a reset.
+func resetFD(fd int) {
+	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	unix.Close(fd)
 }
 
 // closeFD closes a descriptor Detach returned.

@@ -41,6 +41,9 @@ func TestEstablishedOnTheRelayLoop(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if got := e.p.decidedOnLoop.Load(); got != n {
+		t.Fatalf("%d of %d connections decided on the loop", got, n)
+	}
 	if st := e.p.Stats(); st.Active != n || st.Held != n {
 		t.Fatalf("stats %+v, want %d active and held", st, n)
 	}

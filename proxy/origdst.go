@@ -44,6 +44,21 @@ func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	return dst, nil
 }
 
+// originalDstFD is OriginalDst for a bare socket; client is its peer.
+func originalDstFD(fd int, client netip.AddrPort) (netip.AddrPort, error) {
+	var dst netip.AddrPort
+	var err error
+	if client.Addr().Is4() {
+		if dst, err = originalDst4(fd); err == nil {
+			return dst, nil
+		}
+	}
+	if dst, err = originalDst6(fd); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("original destination of %v: %w", client, err)
+	}
+	return dst, nil
+}
+
 func originalDst4(fd int) (netip.AddrPort, error) {
 	var sa unix.RawSockaddrInet4
 	l := uint32(unsafe.Sizeof(sa))

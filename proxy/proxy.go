@@ -130,6 +130,15 @@ type Proxy struct {
 	loopMu sync.Mutex
 	loop   *relayloop.Loop
 	noLoop bool // it cannot run here, or the proxy is shut down
+	// The loop's accept (see accept.go): nil until a listener is
+	// served there. origDstFD reads a redirected connection's original
+	// destination from its bare socket; nil when a stand-in for
+	// OriginalDst needs a *net.TCPConn, and then every connection is
+	// accepted by Serve's own goroutine.
+	accept        *loopAccept
+	loopListeners []loopListener
+	origDstFD     func(fd int, client netip.AddrPort) (netip.AddrPort, error)
+	stopping      chan struct{} // closed by Shutdown
 
 	caDir, upstreamCAFile string
 	inspectOnce           sync.Once
@@ -149,6 +158,9 @@ type Proxy struct {
 	// parses counts the looks at peeked bytes, for the tests that show a
 	// trickled ClientHello costs a few dozen of them.
 	parses atomic.Int64
+	// decidedOnLoop counts the connections decided on the relay loop
+	// (see accept.go), for the tests that show the common case is.
+	decidedOnLoop atomic.Int64
 
 	mu        sync.Mutex
 	conns     map[*tracked]struct{}
@@ -180,7 +192,9 @@ func New(cfg Config) *Proxy {
 	}
 	if p.origDst == nil {
 		p.origDst = OriginalDst
+		p.origDstFD = originalDstFD
 	}
+	p.stopping = make(chan struct{})
 	if p.logger == nil {
 		p.logger = slog.New(slog.DiscardHandler)
 	}
@@ -267,6 +281,15 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		ln.Close()
 		return ErrClosed
 	}
+	p.mu.Unlock()
+	if ok, err := p.serveOnLoop(ln); ok {
+		if err != nil {
+			return err
+		}
+		<-p.stopping
+		return ErrClosed
+	}
+	p.mu.Lock()
 	p.listeners[ln] = struct{}{}
 	p.mu.Unlock()
 	defer func() {
@@ -322,12 +345,14 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.closed {
 		close(p.stopHousekeeping)
+		close(p.stopping)
 	}
 	p.closed = true
 	for ln := range p.listeners {
 		ln.Close()
 	}
 	p.mu.Unlock()
+	p.stopLoopListeners()
 	done := make(chan struct{})
 	go func() {
 		p.wg.Wait()
@@ -401,8 +426,10 @@ func (t *tracked) kill(reason string) {
 		pair.Abort()
 		return
 	}
-	client.SetLinger(0)
-	client.Close()
+	if client != nil {
+		client.SetLinger(0)
+		client.Close()
+	}
 	if upstream != nil {
 		upstream.Close()
 	}
@@ -429,8 +456,12 @@ func (t *tracked) expire(reason string) {
 		pair.Close()
 		return
 	}
-	client.Close()
-	upstream.Close()
+	if client != nil {
+		client.Close()
+	}
+	if upstream != nil {
+		upstream.Close()
+	}
 }
 
 // idleFor returns how long t has carried no data either way.
@@ -441,7 +472,7 @@ func (t *tracked) idleFor() time.Duration {
 	if pair != nil {
 		return pair.IdleFor()
 	}
-	if upstream == nil {
+	if client == nil || upstream == nil {
 		return 0
 	}
 	return min(idleFor(client), idleFor(upstream))

@@ -40,9 +40,10 @@ type Loop struct {
 	ep     *os.File // epfd, registered in the runtime's netpoller
 	rc     syscall.RawConn
 
-	mu     sync.Mutex
-	pairs  map[uint32]*Pair
-	nextID uint32
+	mu       sync.Mutex
+	pairs    map[uint32]*Pair
+	watchers map[uint32]*Watcher
+	nextID   uint32
 	queue  []command
 	closed bool
 
@@ -61,9 +62,13 @@ const maxFreePipes = 64
 
 type command struct {
 	pair  *Pair
-	abort bool // a reset; false: a graceful close
-	stop  bool // the loop's Close
+	abort bool   // a reset; false: a graceful close
+	stop  bool   // the loop's Close
+	fn    func() // Run's
 }
+
+// padWatcher marks a Watcher's events (a pair's carry its side, 0 or 1).
+const padWatcher = 2
 
 // New starts a loop. An error means the loop cannot run here (no epoll
 // or eventfd, or the runtime cannot poll an epoll descriptor); the caller
@@ -100,8 +105,9 @@ func New(opts Options) (*Loop, error) {
 	}
 	l := &Loop{
 		opts: opts, epfd: epfd, wakefd: wakefd, ep: ep, rc: rc,
-		pairs:  make(map[uint32]*Pair),
-		nextID: wakeID + 1,
+		pairs:    make(map[uint32]*Pair),
+		watchers: make(map[uint32]*Watcher),
+		nextID:   wakeID + 1,
 		events: make([]unix.EpollEvent, 128),
 		done:   make(chan struct{}),
 	}
@@ -134,11 +140,7 @@ func (l *Loop) Add(a, b int, done func(Result)) (*Pair, error) {
 		l.mu.Unlock()
 		return nil, ErrClosed
 	}
-	p.id = l.nextID
-	l.nextID++
-	if l.nextID == wakeID {
-		l.nextID++
-	}
+	p.id = l.newID()
 	l.pairs[p.id] = p
 	l.mu.Unlock()
 	// Registration reports what is ready already (edge-triggered epoll
@@ -157,6 +159,24 @@ func (l *Loop) Add(a, b int, done func(Result)) (*Pair, error) {
 		}
 	}
 	return p, nil
+}
+
+// newID returns an id for a pair or watcher; l.mu is held.
+func (l *Loop) newID() uint32 {
+	for {
+		id := l.nextID
+		l.nextID++
+		if id == wakeID {
+			continue
+		}
+		if _, ok := l.pairs[id]; ok {
+			continue
+		}
+		if _, ok := l.watchers[id]; ok {
+			continue
+		}
+		return id
+	}
 }
 
 // Len returns the number of pairs the loop holds.
@@ -246,6 +266,15 @@ func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
 			}
 			continue
 		}
+		if ev.Pad == padWatcher {
+			l.mu.Lock()
+			w := l.watchers[id]
+			l.mu.Unlock()
+			if w != nil && !w.stopped {
+				w.fn(w, ev.Events)
+			}
+			continue
+		}
 		l.mu.Lock()
 		p := l.pairs[id]
 		l.mu.Unlock()
@@ -282,6 +311,8 @@ func (l *Loop) commands() (stop bool) {
 		switch {
 		case c.stop:
 			stop = true
+		case c.fn != nil:
+			c.fn()
 		case !c.pair.ended:
 			c.pair.result.Aborted = true
 			l.end(c.pair, c.abort)

@@ -1,0 +1,444 @@
+package proxy
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/relayloop"
+	"github.com/doorman-net/doorman/proxy/sniff"
+)
+
+// Accepting on the relay loop. A connection's life before its decision
+// used to be a goroutine of its own from accept on: the runtime's accept
+// (and its four TCP keepalive options), its registration in the
+// netpoller, a park until the ClientHello arrived and a wake, a peek buffer,
+// and, for a relayed connection, a detach from the runtime again. Where it
+// can, the proxy now accepts on the relay loop instead: the listening
+// sockets are watched by the loop, accept4(2) hands over bare descriptors,
+// and each new connection is watched (edge-triggered) until its first
+// bytes arrive, which are peeked into the loop's one scratch buffer. Most
+// connections say everything in their first segment or two, so the
+// decision is made there, on the loop, without a goroutine or a buffer of
+// their own; a spliced connection then gets a goroutine only for the
+// dial, and is back on the loop as a pair.
+//
+// The loop looks at a connection's bytes only a few times and only for a
+// short while (fastLooks, fastWindow): a connection that trickles its
+// first bytes, stays silent, or is anything but the common case is handed
+// to the goroutine path (handle's sniffThenDecide, peek), whose defences
+// against trickled hellos and whose deadlines are unchanged. So are the
+// caps: the pending connections and the bytes peeked are counted the same
+// way on both paths.
+
+// fastLooks bounds the looks at a connection's first bytes on the loop
+// before it moves to the goroutine path.
+const fastLooks = 3
+
+// fastWindow bounds how long a connection waits for its first bytes on
+// the loop before it moves to the goroutine path.
+const fastWindow = 200 * time.Millisecond
+
+// acceptBatch bounds the connections accepted from one listener in one go,
+// so that one busy listener does not starve the loop's pairs.
+const acceptBatch = 64
+
+// scratchSize is the loop's peek buffer: real ClientHellos, post-quantum
+// key shares included, fit many times over; a longer first flight moves to
+// the goroutine path.
+const scratchSize = 16 << 10
+
+// loopAccept is the proxy's state for accepting on the relay loop; only
+// the loop's goroutine touches it but for the listeners, which Shutdown
+// closes through the loop.
+type loopAccept struct {
+	scratch []byte
+	// waiting holds the connections waiting for their first bytes, oldest
+	// first (they all wait fastWindow at most), and timer fires for the
+	// oldest.
+	waiting      sniffQueue
+	timer        *time.Timer
+	timerPending bool
+}
+
+// sniffing is a connection on the loop whose first bytes have not been
+// decided yet.
+type sniffing struct {
+	fd         int
+	rec        Record
+	pol        *conf.Policy
+	watch      *relayloop.Watcher
+	looks      int
+	charged    int64 // bytes counted in p.pendingBytes
+	until      time.Time
+	prev, next *sniffing
+}
+
+// sniffQueue is a doubly linked list of sniffing connections.
+type sniffQueue struct{ head, tail *sniffing }
+
+func (q *sniffQueue) push(s *sniffing) {
+	s.prev, s.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = s
+	} else {
+		q.head = s
+	}
+	q.tail = s
+}
+
+func (q *sniffQueue) remove(s *sniffing) {
+	if s.prev != nil {
+		s.prev.next = s.next
+	} else if q.head == s {
+		q.head = s.next
+	}
+	if s.next != nil {
+		s.next.prev = s.prev
+	} else if q.tail == s {
+		q.tail = s.prev
+	}
+	s.prev, s.next = nil, nil
+}
+
+// serveOnLoop has the relay loop accept on ln. It returns false, with ln
+// untouched, if the loop cannot (it is not running, ln is no TCP
+// listener, or a stand-in for SO_ORIGINAL_DST needs a *net.TCPConn).
+func (p *Proxy) serveOnLoop(ln net.Listener) (bool, error) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok || p.origDstFD == nil {
+		return false, nil
+	}
+	l := p.relayLoop()
+	if l == nil {
+		return false, nil
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false, nil
+	}
+	if p.accept == nil {
+		p.accept = &loopAccept{scratch: make([]byte, scratchSize)}
+	}
+	p.mu.Unlock()
+	lfd, err := relayloop.Detach(tl)
+	if err != nil {
+		return true, err
+	}
+	var backoff time.Duration // only the loop's goroutine touches it
+	w, err := l.Watch(lfd, unix.EPOLLIN, func(w *relayloop.Watcher, _ uint32) {
+		backoff = p.acceptReady(lfd, w, backoff)
+	})
+	if err != nil {
+		closeFD(lfd)
+		return true, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.Run(func() { w.Stop(); closeFD(lfd) })
+		return true, nil
+	}
+	p.loopListeners = append(p.loopListeners, loopListener{w: w, fd: lfd})
+	p.mu.Unlock()
+	return true, nil
+}
+
+// loopListener is a listening socket the relay loop accepts on.
+type loopListener struct {
+	w  *relayloop.Watcher
+	fd int
+}
+
+// stopLoopListeners stops accepting on the loop's listeners and closes
+// them; it waits until the loop has done so.
+func (p *Proxy) stopLoopListeners() {
+	p.mu.Lock()
+	lns := p.loopListeners
+	p.loopListeners = nil
+	p.mu.Unlock()
+	p.loopMu.Lock()
+	l := p.loop
+	p.loopMu.Unlock()
+	if len(lns) == 0 || l == nil {
+		return
+	}
+	done := make(chan struct{})
+	l.Run(func() {
+		for _, ln := range lns {
+			ln.w.Stop()
+			closeFD(ln.fd)
+		}
+		close(done)
+	})
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// acceptReady accepts what lfd holds, on the loop. backoff is the pause
+// after the last failed accept; it returns the next one.
+func (p *Proxy) acceptReady(lfd int, w *relayloop.Watcher, backoff time.Duration) time.Duration {
+	for range acceptBatch {
+		fd, sa, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		switch {
+		case err == unix.EAGAIN:
+			return 0
+		case err == unix.EINTR || err == unix.ECONNABORTED:
+			continue
+		case err != nil:
+			// Out of file descriptors and the like: pause this
+			// listener, keep serving the rest.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.logger.Error(decisionlog.MsgAccept, decisionlog.SandboxKey, p.sandbox, decisionlog.ErrKey, err)
+			w.Modify(0)
+			time.AfterFunc(backoff, func() {
+				if l := p.relayLoop(); l != nil {
+					l.Run(func() { w.Modify(unix.EPOLLIN) })
+				}
+			})
+			return backoff
+		}
+		p.acceptedOnLoop(fd, sockaddrAddrPort(sa))
+	}
+	return 0
+}
+
+// acceptedOnLoop starts a connection the loop accepted.
+func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
+	if p.maxConns > 0 && p.held.Load() >= p.maxConns {
+		if c, err := fileConn(fd); err == nil {
+			p.refuseAtAccept(c)
+		}
+		return
+	}
+	p.held.Add(1)
+	p.wg.Add(1)
+	rec := Record{Sandbox: p.sandbox, Start: time.Now(), Proto: "unknown", Client: client}
+	dst, err := p.origDstFD(fd, client)
+	if err != nil {
+		rec.Verdict, rec.Reason = Deny, err.Error()
+		p.log(rec)
+		resetFD(fd)
+		p.connDone()
+		return
+	}
+	rec.Dst = dst
+	pol := p.Policy()
+	if !needsSniff(pol, dst) {
+		p.decideOnLoop(fd, rec, sniffed{}, pol)
+		return
+	}
+	if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
+		p.pending.Add(-1)
+		p.onGoroutine(fd, func(c *net.TCPConn) bool {
+			p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
+			return false
+		})
+		return
+	}
+	p.look(&sniffing{fd: fd, rec: rec, pol: pol, until: rec.Start.Add(fastWindow)})
+}
+
+// look peeks at what s has sent so far, and decides it, waits for more,
+// or hands it to the goroutine path.
+func (p *Proxy) look(s *sniffing) {
+	a := p.accept
+	var n int
+	var err error
+	for {
+		n, _, err = unix.Recvfrom(s.fd, a.scratch, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err == unix.EAGAIN && s.looks == 0 && s.watch == nil {
+		p.wait(s)
+		return
+	}
+	if err != nil || n <= 0 {
+		// The end of the stream, an error, or a wakeup with nothing
+		// new: the goroutine path says what that means.
+		p.toGoroutine(s)
+		return
+	}
+	s.looks++
+	p.parses.Add(1)
+	if more := int64(n) - s.charged; more > 0 {
+		if !p.growPending(int(more)) {
+			p.toGoroutine(s) // which refuses it past the cap
+			return
+		}
+		s.charged += more
+	}
+	sn, _, serr := sniffBytes(a.scratch[:n])
+	if serr == nil {
+		p.unwait(s)
+		p.decideOnLoop(s.fd, s.rec, sn, s.pol)
+		return
+	}
+	if !errors.Is(serr, sniff.ErrIncomplete) || s.looks >= fastLooks || n >= len(a.scratch) {
+		p.toGoroutine(s)
+		return
+	}
+	if s.watch == nil {
+		p.wait(s)
+	}
+}
+
+// wait has the loop watch s for more bytes (edge-triggered: a peek
+// leaves the bytes queued, so only new ones wake it), for fastWindow at
+// most.
+func (p *Proxy) wait(s *sniffing) {
+	l := p.relayLoop()
+	if l == nil {
+		p.toGoroutine(s)
+		return
+	}
+	w, err := l.Watch(s.fd, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLET, func(*relayloop.Watcher, uint32) { p.look(s) })
+	if err != nil {
+		p.toGoroutine(s)
+		return
+	}
+	s.watch = w
+	a := p.accept
+	a.waiting.push(s)
+	if !a.timerPending {
+		p.armSniffTimer(time.Until(a.waiting.head.until))
+	}
+}
+
+// armSniffTimer wakes the loop after d to move the connections that waited
+// fastWindow to the goroutine path.
+func (p *Proxy) armSniffTimer(d time.Duration) {
+	a := p.accept
+	a.timerPending = true
+	expire := func() {
+		if l := p.relayLoop(); l != nil {
+			l.Run(p.expireWaiting)
+		}
+	}
+	if a.timer == nil {
+		a.timer = time.AfterFunc(d, expire)
+	} else {
+		a.timer.Reset(d)
+	}
+}
+
+// expireWaiting moves the connections that waited fastWindow to the
+// goroutine path, on the loop.
+func (p *Proxy) expireWaiting() {
+	a := p.accept
+	a.timerPending = false
+	now := time.Now()
+	for a.waiting.head != nil && !a.waiting.head.until.After(now) {
+		p.toGoroutine(a.waiting.head)
+	}
+	if a.waiting.head != nil {
+		p.armSniffTimer(a.waiting.head.until.Sub(now))
+	}
+}
+
+// unwait stops watching s and forgets what it was charged.
+func (p *Proxy) unwait(s *sniffing) {
+	if s.watch != nil {
+		s.watch.Stop()
+		p.accept.waiting.remove(s)
+		s.watch = nil
+	}
+	p.pending.Add(-1)
+	p.pendingBytes.Add(-s.charged)
+	s.charged = 0
+}
+
+// toGoroutine hands s, still pending, to the goroutine path.
+func (p *Proxy) toGoroutine(s *sniffing) {
+	p.unwait(s)
+	p.pending.Add(1) // sniffThenDecide counts it off
+	rec, pol := s.rec, s.pol
+	p.onGoroutine(s.fd, func(c *net.TCPConn) bool { return p.sniffThenDecide(c, rec, pol) })
+}
+
+// onGoroutine runs f with fd as a *net.TCPConn on a goroutine of its
+// own, and accounts for the connection's end unless f handed it to the
+// relay loop.
+func (p *Proxy) onGoroutine(fd int, f func(*net.TCPConn) bool) {
+	c, err := fileConn(fd)
+	if err != nil {
+		p.connDone()
+		return
+	}
+	go func() {
+		if !f(c) {
+			p.connDone()
+		}
+	}()
+}
+
+// decideOnLoop goes on from what fd's first bytes said, as decided does.
+// A connection that is to be spliced is dialed on a goroutine of its own
+// and comes back to the loop as a pair; the rest (refusals, plaintext HTTP,
+// inspected hosts) go on on the goroutine path.
+func (p *Proxy) decideOnLoop(fd int, rec Record, s sniffed, pol *conf.Policy) {
+	p.decidedOnLoop.Add(1)
+	d := judge(&rec, s, pol)
+	if d.verdict == Deny || s.proto == sniff.ProtoHTTP || (s.proto == sniff.ProtoTLS && pol.InspectFor(s.name) != nil) {
+		p.onGoroutine(fd, func(c *net.TCPConn) bool { return p.decided(c, rec, s, pol) })
+		return
+	}
+	go p.dialThenRelay(fd, rec, s, d, pol)
+}
+
+// dialThenRelay dials the upstream of a spliced connection whose client
+// socket is fd, and relays the two on the loop.
+func (p *Proxy) dialThenRelay(fd int, rec Record, s sniffed, d decision, pol *conf.Policy) {
+	up, slot, err := p.dialFor(pol, d, rec.Dst)
+	if err != nil {
+		c, cerr := fileConn(fd)
+		if cerr == nil {
+			p.dialFailed(c, rec, s, err)
+		}
+		p.connDone()
+		return
+	}
+	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
+	t := p.trackRelayed(&tracked{upstream: up, dst: rec.Dst, upAddr: rec.Upstream, name: s.name}, pol)
+	p.relayRaw(t, fd, rec, slot)
+}
+
+// fileConn makes fd, a connected TCP socket detached from the runtime, a
+// *net.TCPConn again (fd itself is closed: the conn holds a copy).
+func fileConn(fd int) (*net.TCPConn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, errors.New("not a TCP connection")
+	}
+	return tc, nil
+}
+
+// sockaddrAddrPort is a peer's address as accept4 gave it, IPv4-mapped
+// addresses unmapped.
+func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
+}

@@ -1,0 +1,69 @@
+package relayloop
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Watcher is a descriptor the loop watches for its caller, who keeps
+// owning it (see Watch).
+type Watcher struct {
+	loop    *Loop
+	id      uint32
+	fd      int
+	fn      func(w *Watcher, events uint32)
+	stopped bool
+}
+
+// Watch adds fd to the loop's epoll set with events (EPOLLIN and the
+// like; level-triggered unless events has EPOLLET) and from then on calls
+// fn with w and what is ready, from the loop's goroutine, until Stop (fn
+// may run before Watch has returned). fn must not
+// block: every pair waits meanwhile. The loop never reads, writes or closes
+// fd: the caller does, from fn or Run.
+func (l *Loop) Watch(fd int, events uint32, fn func(w *Watcher, events uint32)) (*Watcher, error) {
+	w := &Watcher{loop: l, fd: fd, fn: fn}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	w.id = l.newID()
+	l.watchers[w.id] = w
+	l.mu.Unlock()
+	ev := unix.EpollEvent{Events: events, Fd: int32(w.id), Pad: padWatcher}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.mu.Lock()
+		delete(l.watchers, w.id)
+		l.mu.Unlock()
+		return nil, fmt.Errorf("relay loop: epoll_ctl: %w", err)
+	}
+	return w, nil
+}
+
+// Modify changes the events w waits for. Call it from the loop's
+// goroutine (from fn or Run).
+func (w *Watcher) Modify(events uint32) error {
+	ev := unix.EpollEvent{Events: events, Fd: int32(w.id), Pad: padWatcher}
+	return unix.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_MOD, w.fd, &ev)
+}
+
+// Stop takes w's descriptor out of the loop's epoll set; fn is not called
+// again, not even for events of the batch being handled. Call it from the
+// loop's goroutine (from fn or Run), before the descriptor is closed or
+// handed to Add.
+func (w *Watcher) Stop() {
+	if w.stopped {
+		return
+	}
+	w.stopped = true
+	unix.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	w.loop.mu.Lock()
+	delete(w.loop.watchers, w.id)
+	w.loop.mu.Unlock()
+}
+
+// Run runs fn on the loop's goroutine, soon, in the order Run was called.
+// After Close it never runs.
+func (l *Loop) Run(fn func()) { l.post(command{fn: fn}) }
