@@ -44,8 +44,8 @@ type Loop struct {
 	pairs    map[uint32]*Pair
 	watchers map[uint32]*Watcher
 	nextID   uint32
-	queue  []command
-	closed bool
+	queue    []command
+	closed   bool
 
 	// Only the loop's goroutine touches these.
 	events []unix.EpollEvent
@@ -108,8 +108,8 @@ func New(opts Options) (*Loop, error) {
 		pairs:    make(map[uint32]*Pair),
 		watchers: make(map[uint32]*Watcher),
 		nextID:   wakeID + 1,
-		events: make([]unix.EpollEvent, 128),
-		done:   make(chan struct{}),
+		events:   make([]unix.EpollEvent, 128),
+		done:     make(chan struct{}),
 	}
 	// A file the netpoller refused would make the loop spin; find out
 	// now, while the caller can still fall back.
