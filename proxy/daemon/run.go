@@ -85,10 +85,6 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 	return nil
 }
 
-// logBatchDelay is how long a decision line may wait in memory before it
-// is written, with the others of that moment.
-const logBatchDelay = 20 * time.Millisecond
-
 // openLog opens the decision log of cfg, with the OTLP export beside it.
 // The returned close flushes the export first, so that its last "otlp"
 // line still reaches the file.
@@ -99,9 +95,6 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		if err != nil {
 			return nil, nil, err
 		}
-		// One write for the lines of many connections (see
-		// decisionlog.LogFile.Batch).
-		f.Batch(logBatchDelay)
 		out, closeFile = f, func() { f.Close() }
 	}
 	otlpCfg := cfg.OTLP.Config()

@@ -48,19 +48,7 @@ type LogFile struct {
 	dropErr   error
 	retryAt   time.Time // no write before this, after a failure
 	rotateAt  time.Time // no rotation before this, after one failed
-
-	// Batching (see Batch): lines not written yet, how many, and the
-	// timer that writes them.
-	delay        time.Duration
-	pending      []byte
-	pendingLines int64
-	timer        *time.Timer
-	armed        bool
 }
-
-// maxBatch is how many bytes of lines a batching LogFile gathers before it
-// writes them without waiting for its delay.
-const maxBatch = 64 << 10
 
 // OpenLogFile opens (creating it, mode 0640) the log at path for
 // appending, rotating it at maxSize bytes (0: never). sandbox names the
@@ -84,83 +72,23 @@ func (l *LogFile) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	now := time.Now()
 	if l.dropped > 0 && now.Before(l.retryAt) {
-		l.drop(now, nil, 1)
+		l.drop(now, nil)
 		return len(p), nil
 	}
-	if size := l.size + int64(len(l.pending)); l.maxSize > 0 && size > 0 && size+int64(len(p)) > l.maxSize && !now.Before(l.rotateAt) {
-		// The lines gathered so far still belong to this file.
-		l.flushLocked(now)
+	if l.maxSize > 0 && l.size > 0 && l.size+int64(len(p)) > l.maxSize && !now.Before(l.rotateAt) {
 		l.rotate(now)
 	}
-	if l.delay <= 0 {
-		l.emit(now, p, 1)
-		return len(p), nil
-	}
-	l.pending = append(l.pending, p...)
-	l.pendingLines++
-	switch {
-	case len(l.pending) >= maxBatch:
-		l.flushLocked(now)
-	case !l.armed:
-		l.armed = true
-		if l.timer == nil {
-			l.timer = time.AfterFunc(l.delay, l.Flush)
-		} else {
-			l.timer.Reset(l.delay)
-		}
-	}
-	return len(p), nil
-}
-
-// Batch makes l gather the lines it is given and write them together, at
-// most delay after the first of them, or as soon as 64 KiB wait, and at
-// Flush and Close: one write(2) for many connections' lines rather than
-// one each, off the connections' path. A process that is killed loses
-// the lines of its last delay. Call it before the first Write.
-func (l *LogFile) Batch(delay time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.delay = delay
-}
-
-// Flush writes the lines gathered so far.
-func (l *LogFile) Flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.flushLocked(time.Now())
-}
-
-func (l *LogFile) flushLocked(now time.Time) {
-	l.armed = false
-	if len(l.pending) == 0 {
-		return
-	}
-	if l.dropped > 0 && now.Before(l.retryAt) {
-		l.drop(now, nil, l.pendingLines)
-	} else {
-		l.emit(now, l.pending, l.pendingLines)
-	}
-	if cap(l.pending) > 2*maxBatch {
-		l.pending = nil // an idle proxy keeps no large buffer
-	} else {
-		l.pending = l.pending[:0]
-	}
-	l.pendingLines = 0
-}
-
-// emit writes b, lines lines, after the line that says how many were
-// dropped before, if any were.
-func (l *LogFile) emit(now time.Time, b []byte, lines int64) {
 	if l.dropped > 0 {
 		if err := l.write(l.droppedLine(now)); err != nil {
-			l.drop(now, err, lines)
-			return
+			l.drop(now, err)
+			return len(p), nil
 		}
 		l.dropped, l.dropErr = 0, nil
 	}
-	if err := l.write(b); err != nil {
-		l.drop(now, err, lines)
+	if err := l.write(p); err != nil {
+		l.drop(now, err)
 	}
+	return len(p), nil
 }
 
 // Dropped returns how many lines were dropped since writing last worked.
@@ -170,16 +98,10 @@ func (l *LogFile) Dropped() int64 {
 	return l.dropped
 }
 
-// Close writes the lines gathered so far and closes the file. Lines
-// counted as dropped stay unwritten.
+// Close closes the file. Lines still counted as dropped stay unwritten.
 func (l *LogFile) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.flushLocked(time.Now())
-	if l.timer != nil {
-		l.timer.Stop()
-	}
-	l.delay = 0
 	return l.f.Close()
 }
 
@@ -199,13 +121,13 @@ func (l *LogFile) write(b []byte) error {
 	return nil
 }
 
-// drop counts lines dropped lines; err, if not nil, is why the disk
-// refused them, and starts a second without tries.
-func (l *LogFile) drop(now time.Time, err error, lines int64) {
+// drop counts one dropped line; err, if not nil, is why the disk refused
+// it, and starts a second without tries.
+func (l *LogFile) drop(now time.Time, err error) {
 	if l.dropped == 0 {
 		l.firstDrop = now
 	}
-	l.dropped += lines
+	l.dropped++
 	l.lastDrop = now
 	if err != nil {
 		l.dropErr = err
