@@ -11,6 +11,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 	"github.com/doorman-net/doorman/proxy/relayloop"
 	"github.com/doorman-net/doorman/proxy/sniff"
 )
@@ -187,8 +188,9 @@ func (p *Proxy) stopLoopListeners() {
 // acceptReady accepts what lfd holds, on the loop. backoff is the pause
 // after the last failed accept; it returns the next one.
 func (p *Proxy) acceptReady(lfd int, w *relayloop.Watcher, backoff time.Duration) time.Duration {
+	var sa unix.RawSockaddrAny
 	for range acceptBatch {
-		fd, sa, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		fd, err := rawsys.Accept4(lfd, &sa)
 		switch {
 		case err == unix.EAGAIN:
 			return 0
@@ -207,7 +209,7 @@ func (p *Proxy) acceptReady(lfd int, w *relayloop.Watcher, backoff time.Duration
 			})
 			return backoff
 		}
-		p.acceptedOnLoop(fd, sockaddrAddrPort(sa))
+		p.acceptedOnLoop(fd, rawsys.SockaddrAddrPort(&sa))
 	}
 	return 0
 }
@@ -255,7 +257,7 @@ func (p *Proxy) look(s *sniffing) {
 	var n int
 	var err error
 	for {
-		n, _, err = unix.Recvfrom(s.fd, a.scratch, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		n, err = rawsys.Peek(s.fd, a.scratch)
 		if err != unix.EINTR {
 			break
 		}
@@ -429,16 +431,4 @@ func fileConn(fd int) (*net.TCPConn, error) {
 		return nil, errors.New("not a TCP connection")
 	}
 	return tc, nil
-}
-
-// sockaddrAddrPort is a peer's address as accept4 gave it, IPv4-mapped
-// addresses unmapped.
-func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
-	}
-	return netip.AddrPort{}
 }

@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 	"github.com/doorman-net/doorman/proxy/relayloop"
 )
 
@@ -120,8 +121,8 @@ func (p *Proxy) relayRaw(t *tracked, cfd int, rec Record, slot netip.AddrPort) {
 // resetFD closes a socket Detach returned with a reset.
 func resetFD(fd int) {
 	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-	unix.Close(fd)
+	rawsys.Close(fd)
 }
 
 // closeFD closes a descriptor Detach returned.
-func closeFD(fd int) { unix.Close(fd) }
+func closeFD(fd int) { rawsys.Close(fd) }

@@ -80,7 +80,7 @@ func originalDst6(fd int) (netip.AddrPort, error) {
 }
 
 func getsockopt(fd, level, name int, val unsafe.Pointer, vallen *uint32) error {
-	_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(name),
+	_, _, errno := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(name),
 		uintptr(val), uintptr(unsafe.Pointer(vallen)), 0)
 	if errno != 0 {
 		return errno

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 )
 
 // Options configures a Loop.
@@ -148,9 +150,9 @@ func (l *Loop) Add(a, b int, done func(Result)) (*Pair, error) {
 	// that arrived before Add are not missed.
 	for side := range 2 {
 		ev := unix.EpollEvent{Events: eventsRead, Fd: int32(p.id), Pad: int32(side)}
-		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
+		if err := rawsys.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, p.fd[side], &ev); err != nil {
 			if side == 1 {
-				unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], nil)
+				rawsys.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, p.fd[0], nil)
 			}
 			l.mu.Lock()
 			delete(l.pairs, p.id)
@@ -233,7 +235,7 @@ func (l *Loop) run() {
 	for {
 		err := l.rc.Read(func(uintptr) bool {
 			for {
-				n, err := unix.EpollWait(l.epfd, l.events, 0)
+				n, err := rawsys.EpollWait(l.epfd, l.events)
 				if err == unix.EINTR {
 					continue
 				}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 )
 
 // Pair is two sockets the loop relays between: a (side 0) and b (side 1).
@@ -167,7 +169,7 @@ func (l *Loop) finish(p *Pair, d *direction, graceful bool) {
 	if !d.srcEnded {
 		l.sourceEnded(p, d)
 	}
-	unix.Shutdown(p.fd[1-d.src], unix.SHUT_WR)
+	rawsys.Shutdown(p.fd[1-d.src], unix.SHUT_WR)
 	if d.pipe != nil {
 		if graceful && d.inPipe == 0 {
 			l.putPipe(d.pipe)
@@ -181,7 +183,7 @@ func (l *Loop) finish(p *Pair, d *direction, graceful bool) {
 // setInterest changes what side's socket wakes the loop for.
 func (l *Loop) setInterest(p *Pair, side int, events uint32) {
 	ev := unix.EpollEvent{Events: events, Fd: int32(p.id), Pad: int32(side)}
-	if unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, p.fd[side], &ev) == nil {
+	if rawsys.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, p.fd[side], &ev) == nil {
 		p.masked[side] = events == eventsMasked
 	}
 }
@@ -210,8 +212,8 @@ func (l *Loop) end(p *Pair, abort bool) {
 	}
 	// Closing the last descriptor of each socket also takes it out of
 	// the epoll set.
-	unix.Close(p.fd[0])
-	unix.Close(p.fd[1])
+	rawsys.Close(p.fd[0])
+	rawsys.Close(p.fd[1])
 	p.closed = true
 	p.mu.Unlock()
 	p.result.AToB, p.result.BToA = p.dir[0].written, p.dir[1].written

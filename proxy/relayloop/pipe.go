@@ -4,6 +4,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 )
 
 // pipeMaxSize is what a pipe grows to once one splice fills a quarter of
@@ -47,17 +49,9 @@ func (p *pipe) close() {
 	unix.Close(p.w)
 }
 
-// rawSplice is a non-blocking splice(2) of up to n bytes, without the
-// runtime's system-call bookkeeping (every descriptor involved is
-// non-blocking, so the call never blocks; see proxy/splice.go).
-func rawSplice(rfd, wfd, n int) (int64, error) {
-	r, _, e := syscall.RawSyscall6(syscall.SYS_SPLICE, uintptr(rfd), 0, uintptr(wfd), 0, uintptr(n),
-		uintptr(unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK))
-	if e != 0 {
-		return 0, e
-	}
-	return int64(r), nil
-}
+// rawSplice is a non-blocking splice(2) of up to n bytes (see package
+// rawsys: every descriptor involved is non-blocking).
+func rawSplice(rfd, wfd, n int) (int64, error) { return rawsys.Splice(rfd, wfd, n) }
 
 // Detach takes c's socket out of the Go runtime's hands: it returns a new
 // descriptor of the same socket (non-blocking, close-on-exec) and closes

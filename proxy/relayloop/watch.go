@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 )
 
 // Watcher is a descriptor the loop watches for its caller, who keeps
@@ -33,7 +35,7 @@ func (l *Loop) Watch(fd int, events uint32, fn func(w *Watcher, events uint32)) 
 	l.watchers[w.id] = w
 	l.mu.Unlock()
 	ev := unix.EpollEvent{Events: events, Fd: int32(w.id), Pad: padWatcher}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := rawsys.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		l.mu.Lock()
 		delete(l.watchers, w.id)
 		l.mu.Unlock()
@@ -46,7 +48,7 @@ func (l *Loop) Watch(fd int, events uint32, fn func(w *Watcher, events uint32)) 
 // goroutine (from fn or Run).
 func (w *Watcher) Modify(events uint32) error {
 	ev := unix.EpollEvent{Events: events, Fd: int32(w.id), Pad: padWatcher}
-	return unix.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_MOD, w.fd, &ev)
+	return rawsys.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_MOD, w.fd, &ev)
 }
 
 // Stop takes w's descriptor out of the loop's epoll set; fn is not called
@@ -58,7 +60,7 @@ func (w *Watcher) Stop() {
 		return
 	}
 	w.stopped = true
-	unix.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
+	rawsys.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_DEL, w.fd, nil)
 	w.loop.mu.Lock()
 	delete(w.loop.watchers, w.id)
 	w.loop.mu.Unlock()
