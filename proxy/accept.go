@@ -224,6 +224,9 @@ func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
 	}
 	p.held.Add(1)
 	p.wg.Add(1)
+	// As the runtime's accept does: segments relayed in pieces (a TLS
+	// handshake's) must not wait for the client's acknowledgements.
+	rawsys.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	rec := Record{Sandbox: p.sandbox, Start: time.Now(), Proto: "unknown", Client: client}
 	dst, err := p.origDstFD(fd, client)
 	if err != nil {
@@ -396,7 +399,9 @@ func (p *Proxy) decideOnLoop(fd int, rec Record, s sniffed, pol *conf.Policy) {
 		p.onGoroutine(fd, func(c *net.TCPConn) bool { return p.decided(c, rec, s, pol) })
 		return
 	}
-	go p.dialThenRelay(fd, rec, s, d, pol)
+	if !p.dialOnLoop(fd, rec, s, d, pol) {
+		go p.dialThenRelay(fd, rec, s, d, pol)
+	}
 }
 
 // dialThenRelay dials the upstream of a spliced connection whose client

@@ -68,20 +68,9 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 	} else {
 		candidates = []netip.Addr{dst.Addr()}
 	}
-	var refused []*guard.Refusal
-	var permitted []netip.Addr
-	for _, a := range candidates {
-		if r := p.refusal(pol, d.dialName, a, dst.Port()); r != nil {
-			refused = append(refused, r)
-			continue
-		}
-		permitted = append(permitted, a.Unmap())
-	}
-	if len(permitted) == 0 {
-		if len(refused) == 0 {
-			return nil, netip.AddrPort{}, fmt.Errorf("resolve %s: no addresses", d.dialName)
-		}
-		return nil, netip.AddrPort{}, &refusedError{port: dst.Port(), refusals: refused}
+	permitted, err := p.permittedUpstreams(pol, d, dst, candidates)
+	if err != nil {
+		return nil, netip.AddrPort{}, err
 	}
 	var errs []error
 	full := 0
@@ -105,6 +94,27 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 		return nil, netip.AddrPort{}, &limitError{limit: decisionlog.LimitPerUpstream, max: int64(p.upstreams.max)}
 	}
 	return nil, netip.AddrPort{}, fmt.Errorf("dial %s port %d: %w", nameOr(d.dialName, dst.Addr().String()), dst.Port(), errors.Join(errs...))
+}
+
+// permittedUpstreams returns the candidates the guard permits, or a
+// *refusedError if it permits none.
+func (p *Proxy) permittedUpstreams(pol *conf.Policy, d decision, dst netip.AddrPort, candidates []netip.Addr) ([]netip.Addr, error) {
+	var refused []*guard.Refusal
+	var permitted []netip.Addr
+	for _, a := range candidates {
+		if r := p.refusal(pol, d.dialName, a, dst.Port()); r != nil {
+			refused = append(refused, r)
+			continue
+		}
+		permitted = append(permitted, a.Unmap())
+	}
+	if len(permitted) == 0 {
+		if len(refused) == 0 {
+			return nil, fmt.Errorf("resolve %s: no addresses", d.dialName)
+		}
+		return nil, &refusedError{port: dst.Port(), refusals: refused}
+	}
+	return permitted, nil
 }
 
 // lostPermission says why pol no longer admits the established connection

@@ -142,6 +142,12 @@ func newTestEnv(t *testing.T, pol *conf.Policy, cfg Config, setup ...func(*Proxy
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", to.String())
 	}
+	e.p.dialGuard = func(to netip.AddrPort) error {
+		if !to.Addr().Unmap().IsLoopback() {
+			return fmt.Errorf("test: the proxy dials only loopback here, not %v", to)
+		}
+		return nil
+	}
 	for _, f := range setup {
 		f(e.p)
 	}

@@ -81,8 +81,10 @@ func (p *Proxy) relayRaw(t *tracked, cfd int, rec Record, slot netip.AddrPort) {
 	} else if ufd, err = relayloop.Detach(t.upstream); err == nil {
 		t.upstream = nil
 	}
+	t.mu.Unlock()
 	if err != nil {
 		// Killed meanwhile, or shutting down.
+		t.mu.Lock()
 		killed := t.killed != ""
 		t.mu.Unlock()
 		if killed {
@@ -94,6 +96,23 @@ func (p *Proxy) relayRaw(t *tracked, cfd int, rec Record, slot netip.AddrPort) {
 		p.connDone()
 		return
 	}
+	p.pairOnLoop(t, cfd, ufd, rec, slot)
+}
+
+// pairOnLoop relays between the sockets cfd (the client's) and ufd (the
+// upstream's, at slot), both detached from the runtime, on the relay loop,
+// which writes rec's line when both have ended and accounts for the
+// connection's end. It owns both descriptors.
+func (p *Proxy) pairOnLoop(t *tracked, cfd, ufd int, rec Record, slot netip.AddrPort) {
+	l := p.relayLoop()
+	if l == nil {
+		closeFD(cfd)
+		closeFD(ufd)
+		p.relayEnded(t, rec, slot, true)
+		p.connDone()
+		return
+	}
+	t.mu.Lock()
 	pair, err := l.Add(cfd, ufd, func(r relayloop.Result) {
 		rec.BytesUp, rec.BytesDn = r.AToB, r.BToA
 		p.relayEnded(t, rec, slot, !r.BEndedFirst)

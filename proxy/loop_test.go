@@ -44,6 +44,10 @@ func TestEstablishedOnTheRelayLoop(t *testing.T) {
 	if got := e.p.decidedOnLoop.Load(); got != n {
 		t.Fatalf("%d of %d connections decided on the loop", got, n)
 	}
+	// All but the first, whose name was not in the resolver's cache yet.
+	if got := e.p.dialedOnLoop.Load(); got != n-1 {
+		t.Fatalf("%d of %d connections dialed on the loop, want all but the first", got, n)
+	}
 	if st := e.p.Stats(); st.Active != n || st.Held != n {
 		t.Fatalf("stats %+v, want %d active and held", st, n)
 	}
@@ -67,6 +71,32 @@ func TestEstablishedOnTheRelayLoop(t *testing.T) {
 			t.Fatalf("after closing: stats %+v, loop %d", e.p.Stats(), e.p.relayLoop().Len())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A dial on the loop that fails is reported as the goroutine path reports
+// it: a reset for the client, an error line naming the upstream.
+func TestDialOnLoopRefused(t *testing.T) {
+	e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "nowhere.test"), Config{})
+	for i := range 2 { // the second finds the name in the cache
+		c := e.dial(netip.AddrPortFrom(apiAddr, e.tlsPort))
+		_, _, err := e.tlsClient(c, "nowhere.test")
+		if err == nil {
+			t.Fatal("a TLS session through an upstream that refuses")
+		}
+		c.Close()
+		if i == 1 && e.p.dialedOnLoop.Load() != 1 {
+			t.Fatalf("the second connection was not dialed on the loop")
+		}
+	}
+	n := 0
+	for _, r := range e.logs.lines() {
+		if r["name"] == "nowhere.test" && r["verdict"] == "error" && strings.Contains(r["reason"].(string), "127.0.0.9") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d error lines naming the upstream, want 2:\n%v", n, e.logs.lines())
 	}
 }
 

@@ -123,6 +123,9 @@ type Proxy struct {
 	// permitUpstream, set only by tests, lets loopback test servers
 	// stand in for the internet.
 	permitUpstream func(netip.Addr) bool
+	// dialGuard, set only by tests with dial, refuses what the relay
+	// loop's own dial (dialloop.go) may not connect to.
+	dialGuard func(netip.AddrPort) error
 	bulk           *bulkSched // nil unless Config.BatchWhileBulk
 
 	// The relay loop that carries established spliced connections
@@ -161,6 +164,7 @@ type Proxy struct {
 	// decidedOnLoop counts the connections decided on the relay loop
 	// (see accept.go), for the tests that show the common case is.
 	decidedOnLoop atomic.Int64
+	dialedOnLoop  atomic.Int64
 
 	mu        sync.Mutex
 	conns     map[*tracked]struct{}

@@ -36,6 +36,20 @@ func newCachingResolver(r Resolver, ttl time.Duration) *cachingResolver {
 	return &cachingResolver{r: r, ttl: ttl, entries: make(map[string]cachedAddrs)}
 }
 
+// cached returns the addresses of host while the cache has them, or nil.
+func (c *cachingResolver) cached(network, host string) []netip.Addr {
+	if c.ttl <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	e, ok := c.entries[network+" "+host]
+	c.mu.Unlock()
+	if !ok || !time.Now().Before(e.expires) {
+		return nil
+	}
+	return e.addrs
+}
+
 // LookupNetIP returns the addresses of host.
 func (c *cachingResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
 	if c.ttl <= 0 {

@@ -99,3 +99,48 @@ func port(p uint16) uint16 {
 	b := (*[2]byte)(unsafe.Pointer(&p))
 	return uint16(b[0])<<8 | uint16(b[1])
 }
+
+// SetsockoptInt is setsockopt(2) of an int option.
+func SetsockoptInt(fd, level, opt, value int) error {
+	v := int32(value)
+	_, _, e := unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v)), 4, 0)
+	return errnoErr(e)
+}
+
+// GetsockoptInt is getsockopt(2) of an int option.
+func GetsockoptInt(fd, level, opt int) (int, error) {
+	var v int32
+	l := uint32(4)
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v)), uintptr(unsafe.Pointer(&l)), 0)
+	return int(v), errnoErr(e)
+}
+
+// Socket is socket(2) for a non-blocking, close-on-exec TCP socket of a's
+// family.
+func Socket(a netip.Addr) (int, error) {
+	family := unix.AF_INET6
+	if a.Is4() {
+		family = unix.AF_INET
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family), uintptr(unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC), uintptr(unix.IPPROTO_TCP))
+	return int(r), errnoErr(e)
+}
+
+// Connect is connect(2) to to, of the family Socket chose for its address:
+// on a non-blocking socket it returns EINPROGRESS, and the socket becomes
+// writable once the connection is made or has failed (SO_ERROR says).
+func Connect(fd int, to netip.AddrPort) error {
+	var e syscall.Errno
+	p := to.Port()
+	pb := [2]byte{byte(p >> 8), byte(p)}
+	if a := to.Addr(); a.Is4() {
+		sa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.As4()}
+		sa.Port = *(*uint16)(unsafe.Pointer(&pb))
+		_, _, e = unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+	} else {
+		sa := unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.As16()}
+		sa.Port = *(*uint16)(unsafe.Pointer(&pb))
+		_, _, e = unix.RawSyscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa)), unsafe.Sizeof(sa))
+	}
+	return errnoErr(e)
+}
