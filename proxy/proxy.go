@@ -126,7 +126,7 @@ type Proxy struct {
 	// dialGuard, set only by tests with dial, refuses what the relay
 	// loop's own dial (dialloop.go) may not connect to.
 	dialGuard func(netip.AddrPort) error
-	bulk           *bulkSched // nil unless Config.BatchWhileBulk
+	bulk      *bulkSched // nil unless Config.BatchWhileBulk
 
 	// The relay loop that carries established spliced connections
 	// (see loop.go), started with the first of them.
