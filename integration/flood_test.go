@@ -60,20 +60,20 @@ func TestFloodConnections(t *testing.T) {
 	t.Fatalf("the flooder after its connections closed: %v", lastErr)
 }
 
-// A proxy whose descriptor limit is low (700, soft and hard) lowers its
+// A proxy whose descriptor limit is low (1400, soft and hard) lowers its
 // connection cap to what fits beside its reserve, and so never runs out:
-// 200 connections held give 31 relayed and the rest refused, the DNS
+// 200 connections held give 123 relayed and the rest refused, the DNS
 // filter still forwards, no connection fails for want of a descriptor
 // (the guard lists the host's addresses for every dial), and an allowed
 // request is served at once when the flood ends.
 func TestFloodDescriptors(t *testing.T) {
 	b := newFloodBed(t, "")
-	b.limitNoFile(700)
+	b.limitNoFile(1400)
 	flooder := b.sandbox(nil)
-	const fit = (700 - 513) / 6
+	const fit = (1400 - 1153) / 2
 	limits := flooder.waitLine("limits")
-	if limits["connections"] != float64(fit) || limits["nofile"] != 700.0 || limits["limitedBy"] == nil {
-		t.Fatalf("limits line %v, want %d connections in 700 descriptors", limits, fit)
+	if limits["connections"] != float64(fit) || limits["nofile"] != 1400.0 || limits["limitedBy"] == nil {
+		t.Fatalf("limits line %v, want %d connections in 1400 descriptors", limits, fit)
 	}
 	conns := flooder.hold(200)
 	if n := b.waitRecorded(fit); n != fit {

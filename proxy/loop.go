@@ -17,6 +17,14 @@ import (
 // loop cannot run, the connection is relayed by its own two goroutines as
 // before (relay.go).
 
+// RelayPipes bounds the splice pipes the relay loop holds at once: a
+// relayed direction holds one only while it has bytes in flight, and one
+// that needs one while all are taken waits for it (see
+// relayloop.Options.MaxPipes). With up to relayloop's pool of free pipes
+// beside them, the loop's pipes take at most 2*(RelayPipes+64)
+// descriptors, whatever the number of connections.
+const RelayPipes = 256
+
 // relayLoop returns the proxy's relay loop, started on first use, or nil if
 // it cannot run here or the proxy is shutting down.
 func (p *Proxy) relayLoop() *relayloop.Loop {
@@ -25,7 +33,7 @@ func (p *Proxy) relayLoop() *relayloop.Loop {
 	if p.loop != nil || p.noLoop {
 		return p.loop
 	}
-	l, err := relayloop.New(relayloop.Options{Written: p.bulk.add})
+	l, err := relayloop.New(relayloop.Options{Written: p.bulk.add, MaxPipes: RelayPipes})
 	if err != nil {
 		p.logger.Warn("relay loop unavailable, relaying with a goroutine per direction", "error", err.Error())
 		p.noLoop = true

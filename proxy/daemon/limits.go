@@ -14,9 +14,14 @@ import (
 )
 
 // fdsPerConn is what one relayed connection costs the proxy in
-// descriptors: the client's socket, the upstream's, and a splice pipe
-// (two descriptors) each way.
-const fdsPerConn = 6
+// descriptors: the client's socket and the upstream's. The relay loop's
+// splice pipes are bounded apart from the connections (proxy.RelayPipes,
+// in the reserve). Paths off the loop can take more for a while (a
+// plaintext body spliced by io.Copy holds a pipe of the runtime's while it
+// flows); a sandbox that makes its proxy run out that way only has its own
+// connections refused at accept or dial, and its neighbours' proxies are
+// processes of their own.
+const fdsPerConn = 2
 
 // fdReserve is how many descriptors the connection cap leaves for the
 // proxy's own housekeeping, so that it never fails for want of one: the
@@ -24,8 +29,9 @@ const fdsPerConn = 6
 // and its rotation, the policy watcher, the allowDirect watcher, the
 // resolver's sockets, and the DNS filter's (up to 256 queries in flight
 // and 64 TCP connections), plus the connections being refused over the
-// cap (up to 64, one each) and the one accept takes before it refuses.
-const fdReserve = 128 + 256 + 64 + 64 + 1
+// cap (up to 64, one each) and the one accept takes before it refuses,
+// and the relay loop's pipes, in use and pooled (two descriptors each).
+const fdReserve = 128 + 256 + 64 + 64 + 1 + 2*(proxy.RelayPipes+64)
 
 // portRangeFile holds the ephemeral ports of the namespace the proxy
 // dials from.

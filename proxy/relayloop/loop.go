@@ -19,6 +19,12 @@ type Options struct {
 	// destination, from the loop's goroutine (the proxy's bulk
 	// detector; see proxy/sched.go). It must not block.
 	Written func(n int64)
+	// MaxPipes bounds the pipes in use at once (two descriptors each;
+	// 0: no bound). A direction that has bytes to move while all are in
+	// use waits for one, its source unread meanwhile, so that a process
+	// can size its descriptors for its connections: two each, plus
+	// 2*MaxPipes (and as many again for the pool of free ones).
+	MaxPipes int
 }
 
 // Result is what a pair carried, given to its done function.
@@ -53,7 +59,10 @@ type Loop struct {
 	events []unix.EpollEvent
 	nready int
 	pipes  []*pipe // empty pipes for the next direction that needs one
-	done   chan struct{}
+	inUse  int     // pipes held by directions
+	// waiting are the directions waiting for a pipe, oldest first.
+	waiting []waiter
+	done    chan struct{}
 }
 
 // wakeID is the epoll data of the loop's eventfd; pairs get ids from 1.
@@ -61,6 +70,13 @@ const wakeID = 0
 
 // maxFreePipes bounds the pool of empty pipes (two descriptors each).
 const maxFreePipes = 64
+
+// waiter is a direction waiting for a pipe: the one reading from side src
+// of p.
+type waiter struct {
+	p   *Pair
+	src int
+}
 
 type command struct {
 	pair  *Pair
@@ -253,6 +269,7 @@ func (l *Loop) run() {
 			l.stop()
 			return
 		}
+		l.serveWaiting()
 	}
 }
 
@@ -343,21 +360,58 @@ func (l *Loop) stop() {
 	l.pipes = nil
 }
 
-// getPipe returns an empty pipe from the pool or a new one.
+// errPipeBudget means MaxPipes pipes are in use.
+var errPipeBudget = errors.New("relay loop: every pipe is in use")
+
+// getPipe returns an empty pipe from the pool or a new one, counted in
+// use.
 func (l *Loop) getPipe() (*pipe, error) {
+	if l.opts.MaxPipes > 0 && l.inUse >= l.opts.MaxPipes {
+		return nil, errPipeBudget
+	}
 	if n := len(l.pipes); n > 0 {
 		pp := l.pipes[n-1]
 		l.pipes = l.pipes[:n-1]
+		l.inUse++
 		return pp, nil
 	}
-	return newPipe()
+	pp, err := newPipe()
+	if err != nil {
+		return nil, err
+	}
+	l.inUse++
+	return pp, nil
 }
 
-// putPipe returns an empty pipe to the pool, or closes it.
-func (l *Loop) putPipe(pp *pipe) {
-	if len(l.pipes) < maxFreePipes {
+// releasePipe takes back a pipe getPipe gave: into the pool if it is
+// empty and the pool has room, else it is closed.
+func (l *Loop) releasePipe(pp *pipe, empty bool) {
+	l.inUse--
+	if empty && len(l.pipes) < maxFreePipes {
 		l.pipes = append(l.pipes, pp)
 		return
 	}
 	pp.close()
+}
+
+// serveWaiting runs the directions waiting for a pipe while pipes are
+// free, oldest first.
+func (l *Loop) serveWaiting() {
+	for len(l.waiting) > 0 && (l.opts.MaxPipes <= 0 || l.inUse < l.opts.MaxPipes) {
+		w := l.waiting[0]
+		l.waiting[0] = waiter{}
+		l.waiting = l.waiting[1:]
+		d := &w.p.dir[w.src]
+		if w.p.ended || !d.waitingPipe {
+			continue
+		}
+		d.waitingPipe = false
+		l.move(w.p, w.src)
+		if !w.p.ended && w.p.dir[0].finished && w.p.dir[1].finished {
+			l.end(w.p, false)
+		}
+	}
+	if len(l.waiting) == 0 && cap(l.waiting) > 1024 {
+		l.waiting = nil
+	}
 }

@@ -317,3 +317,43 @@ func TestWritten(t *testing.T) {
 		t.Fatalf("Written saw %d bytes, want 300000", total)
 	}
 }
+
+// With fewer pipes than directions that move bytes, directions wait for
+// one and every stream still arrives whole.
+func TestPipeBudget(t *testing.T) {
+	l, err := New(Options{MaxPipes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var wg sync.WaitGroup
+	for range 4 {
+		bd := newBed(t)
+		_, res := bd.add(t, l)
+		up, down := randomBytes(t, 2<<20), randomBytes(t, 3<<20)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var w sync.WaitGroup
+			var gotUp, gotDown []byte
+			w.Add(4)
+			go func() { defer w.Done(); bd.client.Write(up); bd.client.CloseWrite() }()
+			go func() { defer w.Done(); bd.server.Write(down); bd.server.CloseWrite() }()
+			go func() { defer w.Done(); gotUp, _ = io.ReadAll(bd.server) }()
+			go func() { defer w.Done(); gotDown, _ = io.ReadAll(bd.client) }()
+			w.Wait()
+			if !bytes.Equal(gotUp, up) || !bytes.Equal(gotDown, down) {
+				t.Errorf("got %d/%d bytes, not what was sent", len(gotUp), len(gotDown))
+			}
+			select {
+			case r := <-res:
+				if r.Aborted || r.AToB != int64(len(up)) || r.BToA != int64(len(down)) {
+					t.Errorf("result %+v", r)
+				}
+			case <-time.After(20 * time.Second):
+				t.Error("the pair did not end")
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -35,6 +35,9 @@ type direction struct {
 	srcEnded bool  // the source reached EOF or failed
 	finished bool  // ended, and the destination got its FIN
 	written  int64
+	// waitingPipe: the direction has bytes to move and waits for a
+	// pipe (see Options.MaxPipes), its source masked.
+	waitingPipe bool
 }
 
 // Abort closes both sockets now, the client's side (a) with a reset, and
@@ -117,17 +120,29 @@ func (l *Loop) move(p *Pair, src int) {
 		if d.pipe == nil {
 			pp, err := l.getPipe()
 			if err != nil {
-				// Out of descriptors: end this direction rather
-				// than spin; the other keeps going.
-				l.sourceEnded(p, d)
-				l.finish(p, d, true)
+				if err == errPipeBudget || l.inUse > 0 {
+					// Wait for a pipe to be released, the
+					// source unread meanwhile.
+					if !d.waitingPipe {
+						d.waitingPipe = true
+						l.waiting = append(l.waiting, waiter{p: p, src: src})
+					}
+					if !p.masked[src] {
+						l.setInterest(p, src, eventsMasked)
+					}
+					return
+				}
+				// No pipe can be made and none will be freed:
+				// reset the pair rather than truncate a stream.
+				p.result.Aborted = true
+				l.end(p, true)
 				return
 			}
 			d.pipe = pp
 		}
 		if !l.fill(p, d) {
 			// Nothing waiting: an idle direction holds no pipe.
-			l.putPipe(d.pipe)
+			l.releasePipe(d.pipe, true)
 			d.pipe = nil
 			return
 		}
@@ -171,11 +186,7 @@ func (l *Loop) finish(p *Pair, d *direction, graceful bool) {
 	}
 	rawsys.Shutdown(p.fd[1-d.src], unix.SHUT_WR)
 	if d.pipe != nil {
-		if graceful && d.inPipe == 0 {
-			l.putPipe(d.pipe)
-		} else {
-			d.pipe.close()
-		}
+		l.releasePipe(d.pipe, graceful && d.inPipe == 0)
 		d.pipe, d.inPipe = nil, 0
 	}
 }
@@ -198,11 +209,7 @@ func (l *Loop) end(p *Pair, abort bool) {
 	for i := range p.dir {
 		d := &p.dir[i]
 		if d.pipe != nil {
-			if d.inPipe == 0 {
-				l.putPipe(d.pipe)
-			} else {
-				d.pipe.close()
-			}
+			l.releasePipe(d.pipe, d.inPipe == 0)
 			d.pipe = nil
 		}
 	}
