@@ -36,7 +36,7 @@ import (
 const (
 	benchName        = "bench.example.test"
 	benchRawPort     = 7000 // ClientHello, then raw bytes
-	benchTLSPort     = 7443 // real TLS, then bulk application data
+	benchTLSPort     = 7443 // real TLS, then a request and its answer (see serveTLS)
 	bareRelayRawPort = 7100 // relays to benchRawPort
 	bareRelayTLSPort = 7543 // relays to benchTLSPort
 	// benchSettleTime is how long the relays run idle before their
@@ -45,7 +45,8 @@ const (
 	benchSettleTime = 1500 * time.Millisecond
 )
 
-var benchAddr = netip.MustParseAddr("203.0.113.80")
+// benchAddr is benchName's address, benchDeniedAddr benchDeniedName's.
+var benchAddr, benchDeniedAddr = netip.MustParseAddr("203.0.113.80"), netip.MustParseAddr("203.0.113.81")
 
 // relayBed is the world of the relay benchmarks: a fake internet holding
 // benchName, sandboxes routed to it the same way, and up to five paths from
@@ -71,7 +72,7 @@ type relayBed struct {
 	state   *sandbox.State // the enforced sandbox: its proxy's pid
 	hello   []byte         // a real ClientHello from crypto/tls, SNI benchName
 	denied  []byte         // the same for benchDeniedName, which no path allows
-	tlsConf *tls.Config    // trusts the TLS server's certificate
+	tlsConf *tls.Config    // trusts the TLS server's certificate; no session cache: every handshake is a full one
 }
 
 // benchDeniedName is a name no relaying path allows: checkPaths proves
@@ -115,6 +116,10 @@ func newRelayBed(b *testing.B) *relayBed {
 	b.Helper()
 	n := testnet.New(b)
 	n.AddHost(benchName, benchAddr)
+	// The denied name resolves to an address the server listens on too,
+	// so that a relay that wrongly let it through would reach the server
+	// (see checkPaths), rather than fail to resolve it.
+	n.AddHost(benchDeniedName, benchDeniedAddr)
 	raw, tlsAddr := netip.AddrPortFrom(benchAddr, benchRawPort), netip.AddrPortFrom(benchAddr, benchTLSPort)
 	plain, enforced := newBenchSide(b, n.NewSandbox(b)), newBenchSide(b, n.NewSandbox(b))
 	gw := plain.sb.Gateway4
@@ -138,7 +143,7 @@ func newRelayBed(b *testing.B) *relayBed {
 	if bed.denied, err = benchClientHello(benchDeniedName); err != nil {
 		b.Fatal(err)
 	}
-	startBenchServer(b, n.InetNS(), raw, tlsAddr, cert)
+	startBenchServer(b, n.InetNS(), []netip.Addr{benchAddr, benchDeniedAddr}, cert)
 
 	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
 		bareRelayRawPort, raw, bareRelayTLSPort, tlsAddr))
@@ -170,6 +175,8 @@ func newRelayBed(b *testing.B) *relayBed {
 		}
 	})
 	bed.doorman.pid = bed.state.PID
+	decisions := filepath.Join(dir, "log", req.Key+".log")
+	bed.doorman.logs = []string{decisions, decisions + ".stderr"}
 
 	// The peers, each with a sandbox of its own.
 	sb := n.NewSandbox(b)
@@ -226,12 +233,67 @@ func (bed *relayBed) checkPaths(b *testing.B) {
 			b.Fatalf("%s path: the server saw the client as %q, want %s%s", p.name, seen, want, p.logTails())
 		}
 	}
+	// The same over real TLS, to the TLS server: every path completes
+	// a full TLS 1.3 handshake with the post-quantum key exchange (what
+	// the TLS rows claim to measure) and arrives where it should.
+	for _, p := range bed.paths {
+		want := bed.net.HostAddr4
+		if p == bed.direct {
+			want = p.side.sb.Addr4
+		}
+		seen, st, err := bed.askTLSPeerAddr(p, bed.tlsConf)
+		if err != nil {
+			b.Fatalf("%s path, TLS: %v%s", p.name, err, p.logTails())
+		}
+		if st.Version != tls.VersionTLS13 || st.DidResume || st.CurveID != tls.X25519MLKEM768 {
+			b.Fatalf("%s path, TLS: version %#x, resumed %v, key exchange %v; want a full TLS 1.3 handshake with %v",
+				p.name, st.Version, st.DidResume, st.CurveID, tls.X25519MLKEM768)
+		}
+		if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr().Unmap() != want {
+			b.Fatalf("%s path, TLS: the server saw the client as %q, want %s%s", p.name, seen, want, p.logTails())
+		}
+	}
 	for _, p := range append([]*benchPath{bed.doorman}, bed.peers()...) {
 		seen, _ := bed.askPeerAddr(p, bed.denied) // refused: a reset, a TLS alert, or EOF
 		if _, err := netip.ParseAddrPort(seen); err == nil {
 			b.Fatalf("%s path: a ClientHello for %s reached the server (it saw %q); want it refused%s", p.name, benchDeniedName, seen, p.logTails())
 		}
+		// Over TLS too. The client skips verification, so that only the
+		// relay can stop the handshake (the server's certificate is not
+		// for that name).
+		seen, _, _ = bed.askTLSPeerAddr(p, &tls.Config{ServerName: benchDeniedName, InsecureSkipVerify: true})
+		if _, err := netip.ParseAddrPort(seen); err == nil {
+			b.Fatalf("%s path: a TLS handshake for %s reached the server (it saw %q); want it refused%s", p.name, benchDeniedName, seen, p.logTails())
+		}
 	}
+}
+
+// askTLSPeerAddr makes a TLS connection over p with conf, sends a
+// benchModePeer request and returns the answer (the client's address as
+// the TLS server saw it) and the connection's state.
+func (bed *relayBed) askTLSPeerAddr(p *benchPath, conf *tls.Config) (string, tls.ConnectionState, error) {
+	var seen string
+	var st tls.ConnectionState
+	err := p.side.parallel(1, func(int) error {
+		c, err := benchDial(p.tls)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Client(c, conf)
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("TLS handshake: %w", err)
+		}
+		st = tc.ConnectionState()
+		if _, err := tc.Write(benchTLSRequest(0, benchModePeer)); err != nil {
+			return err
+		}
+		out, err := io.ReadAll(tc)
+		seen = string(out)
+		return err
+	})
+	return seen, st, err
 }
 
 // logTails is the end of each of p's log files, for an error message.
@@ -306,9 +368,9 @@ func benchDial(a netip.AddrPort) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
-// Modes of the raw server, the last byte of a request.
+// Modes of the servers, the last byte of a request.
 const (
-	benchModeClose = 'c' // send count bytes, then FIN, then wait for the client's FIN
+	benchModeClose = 'c' // send count bytes, then FIN (after a close_notify on TLS), then wait for the client's FIN
 	benchModeHold  = 'h' // send count bytes, then wait for the client's FIN
 	benchModePeer  = 'p' // send the client's address as the server saw it, then FIN
 )
@@ -330,8 +392,14 @@ const benchRequestLen = 5 + 9
 
 func benchRequest(hello []byte, count uint64, mode byte) []byte {
 	out := append(bytes.Clone(hello), 23, 3, 3, 0, 9) // application_data, TLS 1.2, 9 bytes
-	out = binary.BigEndian.AppendUint64(out, count)
-	return append(out, mode)
+	return append(out, benchTLSRequest(count, mode)...)
+}
+
+// benchTLSRequest is what a TLS client sends after its handshake, the
+// TLS server's request: the same 9 bytes as the raw request's record
+// holds, the count of bytes it wants back (big-endian) and the mode.
+func benchTLSRequest(count uint64, mode byte) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, count), mode)
 }
 
 // benchClientHello records the first flight of a real crypto/tls client
@@ -400,7 +468,9 @@ const benchPayloadSize = 8 << 20
 // streams bytes by sendfile(2) from a file in the page cache: the proxy
 // sniffs a real SNI and then relays raw bytes, so the comparison shows the
 // relay's own cost, not TLS's. Its TLS port is a real TLS server that
-// streams application data after the handshake.
+// reads a request after the handshake (benchTLSRequest) and answers as
+// the raw port does: a stream for the bulk rows, a small answer and a
+// close for the TLS connection rows.
 type benchServer struct {
 	payload string // path of the streamed file
 	small   []byte // the first bytes of it, for short answers
@@ -412,9 +482,9 @@ type benchServer struct {
 	wg     sync.WaitGroup
 }
 
-// startBenchServer starts the servers on raw and tlsAddr inside inet, until
-// the benchmark ends.
-func startBenchServer(b *testing.B, inet *testnet.Netns, raw, tlsAddr netip.AddrPort, cert tls.Certificate) *benchServer {
+// startBenchServer starts the servers on benchRawPort and benchTLSPort of
+// each of addrs inside inet, until the benchmark ends.
+func startBenchServer(b *testing.B, inet *testnet.Netns, addrs []netip.Addr, cert tls.Certificate) *benchServer {
 	b.Helper()
 	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{}}
 	data := make([]byte, benchPayloadSize)
@@ -423,26 +493,38 @@ func startBenchServer(b *testing.B, inet *testnet.Netns, raw, tlsAddr netip.Addr
 		b.Fatal(err)
 	}
 	s.small = data[:64<<10]
-	var rawLn, tlsLn net.Listener
+	var rawLns, tlsLns []net.Listener
 	err := inet.Do(func() error {
-		var err error
-		if rawLn, err = net.Listen("tcp", raw.String()); err != nil {
-			return err
+		for _, a := range addrs {
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, benchRawPort).String())
+			if err != nil {
+				return err
+			}
+			rawLns = append(rawLns, ln)
+			if ln, err = net.Listen("tcp", netip.AddrPortFrom(a, benchTLSPort).String()); err != nil {
+				return err
+			}
+			tlsLns = append(tlsLns, ln)
 		}
-		tlsLn, err = net.Listen("tcp", tlsAddr.String())
-		return err
+		return nil
 	})
-	if err != nil {
-		if rawLn != nil {
-			rawLn.Close()
+	closeAll := func() {
+		for _, ln := range append(rawLns, tlsLns...) {
+			ln.Close()
 		}
+	}
+	if err != nil {
+		closeAll()
 		b.Fatalf("bench server in %s: %v", inet.Name(), err)
 	}
-	s.wg.Go(func() { s.accept(rawLn, s.serveRaw) })
-	s.wg.Go(func() { s.accept(tlsLn, s.serveTLS) })
+	for _, ln := range rawLns {
+		s.wg.Go(func() { s.accept(ln, s.serveRaw) })
+	}
+	for _, ln := range tlsLns {
+		s.wg.Go(func() { s.accept(ln, s.serveTLS) })
+	}
 	b.Cleanup(func() {
-		rawLn.Close()
-		tlsLn.Close()
+		closeAll()
 		s.mu.Lock()
 		s.closed = true
 		for c := range s.conns {
@@ -551,18 +633,47 @@ func (s *benchServer) stream(c *net.TCPConn, count uint64) error {
 	return nil
 }
 
-// serveTLS completes a TLS handshake and streams application data until
-// the client goes away.
+// serveTLS completes a TLS handshake, reads the client's request (its
+// first application data, benchTLSRequest) and answers as its mode says:
+// count bytes of application data (an endless stream for benchForever),
+// then in benchModeClose a close_notify and a FIN, or the client's
+// address in benchModePeer.
 func (s *benchServer) serveTLS(c *net.TCPConn) error {
 	tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{s.cert}})
 	tc.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := tc.Handshake(); err != nil {
 		return err
 	}
+	req := make([]byte, 9)
+	if _, err := io.ReadFull(tc, req); err != nil {
+		return fmt.Errorf("TLS request: %w", err)
+	}
 	tc.SetDeadline(time.Time{})
-	for {
-		if _, err := tc.Write(s.small); err != nil {
+	count, mode := binary.BigEndian.Uint64(req), req[8]
+	if mode == benchModePeer {
+		if _, err := io.WriteString(tc, c.RemoteAddr().String()); err != nil {
+			return err
+		}
+		return tc.Close()
+	}
+	if mode != benchModeClose && mode != benchModeHold {
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	for count > 0 {
+		n := min(count, uint64(len(s.small)))
+		if _, err := tc.Write(s.small[:n]); err != nil {
 			return err // the client went away
 		}
+		count -= n
 	}
+	if mode == benchModeClose {
+		if err := tc.CloseWrite(); err != nil { // close_notify
+			return err
+		}
+		if err := c.CloseWrite(); err != nil {
+			return err
+		}
+	}
+	io.Copy(io.Discard, tc) // until the client's close_notify or FIN
+	return nil
 }

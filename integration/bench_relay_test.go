@@ -20,7 +20,7 @@ import (
 )
 
 // Sizes of the relay benchmarks. One run of BenchmarkProxyRelay takes
-// about two minutes.
+// about five minutes.
 const (
 	benchRounds           = 7                      // rounds per comparison, each running every path
 	benchBulkDuration     = time.Second            // one bulk round of one path
@@ -29,6 +29,15 @@ const (
 	benchLatencySamples   = 300                    // sequential connections per latency round
 	benchIdleConns        = 1000                   // idle relayed connections held open
 	benchMemoryRounds     = 3                      // times the idle connections are opened and closed
+
+	// The TLS connection rows (issue 19's per-connection figures): a new
+	// TCP connection, a full TLS 1.3 handshake, a small request and
+	// its small answer per connection.
+	benchTLSRounds          = 5           // rounds of the TLS connection rows (the issue's 5)
+	benchTLSConnRateWorkers = 8           // concurrent clients in a TLS connection-rate round
+	benchTLSConnRateTime    = time.Second // one TLS connection-rate round of one path
+	benchTLSLatencySamples  = 300         // sequential TLS connections per latency round
+	benchTLSAnswer          = 512         // bytes of the answer to each TLS request
 )
 
 // Targets from issue 7. They are reported, never asserted. Beyond these
@@ -40,21 +49,29 @@ const (
 	benchTargetIdleConnsRSS = 40 << 20 // the proxy, benchIdleConns relayed idle connections
 )
 
+// Targets from issue 19, reported, never asserted: doorman's new TLS
+// connections per second at least this times HAProxy's, and its proxy CPU
+// per connection and its added p99 below HAProxy's.
+const benchTargetTLSRate = 1.1
+
 // BenchmarkProxyRelay compares a connection relayed by the doorman proxy with
 // the same connection made directly, with a bare splicing relay (the floor
 // for any user-space relay), and with HAProxy and Squid configured as SNI
 // allowlists (where installed), side by side in one run: bulk throughput
 // (1 and 8 raw streams after a real ClientHello, 1 TLS stream) with the
 // machine's and the relay's CPU per GB, new connections per second,
-// connect-to-first-byte latency, and the relays' memory, idle and with 1000
-// idle connections. It prints one table; see docs/benchmarks.md. Each
-// sub-benchmark is one fixed experiment (b.N is not used): run it with
-// -benchtime=1x.
+// connect-to-first-byte latency, the same two for new TLS connections (a
+// full handshake and a small request each), and the relays' memory, idle
+// and with 1000 idle connections. It prints one table; see
+// docs/benchmarks.md. Each sub-benchmark is one fixed experiment (b.N is
+// not used): run it with -benchtime=1x, and a subset with -bench
+// 'BenchmarkProxyRelay/tlsconn' (the bed is set up and checked all the
+// same).
 func BenchmarkProxyRelay(b *testing.B) {
 	bed := newRelayBed(b)
 	table := &benchTable{
-		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds, paths in rotating order; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads",
-			benchRounds, runtime.NumCPU()),
+		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds (%d for the TLS connection rows), paths in rotating order; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads",
+			benchRounds, benchTLSRounds, runtime.NumCPU()),
 		subject: bed.index(bed.doorman),
 	}
 	for _, p := range bed.paths {
@@ -68,6 +85,8 @@ func BenchmarkProxyRelay(b *testing.B) {
 	b.Run("bulk-tls", func(b *testing.B) { bed.benchBulk(b, table, 1, true) })
 	b.Run("connrate", func(b *testing.B) { bed.benchConnRate(b, table) })
 	b.Run("latency", func(b *testing.B) { bed.benchLatency(b, table) })
+	b.Run("tlsconn-rate", func(b *testing.B) { bed.benchTLSConnRate(b, table) })
+	b.Run("tlsconn-latency", func(b *testing.B) { bed.benchTLSLatency(b, table) })
 	b.Run("memory", func(b *testing.B) { bed.benchMemory(b, table) })
 	table.print()
 }
@@ -218,7 +237,9 @@ func (bed *relayBed) bulk(p *benchPath, streams int, useTLS bool) (gbps float64,
 			if err == nil {
 				tc = tls.Client(c, bed.tlsConf)
 				tc.SetDeadline(time.Now().Add(10 * time.Second))
-				err = tc.Handshake()
+				if err = tc.Handshake(); err == nil {
+					_, err = tc.Write(benchTLSRequest(benchForever, benchModeClose))
+				}
 			}
 		} else {
 			c, err = benchDial(p.raw)
@@ -696,4 +717,227 @@ func benchWaitSockets(pid int, ok func(int) bool) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// withhold drops the values of the paths that failed (failed[i] set) from
+// vals, so that a row never shows a number made of what did succeed: the
+// table shows "-" and a note with the error, and the benchmark fails.
+func (bed *relayBed) withhold(b *testing.B, t *benchTable, key, what string, failed []error, vals ...[][]float64) {
+	for i, err := range failed {
+		if err == nil {
+			continue
+		}
+		for _, v := range vals {
+			v[i] = nil
+		}
+		t.note(key+" "+bed.paths[i].name, "%s, %s: FAILED, no figures: %v", what, bed.paths[i].name, err)
+		b.Errorf("%s, %s: %v%s", what, bed.paths[i].name, err, bed.paths[i].logTails())
+	}
+}
+
+// benchTLSConnRate compares new TLS connections per second:
+// benchTLSConnRateWorkers clients each connect, complete a full TLS 1.3
+// handshake, send a small request, read its small answer and the server's
+// close, and start again; with the machine's and the relay's CPU per
+// connection. A path on which any connection fails gets no figures.
+func (bed *relayBed) benchTLSConnRate(b *testing.B, t *benchTable) {
+	n := len(bed.paths)
+	rates, machPerConn, procPerConn := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+	failed := make([]error, n)
+	benchRotate(benchTLSRounds, n, func(_, i int) {
+		p := bed.paths[i]
+		if failed[i] != nil {
+			return
+		}
+		var cpu0, cpu1 time.Duration
+		var err error
+		if p.pid != 0 {
+			if cpu0, err = benchProcCPU(p.pid); err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+		}
+		m0, err := benchReadMachineCPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rate, conns, bad, connErr := bed.tlsConnRate(p)
+		m1, err := benchReadMachineCPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p.pid != 0 {
+			if cpu1, err = benchProcCPU(p.pid); err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+		}
+		if bad > 0 || conns == 0 {
+			failed[i] = fmt.Errorf("%d of %d connections failed (last error: %v)", bad, bad+conns, connErr)
+			return
+		}
+		rates[i] = append(rates[i], rate)
+		machPerConn[i] = append(machPerConn[i], float64(m1.sub(m0).busy.Microseconds())/float64(conns))
+		if p.pid != 0 {
+			procPerConn[i] = append(procPerConn[i], float64((cpu1-cpu0).Microseconds())/float64(conns))
+		}
+	})
+	bed.withhold(b, t, "tlsconn-rate", "TLS connection rate", failed, rates, machPerConn, procPerConn)
+	row := t.add(fmt.Sprintf("new TLS connections/s (full TLS 1.3 handshake + small request), %d workers", benchTLSConnRateWorkers), "%.0f", rates...)
+	row.better = benchHigherBetter
+	t.add("  machine CPU µs per TLS connection", "%.0f", machPerConn...).better = benchLowerBetter
+	cpu := t.add("  relay process CPU µs per TLS connection", "%.0f", procPerConn...)
+	cpu.better = benchLowerBetter
+	d := bed.index(bed.doorman)
+	if bed.haproxy != nil {
+		h := bed.index(bed.haproxy)
+		row.target = benchVerdict(fmt.Sprintf("doorman >= %.1fx haproxy", benchTargetTLSRate), row.med(d) >= benchTargetTLSRate*row.med(h))
+		cpu.target = benchVerdict("proxy CPU per connection below haproxy's", t.beats(cpu, h))
+		if r := row.med(d) / row.med(h); !math.IsNaN(r) {
+			b.ReportMetric(r, "x-haproxy")
+		}
+	}
+	if v := row.med(d); !math.IsNaN(v) {
+		b.ReportMetric(v, "tls-conn/s")
+		b.ReportMetric(cpu.med(d), "proxy-µs/conn")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// tlsConnRate runs benchTLSConnRateWorkers clients over p in a loop for
+// benchTLSConnRateTime and returns the completed connections per second,
+// their number, the number that failed and the last failure.
+func (bed *relayBed) tlsConnRate(p *benchPath) (float64, int64, int64, error) {
+	req := benchTLSRequest(benchTLSAnswer, benchModeClose)
+	var ok, bad atomic.Int64
+	var lastErr atomic.Value
+	start := make(chan struct{})
+	var t0 time.Time
+	var ready sync.WaitGroup
+	ready.Add(benchTLSConnRateWorkers)
+	go func() {
+		ready.Wait()
+		t0 = time.Now()
+		close(start)
+	}()
+	p.side.parallel(benchTLSConnRateWorkers, func(int) error {
+		buf := make([]byte, benchTLSAnswer+1)
+		ready.Done()
+		<-start
+		deadline := t0.Add(benchTLSConnRateTime)
+		for time.Now().Before(deadline) {
+			if _, err := benchTLSFirstByte(p.tls, bed.tlsConf, req, buf); err != nil {
+				bad.Add(1)
+				lastErr.Store(err)
+				continue
+			}
+			ok.Add(1)
+		}
+		return nil
+	})
+	elapsed := time.Since(t0)
+	err, _ := lastErr.Load().(error)
+	return float64(ok.Load()) / elapsed.Seconds(), ok.Load(), bad.Load(), err
+}
+
+// benchTLSFirstByte makes one short TLS connection to addr: connect, a
+// full TLS 1.3 handshake (conf has no session cache, so nothing is
+// resumed), send req (benchTLSRequest for benchTLSAnswer bytes), read the
+// first byte of the answer (the time from the start of the connect until
+// then is returned), then the rest of it and the server's close_notify,
+// and close. The server closes first, so TIME_WAIT stays on its side. It
+// must run on a thread inside the client's namespace (see
+// benchSide.parallel); buf holds at least benchTLSAnswer+1 bytes.
+func benchTLSFirstByte(addr netip.AddrPort, conf *tls.Config, req, buf []byte) (time.Duration, error) {
+	t0 := time.Now()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(t0.Add(5 * time.Second))
+	tc := tls.Client(c, conf)
+	if err := tc.Handshake(); err != nil {
+		return 0, fmt.Errorf("TLS handshake: %w", err)
+	}
+	if _, err := tc.Write(req); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(tc, buf[:1]); err != nil {
+		return 0, fmt.Errorf("first byte: %w", err)
+	}
+	lat := time.Since(t0)
+	if _, err := io.ReadFull(tc, buf[1:benchTLSAnswer]); err != nil {
+		return 0, fmt.Errorf("answer: %w", err)
+	}
+	if n, err := tc.Read(buf); n != 0 || err != io.EOF {
+		return 0, fmt.Errorf("after the answer: %d more bytes, %v; want the server's close_notify", n, err)
+	}
+	return lat, nil
+}
+
+// benchTLSLatency compares connect-to-first-byte latency of sequential
+// new TLS connections (benchTLSFirstByte): p50 and p99 per round, and the
+// p99 each path adds to direct's in the same round. A path on which a
+// connection fails gets no figures.
+func (bed *relayBed) benchTLSLatency(b *testing.B, t *benchTable) {
+	n := len(bed.paths)
+	p50, p99, all := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+	failed := make([]error, n)
+	req := benchTLSRequest(benchTLSAnswer, benchModeClose)
+	benchRotate(benchTLSRounds, n, func(_, i int) {
+		p := bed.paths[i]
+		if failed[i] != nil {
+			return
+		}
+		var lat []float64
+		err := p.side.parallel(1, func(int) error {
+			buf := make([]byte, benchTLSAnswer+1)
+			for k := range benchTLSLatencySamples {
+				d, err := benchTLSFirstByte(p.tls, bed.tlsConf, req, buf)
+				if err != nil {
+					return fmt.Errorf("connection %d of %d: %w", k+1, benchTLSLatencySamples, err)
+				}
+				lat = append(lat, float64(d.Nanoseconds())/1e3)
+			}
+			return nil
+		})
+		if err != nil {
+			failed[i] = err
+			return
+		}
+		p50[i] = append(p50[i], benchPercentile(lat, 0.5))
+		p99[i] = append(p99[i], benchPercentile(lat, 0.99))
+		all[i] = append(all[i], lat...)
+	})
+	bed.withhold(b, t, "tlsconn-latency", "TLS latency", failed, p50, p99, all)
+	r50 := t.add("TLS connect to first byte p50 (full handshake), µs", "%.0f", p50...)
+	r50.better = benchLowerBetter
+	t.add("TLS connect to first byte p99 (full handshake), µs", "%.0f", p99...).better = benchLowerBetter
+	added := make([][]float64, n)
+	if p99[0] != nil {
+		for i := 1; i < n; i++ {
+			if p99[i] != nil {
+				added[i] = benchPairedDiffs(p99[0], p99[i])
+			}
+		}
+	}
+	ra := t.add("  TLS added p99 over direct (same round), µs", "%.0f", added...)
+	ra.better = benchLowerBetter
+	if bed.haproxy != nil {
+		ra.target = benchVerdict("doorman below haproxy's", t.beats(ra, bed.index(bed.haproxy)))
+	}
+	var names, q50, q99 []string
+	for i, p := range bed.paths {
+		names = append(names, p.name)
+		q50 = append(q50, fmt.Sprintf("%.0f", benchPercentile(all[i], 0.5)))
+		q99 = append(q99, fmt.Sprintf("%.0f", benchPercentile(all[i], 0.99)))
+	}
+	t.note("tlsconn-latency", "TLS latency over all %d connections of each path: p50 %s µs, p99 %s µs (%s)",
+		benchTLSRounds*benchTLSLatencySamples, strings.Join(q50, " / "), strings.Join(q99, " / "), strings.Join(names, " / "))
+	d := bed.index(bed.doorman)
+	if v := r50.med(d); !math.IsNaN(v) {
+		b.ReportMetric(v, "tls-p50-µs")
+		b.ReportMetric(benchSpreadOf(p99[d]).med, "tls-p99-µs")
+	}
+	b.ReportMetric(0, "ns/op")
 }
