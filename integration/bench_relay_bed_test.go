@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,13 +21,17 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -63,6 +68,7 @@ var benchAddr, benchDeniedAddr = netip.MustParseAddr("203.0.113.80"), netip.Must
 //     is not installed has no path.
 type relayBed struct {
 	net     *testnet.Net
+	server  *benchServer
 	paths   []*benchPath // direct, bare relay, doorman, then the peers
 	direct  *benchPath
 	relay   *benchPath
@@ -73,6 +79,15 @@ type relayBed struct {
 	hello   []byte         // a real ClientHello from crypto/tls, SNI benchName
 	denied  []byte         // the same for benchDeniedName, which no path allows
 	tlsConf *tls.Config    // trusts the TLS server's certificate; no session cache: every handshake is a full one
+	// noFile is the hard descriptor limit of this process, which the
+	// bare relay, the proxy and the peers inherit (see benchRaiseNoFile).
+	noFile uint64
+	// doormanCap is the doorman proxy's connection cap as its limits
+	// line gives it (the configured one, or less if its descriptor or
+	// memory limit lowers it), and doormanCapBy what lowered it, if
+	// anything.
+	doormanCap   int
+	doormanCapBy string
 }
 
 // benchDeniedName is a name no relaying path allows: checkPaths proves
@@ -114,6 +129,7 @@ type benchSide struct {
 // torn down by b's cleanup.
 func newRelayBed(b *testing.B) *relayBed {
 	b.Helper()
+	noFile := benchRaiseNoFile(b, benchWantNoFile)
 	n := testnet.New(b)
 	n.AddHost(benchName, benchAddr)
 	// The denied name resolves to an address the server listens on too,
@@ -129,6 +145,7 @@ func newRelayBed(b *testing.B) *relayBed {
 		relay: &benchPath{name: "bare relay", side: plain,
 			raw: netip.AddrPortFrom(gw, bareRelayRawPort), tls: netip.AddrPortFrom(gw, bareRelayTLSPort)},
 		doorman: &benchPath{name: "doorman", side: enforced, raw: raw, tls: tlsAddr},
+		noFile:  noFile,
 	}
 	bed.paths = []*benchPath{bed.direct, bed.relay, bed.doorman}
 
@@ -143,13 +160,15 @@ func newRelayBed(b *testing.B) *relayBed {
 	if bed.denied, err = benchClientHello(benchDeniedName); err != nil {
 		b.Fatal(err)
 	}
-	startBenchServer(b, n.InetNS(), []netip.Addr{benchAddr, benchDeniedAddr}, cert)
+	bed.server = startBenchServer(b, n.InetNS(), []netip.Addr{benchAddr, benchDeniedAddr}, cert)
 
 	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
 		bareRelayRawPort, raw, bareRelayTLSPort, tlsAddr))
 
 	// Enforce the doorman side exactly as the CNI plugin would, from the
-	// host namespace (the proxy runs and dials from there).
+	// host namespace (the proxy runs and dials from there), with its caps
+	// raised so that it may hold benchHeldConns connections to the one
+	// server (see benchDoormanLimits).
 	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{benchName})
 	if err != nil {
 		b.Fatal(err)
@@ -158,7 +177,8 @@ func newRelayBed(b *testing.B) *relayBed {
 	req := sandbox.Request{
 		Attachment: sandbox.Attachment{Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(), Label: "full"},
 		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, LogDir: filepath.Join(dir, "log"),
-			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)}},
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
+			Limits:            benchDoormanLimits, ProxyLimits: cgroup.Limits{Memory: benchDoormanMemory}},
 		StateDir: filepath.Join(dir, "state"), ProxyBinary: doormanBin(),
 	}
 	err = n.InHost(func() error {
@@ -177,10 +197,13 @@ func newRelayBed(b *testing.B) *relayBed {
 	bed.doorman.pid = bed.state.PID
 	decisions := filepath.Join(dir, "log", req.Key+".log")
 	bed.doorman.logs = []string{decisions, decisions + ".stderr"}
+	if bed.doormanCap, bed.doormanCapBy, err = benchProxyCap(decisions); err != nil {
+		b.Fatalf("doorman's proxy: %v", err)
+	}
 
 	// The peers, each with a sandbox of its own.
 	sb := n.NewSandbox(b)
-	if pid, logs := startHAProxy(b, n, sb); pid != 0 {
+	if pid, logs := startHAProxy(b, n, sb, haproxyMaxConn(noFile)); pid != 0 {
 		bed.haproxy = &benchPath{name: "haproxy", side: newBenchSide(b, sb), raw: raw, tls: tlsAddr, pid: pid, logs: logs}
 		bed.paths = append(bed.paths, bed.haproxy)
 	}
@@ -371,7 +394,7 @@ func benchDial(a netip.AddrPort) (*net.TCPConn, error) {
 // Modes of the servers, the last byte of a request.
 const (
 	benchModeClose = 'c' // send count bytes, then FIN (after a close_notify on TLS), then wait for the client's FIN
-	benchModeHold  = 'h' // send count bytes, then wait for the client's FIN
+	benchModeHold  = 'h' // send count bytes, then wait for the client's FIN, or close first on benchServer.releaseHeld
 	benchModePeer  = 'p' // send the client's address as the server saw it, then FIN
 )
 
@@ -479,14 +502,18 @@ type benchServer struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	// release is closed by releaseHeld: the connections holding in
+	// benchModeHold then close first.
+	release chan struct{}
+	wg      sync.WaitGroup
 }
 
 // startBenchServer starts the servers on benchRawPort and benchTLSPort of
 // each of addrs inside inet, until the benchmark ends.
 func startBenchServer(b *testing.B, inet *testnet.Netns, addrs []netip.Addr, cert tls.Certificate) *benchServer {
 	b.Helper()
-	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{}}
+	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{},
+		release: make(chan struct{})}
 	data := make([]byte, benchPayloadSize)
 	rand.Read(data)
 	if err := os.WriteFile(s.payload, data, 0o600); err != nil {
@@ -591,18 +618,58 @@ func (s *benchServer) serveRaw(c *net.TCPConn) error {
 	case benchModePeer:
 		_, err := io.WriteString(c, c.RemoteAddr().String())
 		return err
-	case benchModeClose, benchModeHold:
+	case benchModeClose:
 		if err := s.stream(c, count); err != nil {
 			return err
 		}
-		if mode == benchModeClose {
-			c.CloseWrite()
-		}
+		c.CloseWrite()
 		_, err := io.Copy(io.Discard, c)
 		return err
+	case benchModeHold:
+		if err := s.stream(c, count); err != nil {
+			return err
+		}
+		return s.hold(c, c.CloseWrite)
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
 	}
+}
+
+// hold keeps a connection that got its answer open until the client
+// closes it (whatever it sends is dropped) or releaseHeld asks the server
+// to close first: closeWrite then ends the server's side, and hold waits
+// for the client's FIN. Closing first leaves TIME_WAIT here, on the
+// server's port, rather than on ephemeral ports of the relays and
+// clients, so that thousands of held connections can be opened again
+// within a minute.
+func (s *benchServer) hold(r io.Reader, closeWrite func() error) error {
+	s.mu.Lock()
+	release := s.release
+	s.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, r)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-release:
+		if err := closeWrite(); err != nil {
+			return err
+		}
+		return <-done
+	}
+}
+
+// releaseHeld makes every connection holding in benchModeHold close
+// first (see hold). Connections that start holding afterwards wait for
+// the next call.
+func (s *benchServer) releaseHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.release)
+	s.release = make(chan struct{})
 }
 
 // stream sends count bytes: short answers from memory, long ones by
@@ -666,14 +733,97 @@ func (s *benchServer) serveTLS(c *net.TCPConn) error {
 		}
 		count -= n
 	}
-	if mode == benchModeClose {
+	closeWrite := func() error {
 		if err := tc.CloseWrite(); err != nil { // close_notify
 			return err
 		}
-		if err := c.CloseWrite(); err != nil {
-			return err
-		}
+		return c.CloseWrite()
+	}
+	if mode == benchModeHold {
+		return s.hold(tc, closeWrite)
+	}
+	if err := closeWrite(); err != nil {
+		return err
 	}
 	io.Copy(io.Discard, tc) // until the client's close_notify or FIN
 	return nil
+}
+
+// benchWantNoFile is the descriptor limit the relay benchmarks ask for:
+// enough for benchHeldConns relayed connections in one relay (two sockets
+// each, more with splice pipes) and, in this process, their clients and
+// the server's ends.
+const benchWantNoFile = 1 << 16
+
+// benchRaiseNoFile raises this process's hard and soft RLIMIT_NOFILE to
+// want, before the relays start, so that they inherit it (the doorman
+// proxy raises its soft limit to the hard one; HAProxy sets its own from
+// its maxconn), and restores the old limits at the end. Raising a hard
+// limit needs CAP_SYS_RESOURCE: without it the limit stays as it is (a
+// log line says so) and the held-connection rows hold what fits. It
+// returns the hard limit in force.
+func benchRaiseNoFile(b *testing.B, want uint64) uint64 {
+	b.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		b.Fatalf("RLIMIT_NOFILE: %v", err)
+	}
+	if old.Max >= want {
+		return old.Max
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}); err != nil {
+		b.Logf("cannot raise RLIMIT_NOFILE from %d to %d (%v; raising a hard limit needs CAP_SYS_RESOURCE): "+
+			"each relay and this process keep %d descriptors, and the held-connection rows hold what fits", old.Max, want, err, old.Max)
+		return old.Max
+	}
+	b.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	return want
+}
+
+// benchDoormanLimits are the caps of the benchmark's doorman sandbox,
+// raised from the defaults (2048 connections; a share of the ephemeral
+// ports per upstream, 3529 here) so that one sandbox may hold
+// benchHeldConns connections to the one server. The proxy still lowers
+// the connection cap to what its descriptor limit allows (benchProxyCap).
+var benchDoormanLimits = proxyconf.Limits{Connections: 2 * benchHeldConns, PerUpstream: 2 * benchHeldConns}
+
+// benchDoormanMemory is the memory limit of the doorman proxy's cgroup,
+// raised from the default 256 MiB (which counts socket buffers too) so
+// that benchHeldConns connections never meet it.
+const benchDoormanMemory = 1 << 30
+
+// benchProxyCap reads the connection cap the doorman proxy runs with from
+// the limits line it writes to its decision log at start (waiting up to
+// 10 s for it), and what lowered it below the configured one, if
+// anything.
+func benchProxyCap(logFile string) (int, string, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := os.ReadFile(logFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, "", err
+		}
+		for line := range bytes.Lines(data) {
+			var l map[string]any
+			if json.Unmarshal(line, &l) != nil || l["msg"] != decisionlog.MsgLimits {
+				continue
+			}
+			n, ok := l[decisionlog.ConnectionsKey].(float64)
+			if !ok || n < 1 {
+				return 0, "", fmt.Errorf("limits line without a connection cap: %s", line)
+			}
+			by, _ := l[decisionlog.LimitedByKey].(string)
+			return int(n), by, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, "", fmt.Errorf("no %q line in %s after 10 s", decisionlog.MsgLimits, logFile)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// benchOpenFiles is the number of descriptors this process holds.
+func benchOpenFiles() (int, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	return len(ents), err
 }
