@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -738,7 +739,14 @@ func (bed *relayBed) withhold(b *testing.B, t *benchTable, key, what string, fai
 		for _, v := range vals {
 			v[i] = nil
 		}
-		t.note(key+" "+bed.paths[i].name, "%s, %s: FAILED, no figures: %v", what, bed.paths[i].name, err)
+		// One line per distinct error (parallel clients often fail alike).
+		var lines []string
+		for l := range strings.SplitSeq(err.Error(), "\n") {
+			if !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+		t.note(key+" "+bed.paths[i].name, "%s, %s: FAILED, no figures: %s", what, bed.paths[i].name, strings.Join(lines, "; "))
 		b.Errorf("%s, %s: %v%s", what, bed.paths[i].name, err, bed.paths[i].logTails())
 	}
 }
