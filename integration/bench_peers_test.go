@@ -53,11 +53,19 @@ const (
 	haproxyPort6       = 15102
 	squidInterceptPort = 3129 // Squid's https_port in the host namespace
 	squidForwardPort   = 3128 // the forward-proxy port Squid insists on, on host's loopback
-	// benchPeerMaxConn bounds both peers' connections: two descriptors
-	// per relayed connection, and HAProxy's splice pipes (two descriptors
-	// per pipe, maxconn/4 pipes), stay below the hard open-file limit
-	// (20000).
+	// benchPeerMaxConn bounds Squid's connections (max_filedescriptors
+	// is twice it: two descriptors per relayed connection), below the
+	// hard open-file limit of these machines (20000).
 	benchPeerMaxConn = 7000
+	// haproxyMaxPipes bounds HAProxy's splice pipes (maxpipes; two
+	// descriptors each). Its default, maxconn/4, would take a quarter of
+	// the descriptors that the held-connection row needs for sockets; a
+	// pipe is only held while data is in flight (at most a few dozen at
+	// once in these benchmarks).
+	haproxyMaxPipes = 600
+	// haproxyMaxConnCap is the most connections HAProxy is configured
+	// for: the held-connection row's benchHeldConns and some room.
+	haproxyMaxConnCap = benchHeldConns + 2000
 	// benchPeerSniffTimeout is how long a peer waits for a ClientHello,
 	// as long as the doorman proxy's sniff timeout.
 	benchPeerSniffTimeout = 10 * time.Second
@@ -87,10 +95,12 @@ func benchIsExecutable(path string) bool {
 // connection (as doorman logs one decision per connection), always
 // splices (splice-request and splice-response: splice-auto got 4 Gbit/s
 // rather than 10 on one stream here), and runs two threads, its own default on this
-// 2-core machine (the doorman proxy runs with GOMAXPROCS=1).
-func haproxyConfig(netnsName string) string {
+// 2-core machine (the doorman proxy runs with GOMAXPROCS=1). maxconn is
+// its cap on connections (see haproxyMaxConn).
+func haproxyConfig(netnsName string, maxconn int) string {
 	return fmt.Sprintf(`global
     maxconn %[1]d
+    maxpipes %[7]d
     nbthread 2
     log stdout format raw local0 info
 
@@ -118,13 +128,24 @@ backend original_destination
 
 backend refuse
     tcp-request content reject
-`, benchPeerMaxConn, haproxyPort4, haproxyPort6, netnsName, int(benchPeerSniffTimeout.Seconds()), benchName)
+`, maxconn, haproxyPort4, haproxyPort6, netnsName, int(benchPeerSniffTimeout.Seconds()), benchName, haproxyMaxPipes)
+}
+
+// haproxyMaxConn is the maxconn HAProxy gets under a hard descriptor
+// limit of noFile: haproxyMaxConnCap, or what fits. HAProxy needs
+// 2*maxconn + 2*maxpipes + a few descriptors (18 with this config;
+// it refuses to start with "Cannot raise FD limit" otherwise), and
+// sets its own limit to that.
+func haproxyMaxConn(noFile uint64) int {
+	const own = 100 // listeners, log, pollers, threads, and room
+	fit := (int64(noFile) - 2*haproxyMaxPipes - own) / 2
+	return int(max(min(fit, haproxyMaxConnCap), 1))
 }
 
 // startHAProxy runs HAProxy in the host namespace with its listeners in
 // sb, then gives sb doorman's ruleset redirecting to them. It returns the
 // pid and its log file, or 0 (with a log line) if HAProxy is not installed.
-func startHAProxy(b *testing.B, n *testnet.Net, sb *testnet.Sandbox) (int, []string) {
+func startHAProxy(b *testing.B, n *testnet.Net, sb *testnet.Sandbox, maxconn int) (int, []string) {
 	b.Helper()
 	bin := benchPeerBinary("haproxy")
 	if bin == "" {
@@ -133,7 +154,7 @@ func startHAProxy(b *testing.B, n *testnet.Net, sb *testnet.Sandbox) (int, []str
 	}
 	dir := b.TempDir()
 	cfg := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfg, []byte(haproxyConfig(sb.Name())), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(sb.Name(), maxconn)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	if out, err := exec.Command(bin, "-c", "-f", cfg).CombinedOutput(); err != nil {

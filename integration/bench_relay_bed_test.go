@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,13 +21,17 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/integration/testnet"
+	"github.com/doorman-net/doorman/proxy/decisionlog"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -36,7 +41,7 @@ import (
 const (
 	benchName        = "bench.example.test"
 	benchRawPort     = 7000 // ClientHello, then raw bytes
-	benchTLSPort     = 7443 // real TLS, then bulk application data
+	benchTLSPort     = 7443 // real TLS, then a request and its answer (see serveTLS)
 	bareRelayRawPort = 7100 // relays to benchRawPort
 	bareRelayTLSPort = 7543 // relays to benchTLSPort
 	// benchSettleTime is how long the relays run idle before their
@@ -45,7 +50,8 @@ const (
 	benchSettleTime = 1500 * time.Millisecond
 )
 
-var benchAddr = netip.MustParseAddr("203.0.113.80")
+// benchAddr is benchName's address, benchDeniedAddr benchDeniedName's.
+var benchAddr, benchDeniedAddr = netip.MustParseAddr("203.0.113.80"), netip.MustParseAddr("203.0.113.81")
 
 // relayBed is the world of the relay benchmarks: a fake internet holding
 // benchName, sandboxes routed to it the same way, and up to five paths from
@@ -62,6 +68,7 @@ var benchAddr = netip.MustParseAddr("203.0.113.80")
 //     is not installed has no path.
 type relayBed struct {
 	net     *testnet.Net
+	server  *benchServer
 	paths   []*benchPath // direct, bare relay, doorman, then the peers
 	direct  *benchPath
 	relay   *benchPath
@@ -71,7 +78,16 @@ type relayBed struct {
 	state   *sandbox.State // the enforced sandbox: its proxy's pid
 	hello   []byte         // a real ClientHello from crypto/tls, SNI benchName
 	denied  []byte         // the same for benchDeniedName, which no path allows
-	tlsConf *tls.Config    // trusts the TLS server's certificate
+	tlsConf *tls.Config    // trusts the TLS server's certificate; no session cache: every handshake is a full one
+	// noFile is the hard descriptor limit of this process, which the
+	// bare relay, the proxy and the peers inherit (see benchRaiseNoFile).
+	noFile uint64
+	// doormanCap is the doorman proxy's connection cap as its limits
+	// line gives it (the configured one, or less if its descriptor or
+	// memory limit lowers it), and doormanCapBy what lowered it, if
+	// anything.
+	doormanCap   int
+	doormanCapBy string
 }
 
 // benchDeniedName is a name no relaying path allows: checkPaths proves
@@ -113,8 +129,13 @@ type benchSide struct {
 // torn down by b's cleanup.
 func newRelayBed(b *testing.B) *relayBed {
 	b.Helper()
+	noFile := benchRaiseNoFile(b, benchWantNoFile)
 	n := testnet.New(b)
 	n.AddHost(benchName, benchAddr)
+	// The denied name resolves to an address the server listens on too,
+	// so that a relay that wrongly let it through would reach the server
+	// (see checkPaths), rather than fail to resolve it.
+	n.AddHost(benchDeniedName, benchDeniedAddr)
 	raw, tlsAddr := netip.AddrPortFrom(benchAddr, benchRawPort), netip.AddrPortFrom(benchAddr, benchTLSPort)
 	plain, enforced := newBenchSide(b, n.NewSandbox(b)), newBenchSide(b, n.NewSandbox(b))
 	gw := plain.sb.Gateway4
@@ -124,6 +145,7 @@ func newRelayBed(b *testing.B) *relayBed {
 		relay: &benchPath{name: "bare relay", side: plain,
 			raw: netip.AddrPortFrom(gw, bareRelayRawPort), tls: netip.AddrPortFrom(gw, bareRelayTLSPort)},
 		doorman: &benchPath{name: "doorman", side: enforced, raw: raw, tls: tlsAddr},
+		noFile:  noFile,
 	}
 	bed.paths = []*benchPath{bed.direct, bed.relay, bed.doorman}
 
@@ -138,13 +160,15 @@ func newRelayBed(b *testing.B) *relayBed {
 	if bed.denied, err = benchClientHello(benchDeniedName); err != nil {
 		b.Fatal(err)
 	}
-	startBenchServer(b, n.InetNS(), raw, tlsAddr, cert)
+	bed.server = startBenchServer(b, n.InetNS(), []netip.Addr{benchAddr, benchDeniedAddr}, cert)
 
 	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
 		bareRelayRawPort, raw, bareRelayTLSPort, tlsAddr))
 
 	// Enforce the doorman side exactly as the CNI plugin would, from the
-	// host namespace (the proxy runs and dials from there).
+	// host namespace (the proxy runs and dials from there), with its caps
+	// raised so that it may hold benchHeldConns connections to the one
+	// server (see benchDoormanLimits).
 	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{benchName})
 	if err != nil {
 		b.Fatal(err)
@@ -153,7 +177,8 @@ func newRelayBed(b *testing.B) *relayBed {
 	req := sandbox.Request{
 		Attachment: sandbox.Attachment{Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(), Label: "full"},
 		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, LogDir: filepath.Join(dir, "log"),
-			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)}},
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
+			Limits:            benchDoormanLimits, ProxyLimits: cgroup.Limits{Memory: benchDoormanMemory}},
 		StateDir: filepath.Join(dir, "state"), ProxyBinary: doormanBin(),
 	}
 	err = n.InHost(func() error {
@@ -170,10 +195,15 @@ func newRelayBed(b *testing.B) *relayBed {
 		}
 	})
 	bed.doorman.pid = bed.state.PID
+	decisions := filepath.Join(dir, "log", req.Key+".log")
+	bed.doorman.logs = []string{decisions, decisions + ".stderr"}
+	if bed.doormanCap, bed.doormanCapBy, err = benchProxyCap(decisions); err != nil {
+		b.Fatalf("doorman's proxy: %v", err)
+	}
 
 	// The peers, each with a sandbox of its own.
 	sb := n.NewSandbox(b)
-	if pid, logs := startHAProxy(b, n, sb); pid != 0 {
+	if pid, logs := startHAProxy(b, n, sb, haproxyMaxConn(noFile)); pid != 0 {
 		bed.haproxy = &benchPath{name: "haproxy", side: newBenchSide(b, sb), raw: raw, tls: tlsAddr, pid: pid, logs: logs}
 		bed.paths = append(bed.paths, bed.haproxy)
 	}
@@ -226,12 +256,67 @@ func (bed *relayBed) checkPaths(b *testing.B) {
 			b.Fatalf("%s path: the server saw the client as %q, want %s%s", p.name, seen, want, p.logTails())
 		}
 	}
+	// The same over real TLS, to the TLS server: every path completes
+	// a full TLS 1.3 handshake with the post-quantum key exchange (what
+	// the TLS rows claim to measure) and arrives where it should.
+	for _, p := range bed.paths {
+		want := bed.net.HostAddr4
+		if p == bed.direct {
+			want = p.side.sb.Addr4
+		}
+		seen, st, err := bed.askTLSPeerAddr(p, bed.tlsConf)
+		if err != nil {
+			b.Fatalf("%s path, TLS: %v%s", p.name, err, p.logTails())
+		}
+		if st.Version != tls.VersionTLS13 || st.DidResume || st.CurveID != tls.X25519MLKEM768 {
+			b.Fatalf("%s path, TLS: version %#x, resumed %v, key exchange %v; want a full TLS 1.3 handshake with %v",
+				p.name, st.Version, st.DidResume, st.CurveID, tls.X25519MLKEM768)
+		}
+		if ap, err := netip.ParseAddrPort(seen); err != nil || ap.Addr().Unmap() != want {
+			b.Fatalf("%s path, TLS: the server saw the client as %q, want %s%s", p.name, seen, want, p.logTails())
+		}
+	}
 	for _, p := range append([]*benchPath{bed.doorman}, bed.peers()...) {
 		seen, _ := bed.askPeerAddr(p, bed.denied) // refused: a reset, a TLS alert, or EOF
 		if _, err := netip.ParseAddrPort(seen); err == nil {
 			b.Fatalf("%s path: a ClientHello for %s reached the server (it saw %q); want it refused%s", p.name, benchDeniedName, seen, p.logTails())
 		}
+		// Over TLS too. The client skips verification, so that only the
+		// relay can stop the handshake (the server's certificate is not
+		// for that name).
+		seen, _, _ = bed.askTLSPeerAddr(p, &tls.Config{ServerName: benchDeniedName, InsecureSkipVerify: true})
+		if _, err := netip.ParseAddrPort(seen); err == nil {
+			b.Fatalf("%s path: a TLS handshake for %s reached the server (it saw %q); want it refused%s", p.name, benchDeniedName, seen, p.logTails())
+		}
 	}
+}
+
+// askTLSPeerAddr makes a TLS connection over p with conf, sends a
+// benchModePeer request and returns the answer (the client's address as
+// the TLS server saw it) and the connection's state.
+func (bed *relayBed) askTLSPeerAddr(p *benchPath, conf *tls.Config) (string, tls.ConnectionState, error) {
+	var seen string
+	var st tls.ConnectionState
+	err := p.side.parallel(1, func(int) error {
+		c, err := benchDial(p.tls)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Client(c, conf)
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("TLS handshake: %w", err)
+		}
+		st = tc.ConnectionState()
+		if _, err := tc.Write(benchTLSRequest(0, benchModePeer)); err != nil {
+			return err
+		}
+		out, err := io.ReadAll(tc)
+		seen = string(out)
+		return err
+	})
+	return seen, st, err
 }
 
 // logTails is the end of each of p's log files, for an error message.
@@ -306,10 +391,10 @@ func benchDial(a netip.AddrPort) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
-// Modes of the raw server, the last byte of a request.
+// Modes of the servers, the last byte of a request.
 const (
-	benchModeClose = 'c' // send count bytes, then FIN, then wait for the client's FIN
-	benchModeHold  = 'h' // send count bytes, then wait for the client's FIN
+	benchModeClose = 'c' // send count bytes, then FIN (after a close_notify on TLS), then wait for the client's FIN
+	benchModeHold  = 'h' // send count bytes, then wait for the client's FIN, or close first on benchServer.releaseHeld
 	benchModePeer  = 'p' // send the client's address as the server saw it, then FIN
 )
 
@@ -330,8 +415,14 @@ const benchRequestLen = 5 + 9
 
 func benchRequest(hello []byte, count uint64, mode byte) []byte {
 	out := append(bytes.Clone(hello), 23, 3, 3, 0, 9) // application_data, TLS 1.2, 9 bytes
-	out = binary.BigEndian.AppendUint64(out, count)
-	return append(out, mode)
+	return append(out, benchTLSRequest(count, mode)...)
+}
+
+// benchTLSRequest is what a TLS client sends after its handshake, the
+// TLS server's request: the same 9 bytes as the raw request's record
+// holds, the count of bytes it wants back (big-endian) and the mode.
+func benchTLSRequest(count uint64, mode byte) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, count), mode)
 }
 
 // benchClientHello records the first flight of a real crypto/tls client
@@ -400,7 +491,9 @@ const benchPayloadSize = 8 << 20
 // streams bytes by sendfile(2) from a file in the page cache: the proxy
 // sniffs a real SNI and then relays raw bytes, so the comparison shows the
 // relay's own cost, not TLS's. Its TLS port is a real TLS server that
-// streams application data after the handshake.
+// reads a request after the handshake (benchTLSRequest) and answers as
+// the raw port does: a stream for the bulk rows, a small answer and a
+// close for the TLS connection rows.
 type benchServer struct {
 	payload string // path of the streamed file
 	small   []byte // the first bytes of it, for short answers
@@ -409,40 +502,56 @@ type benchServer struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	// release is closed by releaseHeld: the connections holding in
+	// benchModeHold then close first.
+	release chan struct{}
+	wg      sync.WaitGroup
 }
 
-// startBenchServer starts the servers on raw and tlsAddr inside inet, until
-// the benchmark ends.
-func startBenchServer(b *testing.B, inet *testnet.Netns, raw, tlsAddr netip.AddrPort, cert tls.Certificate) *benchServer {
+// startBenchServer starts the servers on benchRawPort and benchTLSPort of
+// each of addrs inside inet, until the benchmark ends.
+func startBenchServer(b *testing.B, inet *testnet.Netns, addrs []netip.Addr, cert tls.Certificate) *benchServer {
 	b.Helper()
-	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{}}
+	s := &benchServer{payload: filepath.Join(b.TempDir(), "payload"), cert: cert, conns: map[net.Conn]struct{}{},
+		release: make(chan struct{})}
 	data := make([]byte, benchPayloadSize)
 	rand.Read(data)
 	if err := os.WriteFile(s.payload, data, 0o600); err != nil {
 		b.Fatal(err)
 	}
 	s.small = data[:64<<10]
-	var rawLn, tlsLn net.Listener
+	var rawLns, tlsLns []net.Listener
 	err := inet.Do(func() error {
-		var err error
-		if rawLn, err = net.Listen("tcp", raw.String()); err != nil {
-			return err
+		for _, a := range addrs {
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, benchRawPort).String())
+			if err != nil {
+				return err
+			}
+			rawLns = append(rawLns, ln)
+			if ln, err = net.Listen("tcp", netip.AddrPortFrom(a, benchTLSPort).String()); err != nil {
+				return err
+			}
+			tlsLns = append(tlsLns, ln)
 		}
-		tlsLn, err = net.Listen("tcp", tlsAddr.String())
-		return err
+		return nil
 	})
-	if err != nil {
-		if rawLn != nil {
-			rawLn.Close()
+	closeAll := func() {
+		for _, ln := range append(rawLns, tlsLns...) {
+			ln.Close()
 		}
+	}
+	if err != nil {
+		closeAll()
 		b.Fatalf("bench server in %s: %v", inet.Name(), err)
 	}
-	s.wg.Go(func() { s.accept(rawLn, s.serveRaw) })
-	s.wg.Go(func() { s.accept(tlsLn, s.serveTLS) })
+	for _, ln := range rawLns {
+		s.wg.Go(func() { s.accept(ln, s.serveRaw) })
+	}
+	for _, ln := range tlsLns {
+		s.wg.Go(func() { s.accept(ln, s.serveTLS) })
+	}
 	b.Cleanup(func() {
-		rawLn.Close()
-		tlsLn.Close()
+		closeAll()
 		s.mu.Lock()
 		s.closed = true
 		for c := range s.conns {
@@ -509,18 +618,58 @@ func (s *benchServer) serveRaw(c *net.TCPConn) error {
 	case benchModePeer:
 		_, err := io.WriteString(c, c.RemoteAddr().String())
 		return err
-	case benchModeClose, benchModeHold:
+	case benchModeClose:
 		if err := s.stream(c, count); err != nil {
 			return err
 		}
-		if mode == benchModeClose {
-			c.CloseWrite()
-		}
+		c.CloseWrite()
 		_, err := io.Copy(io.Discard, c)
 		return err
+	case benchModeHold:
+		if err := s.stream(c, count); err != nil {
+			return err
+		}
+		return s.hold(c, c.CloseWrite)
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
 	}
+}
+
+// hold keeps a connection that got its answer open until the client
+// closes it (whatever it sends is dropped) or releaseHeld asks the server
+// to close first: closeWrite then ends the server's side, and hold waits
+// for the client's FIN. Closing first leaves TIME_WAIT here, on the
+// server's port, rather than on ephemeral ports of the relays and
+// clients, so that thousands of held connections can be opened again
+// within a minute.
+func (s *benchServer) hold(r io.Reader, closeWrite func() error) error {
+	s.mu.Lock()
+	release := s.release
+	s.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, r)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-release:
+		if err := closeWrite(); err != nil {
+			return err
+		}
+		return <-done
+	}
+}
+
+// releaseHeld makes every connection holding in benchModeHold close
+// first (see hold). Connections that start holding afterwards wait for
+// the next call.
+func (s *benchServer) releaseHeld() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.release)
+	s.release = make(chan struct{})
 }
 
 // stream sends count bytes: short answers from memory, long ones by
@@ -551,18 +700,130 @@ func (s *benchServer) stream(c *net.TCPConn, count uint64) error {
 	return nil
 }
 
-// serveTLS completes a TLS handshake and streams application data until
-// the client goes away.
+// serveTLS completes a TLS handshake, reads the client's request (its
+// first application data, benchTLSRequest) and answers as its mode says:
+// count bytes of application data (an endless stream for benchForever),
+// then in benchModeClose a close_notify and a FIN, or the client's
+// address in benchModePeer.
 func (s *benchServer) serveTLS(c *net.TCPConn) error {
 	tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{s.cert}})
 	tc.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := tc.Handshake(); err != nil {
 		return err
 	}
+	req := make([]byte, 9)
+	if _, err := io.ReadFull(tc, req); err != nil {
+		return fmt.Errorf("TLS request: %w", err)
+	}
 	tc.SetDeadline(time.Time{})
-	for {
-		if _, err := tc.Write(s.small); err != nil {
+	count, mode := binary.BigEndian.Uint64(req), req[8]
+	if mode == benchModePeer {
+		if _, err := io.WriteString(tc, c.RemoteAddr().String()); err != nil {
+			return err
+		}
+		return tc.Close()
+	}
+	if mode != benchModeClose && mode != benchModeHold {
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	for count > 0 {
+		n := min(count, uint64(len(s.small)))
+		if _, err := tc.Write(s.small[:n]); err != nil {
 			return err // the client went away
 		}
+		count -= n
 	}
+	closeWrite := func() error {
+		if err := tc.CloseWrite(); err != nil { // close_notify
+			return err
+		}
+		return c.CloseWrite()
+	}
+	if mode == benchModeHold {
+		return s.hold(tc, closeWrite)
+	}
+	if err := closeWrite(); err != nil {
+		return err
+	}
+	io.Copy(io.Discard, tc) // until the client's close_notify or FIN
+	return nil
+}
+
+// benchWantNoFile is the descriptor limit the relay benchmarks ask for:
+// enough for benchHeldConns relayed connections in one relay (two sockets
+// each, more with splice pipes) and, in this process, their clients and
+// the server's ends.
+const benchWantNoFile = 1 << 16
+
+// benchRaiseNoFile raises this process's hard and soft RLIMIT_NOFILE to
+// want, before the relays start, so that they inherit it (the doorman
+// proxy raises its soft limit to the hard one; HAProxy sets its own from
+// its maxconn), and restores the old limits at the end. Raising a hard
+// limit needs CAP_SYS_RESOURCE: without it the limit stays as it is (a
+// log line says so) and the held-connection rows hold what fits. It
+// returns the hard limit in force.
+func benchRaiseNoFile(b *testing.B, want uint64) uint64 {
+	b.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		b.Fatalf("RLIMIT_NOFILE: %v", err)
+	}
+	if old.Max >= want {
+		return old.Max
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}); err != nil {
+		b.Logf("cannot raise RLIMIT_NOFILE from %d to %d (%v; raising a hard limit needs CAP_SYS_RESOURCE): "+
+			"each relay and this process keep %d descriptors, and the held-connection rows hold what fits", old.Max, want, err, old.Max)
+		return old.Max
+	}
+	b.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	return want
+}
+
+// benchDoormanLimits are the caps of the benchmark's doorman sandbox,
+// raised from the defaults (2048 connections; a share of the ephemeral
+// ports per upstream, 3529 here) so that one sandbox may hold
+// benchHeldConns connections to the one server. The proxy still lowers
+// the connection cap to what its descriptor limit allows (benchProxyCap).
+var benchDoormanLimits = proxyconf.Limits{Connections: 2 * benchHeldConns, PerUpstream: 2 * benchHeldConns}
+
+// benchDoormanMemory is the memory limit of the doorman proxy's cgroup,
+// raised from the default 256 MiB (which counts socket buffers too) so
+// that benchHeldConns connections never meet it.
+const benchDoormanMemory = 1 << 30
+
+// benchProxyCap reads the connection cap the doorman proxy runs with from
+// the limits line it writes to its decision log at start (waiting up to
+// 10 s for it), and what lowered it below the configured one, if
+// anything.
+func benchProxyCap(logFile string) (int, string, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, err := os.ReadFile(logFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, "", err
+		}
+		for line := range bytes.Lines(data) {
+			var l map[string]any
+			if json.Unmarshal(line, &l) != nil || l["msg"] != decisionlog.MsgLimits {
+				continue
+			}
+			n, ok := l[decisionlog.ConnectionsKey].(float64)
+			if !ok || n < 1 {
+				return 0, "", fmt.Errorf("limits line without a connection cap: %s", line)
+			}
+			by, _ := l[decisionlog.LimitedByKey].(string)
+			return int(n), by, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, "", fmt.Errorf("no %q line in %s after 10 s", decisionlog.MsgLimits, logFile)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// benchOpenFiles is the number of descriptors this process holds.
+func benchOpenFiles() (int, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	return len(ents), err
 }

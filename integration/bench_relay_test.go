@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +22,7 @@ import (
 )
 
 // Sizes of the relay benchmarks. One run of BenchmarkProxyRelay takes
-// about two minutes.
+// about five minutes.
 const (
 	benchRounds           = 7                      // rounds per comparison, each running every path
 	benchBulkDuration     = time.Second            // one bulk round of one path
@@ -29,6 +31,17 @@ const (
 	benchLatencySamples   = 300                    // sequential connections per latency round
 	benchIdleConns        = 1000                   // idle relayed connections held open
 	benchMemoryRounds     = 3                      // times the idle connections are opened and closed
+
+	// The TLS connection rows (issue 19's per-connection figures): a new
+	// TCP connection, a full TLS 1.3 handshake, a small request and
+	// its small answer per connection.
+	benchTLSRounds          = 5           // rounds of the TLS connection rows (the issue's 5)
+	benchTLSConnRateWorkers = 8           // concurrent clients in a TLS connection-rate round
+	benchTLSConnRateTime    = time.Second // one TLS connection-rate round of one path
+	benchTLSLatencySamples  = 300         // sequential TLS connections per latency round
+	benchTLSAnswer          = 512         // bytes of the answer to each TLS request
+
+	benchHeldConns = 10000 // idle relayed connections one sandbox holds in the held rows
 )
 
 // Targets from issue 7. They are reported, never asserted. Beyond these
@@ -40,21 +53,33 @@ const (
 	benchTargetIdleConnsRSS = 40 << 20 // the proxy, benchIdleConns relayed idle connections
 )
 
+// Targets from issue 19, reported, never asserted: doorman's new TLS
+// connections per second at least this times HAProxy's, its proxy CPU
+// per connection and its added p99 below HAProxy's, and at most this
+// much memory per held idle connection.
+const (
+	benchTargetTLSRate     = 1.1
+	benchTargetHeldConnKiB = 6
+)
+
 // BenchmarkProxyRelay compares a connection relayed by the doorman proxy with
 // the same connection made directly, with a bare splicing relay (the floor
 // for any user-space relay), and with HAProxy and Squid configured as SNI
 // allowlists (where installed), side by side in one run: bulk throughput
 // (1 and 8 raw streams after a real ClientHello, 1 TLS stream) with the
 // machine's and the relay's CPU per GB, new connections per second,
-// connect-to-first-byte latency, and the relays' memory, idle and with 1000
-// idle connections. It prints one table; see docs/benchmarks.md. Each
-// sub-benchmark is one fixed experiment (b.N is not used): run it with
-// -benchtime=1x.
+// connect-to-first-byte latency, the same two for new TLS connections (a
+// full handshake and a small request each), and the relays' memory, idle,
+// with 1000 idle connections, and with benchHeldConns in one sandbox. It
+// prints one table; see docs/benchmarks.md. Each sub-benchmark is one
+// fixed experiment (b.N is not used): run it with -benchtime=1x, and a
+// subset with -bench 'BenchmarkProxyRelay/(tlsconn|held)' (the bed is set
+// up and checked all the same).
 func BenchmarkProxyRelay(b *testing.B) {
 	bed := newRelayBed(b)
 	table := &benchTable{
-		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds, paths in rotating order; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads",
-			benchRounds, runtime.NumCPU()),
+		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds (%d for the TLS connection rows, 1 for the held connections), paths in rotating order; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads",
+			benchRounds, benchTLSRounds, runtime.NumCPU()),
 		subject: bed.index(bed.doorman),
 	}
 	for _, p := range bed.paths {
@@ -68,7 +93,10 @@ func BenchmarkProxyRelay(b *testing.B) {
 	b.Run("bulk-tls", func(b *testing.B) { bed.benchBulk(b, table, 1, true) })
 	b.Run("connrate", func(b *testing.B) { bed.benchConnRate(b, table) })
 	b.Run("latency", func(b *testing.B) { bed.benchLatency(b, table) })
+	b.Run("tlsconn-rate", func(b *testing.B) { bed.benchTLSConnRate(b, table) })
+	b.Run("tlsconn-latency", func(b *testing.B) { bed.benchTLSLatency(b, table) })
 	b.Run("memory", func(b *testing.B) { bed.benchMemory(b, table) })
+	b.Run("held-10k", func(b *testing.B) { bed.benchHeld(b, table) })
 	table.print()
 }
 
@@ -218,7 +246,9 @@ func (bed *relayBed) bulk(p *benchPath, streams int, useTLS bool) (gbps float64,
 			if err == nil {
 				tc = tls.Client(c, bed.tlsConf)
 				tc.SetDeadline(time.Now().Add(10 * time.Second))
-				err = tc.Handshake()
+				if err = tc.Handshake(); err == nil {
+					_, err = tc.Write(benchTLSRequest(benchForever, benchModeClose))
+				}
 			}
 		} else {
 			c, err = benchDial(p.raw)
@@ -696,4 +726,388 @@ func benchWaitSockets(pid int, ok func(int) bool) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// withhold drops the values of the paths that failed (failed[i] set) from
+// vals, so that a row never shows a number made of what did succeed: the
+// table shows "-" and a note with the error, and the benchmark fails.
+func (bed *relayBed) withhold(b *testing.B, t *benchTable, key, what string, failed []error, vals ...[][]float64) {
+	for i, err := range failed {
+		if err == nil {
+			continue
+		}
+		for _, v := range vals {
+			v[i] = nil
+		}
+		// One line per distinct error (parallel clients often fail alike).
+		var lines []string
+		for l := range strings.SplitSeq(err.Error(), "\n") {
+			if !slices.Contains(lines, l) {
+				lines = append(lines, l)
+			}
+		}
+		t.note(key+" "+bed.paths[i].name, "%s, %s: FAILED, no figures: %s", what, bed.paths[i].name, strings.Join(lines, "; "))
+		b.Errorf("%s, %s: %v%s", what, bed.paths[i].name, err, bed.paths[i].logTails())
+	}
+}
+
+// benchTLSConnRate compares new TLS connections per second:
+// benchTLSConnRateWorkers clients each connect, complete a full TLS 1.3
+// handshake, send a small request, read its small answer and the server's
+// close, and start again; with the machine's and the relay's CPU per
+// connection. A path on which any connection fails gets no figures.
+func (bed *relayBed) benchTLSConnRate(b *testing.B, t *benchTable) {
+	n := len(bed.paths)
+	rates, machPerConn, procPerConn := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+	failed := make([]error, n)
+	benchRotate(benchTLSRounds, n, func(_, i int) {
+		p := bed.paths[i]
+		if failed[i] != nil {
+			return
+		}
+		var cpu0, cpu1 time.Duration
+		var err error
+		if p.pid != 0 {
+			if cpu0, err = benchProcCPU(p.pid); err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+		}
+		m0, err := benchReadMachineCPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		rate, conns, bad, connErr := bed.tlsConnRate(p)
+		m1, err := benchReadMachineCPU()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p.pid != 0 {
+			if cpu1, err = benchProcCPU(p.pid); err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+		}
+		if bad > 0 || conns == 0 {
+			failed[i] = fmt.Errorf("%d of %d connections failed (last error: %v)", bad, bad+conns, connErr)
+			return
+		}
+		rates[i] = append(rates[i], rate)
+		machPerConn[i] = append(machPerConn[i], float64(m1.sub(m0).busy.Microseconds())/float64(conns))
+		if p.pid != 0 {
+			procPerConn[i] = append(procPerConn[i], float64((cpu1-cpu0).Microseconds())/float64(conns))
+		}
+	})
+	bed.withhold(b, t, "tlsconn-rate", "TLS connection rate", failed, rates, machPerConn, procPerConn)
+	row := t.add(fmt.Sprintf("new TLS connections/s (full TLS 1.3 handshake + small request), %d workers", benchTLSConnRateWorkers), "%.0f", rates...)
+	row.better = benchHigherBetter
+	t.add("  machine CPU µs per TLS connection", "%.0f", machPerConn...).better = benchLowerBetter
+	cpu := t.add("  relay process CPU µs per TLS connection", "%.0f", procPerConn...)
+	cpu.better = benchLowerBetter
+	d := bed.index(bed.doorman)
+	if bed.haproxy != nil {
+		h := bed.index(bed.haproxy)
+		row.target = benchVerdict(fmt.Sprintf("doorman >= %.1fx haproxy", benchTargetTLSRate), row.med(d) >= benchTargetTLSRate*row.med(h))
+		cpu.target = benchVerdict("proxy CPU per connection below haproxy's", t.beats(cpu, h))
+		if r := row.med(d) / row.med(h); !math.IsNaN(r) {
+			b.ReportMetric(r, "x-haproxy")
+		}
+	}
+	if v := row.med(d); !math.IsNaN(v) {
+		b.ReportMetric(v, "tls-conn/s")
+		b.ReportMetric(cpu.med(d), "proxy-µs/conn")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// tlsConnRate runs benchTLSConnRateWorkers clients over p in a loop for
+// benchTLSConnRateTime and returns the completed connections per second,
+// their number, the number that failed and the last failure.
+func (bed *relayBed) tlsConnRate(p *benchPath) (float64, int64, int64, error) {
+	req := benchTLSRequest(benchTLSAnswer, benchModeClose)
+	var ok, bad atomic.Int64
+	var lastErr atomic.Value
+	start := make(chan struct{})
+	var t0 time.Time
+	var ready sync.WaitGroup
+	ready.Add(benchTLSConnRateWorkers)
+	go func() {
+		ready.Wait()
+		t0 = time.Now()
+		close(start)
+	}()
+	p.side.parallel(benchTLSConnRateWorkers, func(int) error {
+		buf := make([]byte, benchTLSAnswer+1)
+		ready.Done()
+		<-start
+		deadline := t0.Add(benchTLSConnRateTime)
+		for time.Now().Before(deadline) {
+			if _, err := benchTLSFirstByte(p.tls, bed.tlsConf, req, buf); err != nil {
+				bad.Add(1)
+				lastErr.Store(err)
+				continue
+			}
+			ok.Add(1)
+		}
+		return nil
+	})
+	elapsed := time.Since(t0)
+	err, _ := lastErr.Load().(error)
+	return float64(ok.Load()) / elapsed.Seconds(), ok.Load(), bad.Load(), err
+}
+
+// benchTLSFirstByte makes one short TLS connection to addr: connect, a
+// full TLS 1.3 handshake (conf has no session cache, so nothing is
+// resumed), send req (benchTLSRequest for benchTLSAnswer bytes), read the
+// first byte of the answer (the time from the start of the connect until
+// then is returned), then the rest of it and the server's close_notify,
+// and close. The server closes first, so TIME_WAIT stays on its side. It
+// must run on a thread inside the client's namespace (see
+// benchSide.parallel); buf holds at least benchTLSAnswer+1 bytes.
+func benchTLSFirstByte(addr netip.AddrPort, conf *tls.Config, req, buf []byte) (time.Duration, error) {
+	t0 := time.Now()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	c.SetDeadline(t0.Add(5 * time.Second))
+	tc := tls.Client(c, conf)
+	if err := tc.Handshake(); err != nil {
+		return 0, fmt.Errorf("TLS handshake: %w", err)
+	}
+	if _, err := tc.Write(req); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(tc, buf[:1]); err != nil {
+		return 0, fmt.Errorf("first byte: %w", err)
+	}
+	lat := time.Since(t0)
+	if _, err := io.ReadFull(tc, buf[1:benchTLSAnswer]); err != nil {
+		return 0, fmt.Errorf("answer: %w", err)
+	}
+	if n, err := tc.Read(buf); n != 0 || err != io.EOF {
+		return 0, fmt.Errorf("after the answer: %d more bytes, %v; want the server's close_notify", n, err)
+	}
+	return lat, nil
+}
+
+// benchTLSLatency compares connect-to-first-byte latency of sequential
+// new TLS connections (benchTLSFirstByte): p50 and p99 per round, and the
+// p99 each path adds to direct's in the same round. A path on which a
+// connection fails gets no figures.
+func (bed *relayBed) benchTLSLatency(b *testing.B, t *benchTable) {
+	n := len(bed.paths)
+	p50, p99, all := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+	failed := make([]error, n)
+	req := benchTLSRequest(benchTLSAnswer, benchModeClose)
+	benchRotate(benchTLSRounds, n, func(_, i int) {
+		p := bed.paths[i]
+		if failed[i] != nil {
+			return
+		}
+		var lat []float64
+		err := p.side.parallel(1, func(int) error {
+			buf := make([]byte, benchTLSAnswer+1)
+			for k := range benchTLSLatencySamples {
+				d, err := benchTLSFirstByte(p.tls, bed.tlsConf, req, buf)
+				if err != nil {
+					return fmt.Errorf("connection %d of %d: %w", k+1, benchTLSLatencySamples, err)
+				}
+				lat = append(lat, float64(d.Nanoseconds())/1e3)
+			}
+			return nil
+		})
+		if err != nil {
+			failed[i] = err
+			return
+		}
+		p50[i] = append(p50[i], benchPercentile(lat, 0.5))
+		p99[i] = append(p99[i], benchPercentile(lat, 0.99))
+		all[i] = append(all[i], lat...)
+	})
+	bed.withhold(b, t, "tlsconn-latency", "TLS latency", failed, p50, p99, all)
+	r50 := t.add("TLS connect to first byte p50 (full handshake), µs", "%.0f", p50...)
+	r50.better = benchLowerBetter
+	t.add("TLS connect to first byte p99 (full handshake), µs", "%.0f", p99...).better = benchLowerBetter
+	added := make([][]float64, n)
+	if p99[0] != nil {
+		for i := 1; i < n; i++ {
+			if p99[i] != nil {
+				added[i] = benchPairedDiffs(p99[0], p99[i])
+			}
+		}
+	}
+	ra := t.add("  TLS added p99 over direct (same round), µs", "%.0f", added...)
+	ra.better = benchLowerBetter
+	if bed.haproxy != nil {
+		ra.target = benchVerdict("doorman below haproxy's", t.beats(ra, bed.index(bed.haproxy)))
+	}
+	var names, q50, q99 []string
+	for i, p := range bed.paths {
+		names = append(names, p.name)
+		q50 = append(q50, fmt.Sprintf("%.0f", benchPercentile(all[i], 0.5)))
+		q99 = append(q99, fmt.Sprintf("%.0f", benchPercentile(all[i], 0.99)))
+	}
+	t.note("tlsconn-latency", "TLS latency over all %d connections of each path: p50 %s µs, p99 %s µs (%s)",
+		benchTLSRounds*benchTLSLatencySamples, strings.Join(q50, " / "), strings.Join(q99, " / "), strings.Join(names, " / "))
+	d := bed.index(bed.doorman)
+	if v := r50.med(d); !math.IsNaN(v) {
+		b.ReportMetric(v, "tls-p50-µs")
+		b.ReportMetric(benchSpreadOf(p99[d]).med, "tls-p99-µs")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// benchHeld measures the memory of doorman's proxy, and of HAProxy, while
+// each holds benchHeldConns idle relayed connections from its one sandbox
+// (each got its first answer, then went silent), or as many as its and
+// this process's descriptor limits let it (heldCount). Memory per
+// connection is the growth of VmRSS over the idle process just before,
+// divided by the connections held; the kernel's socket buffers are not
+// part of a process's RSS, so they are not in it.
+func (bed *relayBed) benchHeld(b *testing.B, t *benchTable) {
+	n := len(bed.paths)
+	count, before, held, anon, perConn, after := make([][]float64, n), make([][]float64, n), make([][]float64, n),
+		make([][]float64, n), make([][]float64, n), make([][]float64, n)
+	failed := make([]error, n)
+	for _, p := range []*benchPath{bed.doorman, bed.haproxy} {
+		if p == nil {
+			continue
+		}
+		i := bed.index(p)
+		want, why := bed.heldCount(p)
+		if why != "" {
+			t.note("held "+p.name, "held connections, %s: %d of the %d wanted, because %s", p.name, want, benchHeldConns, why)
+		}
+		r, err := bed.holdMany(p, want)
+		if err != nil {
+			failed[i] = fmt.Errorf("%d idle connections: %w", want, err)
+			continue
+		}
+		count[i] = []float64{float64(want)}
+		before[i] = []float64{benchMiB(r.before)}
+		held[i] = []float64{benchMiB(r.rss)}
+		anon[i] = []float64{benchMiB(r.anon)}
+		perConn[i] = []float64{float64(r.rss-r.before) / 1024 / float64(want)}
+		after[i] = []float64{benchMiB(r.after)}
+	}
+	bed.withhold(b, t, "held", "held connections", failed, count, before, held, anon, perConn, after)
+	d := bed.index(bed.doorman)
+	lower := func(r *benchRow) *benchRow { r.better = benchLowerBetter; return r }
+	rc := t.add(fmt.Sprintf("idle relayed connections held from one sandbox (%d wanted)", benchHeldConns), "%.0f", count...)
+	rc.better = benchHigherBetter
+	rc.target = benchVerdict(fmt.Sprintf("doorman holds %d", benchHeldConns), rc.med(d) >= benchHeldConns)
+	lower(t.add("  relay process RSS before them (idle), MiB", "%.1f", before...))
+	lower(t.add("  relay process RSS holding them, MiB", "%.1f", held...))
+	lower(t.add("  of which anonymous (RssAnon), holding them, MiB", "%.1f", anon...))
+	rp := lower(t.add("  RSS per held idle connection (VmRSS growth over the idle process / connections), KiB", "%.1f", perConn...))
+	rp.target = benchVerdict(fmt.Sprintf("doorman <= %d KiB", benchTargetHeldConnKiB), rp.med(d) <= benchTargetHeldConnKiB)
+	lower(t.add("  relay process RSS after the server closed them, MiB", "%.1f", after...))
+	t.note("held", "held connections: each got its first answer (1 byte), then went silent; one round; RSS per connection is "+
+		"VmRSS holding them minus VmRSS just before, over their count (kernel socket buffers are not in RSS); "+
+		"the descriptor limit (hard RLIMIT_NOFILE, which every relay inherits from this process) is %d", bed.noFile)
+	if v := perConn[d]; v != nil {
+		b.ReportMetric(v[0], "held-KiB/conn")
+		b.ReportMetric(count[d][0], "held-conns")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// heldCount is how many connections benchHeld holds over p:
+// benchHeldConns, or fewer where a limit does not let it, and then why:
+// the relay's connection cap (doorman's proxy lowers its own to what its
+// descriptors allow; HAProxy's maxconn is what fits in its descriptor
+// limit, see haproxyMaxConn), or this process's descriptors, which hold
+// both the clients' ends and the server's.
+func (bed *relayBed) heldCount(p *benchPath) (int, string) {
+	want, why := benchHeldConns, ""
+	relayCap, relayWhy := bed.doormanCap, "doorman's connection cap is "+strconv.Itoa(bed.doormanCap)
+	if bed.doormanCapBy != "" {
+		relayWhy += " (" + bed.doormanCapBy + ")"
+	}
+	if p == bed.haproxy {
+		relayCap = haproxyMaxConn(bed.noFile)
+		relayWhy = fmt.Sprintf("HAProxy's maxconn is %d: 2 descriptors per connection and %d splice pipes fit in a descriptor limit of %d",
+			relayCap, haproxyMaxPipes, bed.noFile)
+	}
+	if relayCap < want {
+		want, why = relayCap, relayWhy
+	}
+	if open, err := benchOpenFiles(); err == nil {
+		const spare = 256 // for the rest of the benchmark's own descriptors
+		if fit := (int(bed.noFile) - open - spare) / 2; fit < want {
+			want, why = fit, fmt.Sprintf("this process holds the clients' and the server's ends (2 descriptors per connection) within a descriptor limit of %d, %d of them open already", bed.noFile, open)
+		}
+	}
+	return max(want, 1), why
+}
+
+// heldMemory is what holdMany read: VmRSS before, holding the
+// connections (and its RssAnon), and after the server closed them.
+type heldMemory struct{ before, rss, anon, after int64 }
+
+// holdMany opens count connections over p that each get their first
+// answer and go silent (openIdle), waits until the relay holds them all,
+// reads its memory, then has the server close them first
+// (benchServer.releaseHeld: TIME_WAIT then stays on the server's side,
+// not on ephemeral ports of the relay's or the client's namespace) and
+// reads it again once the relay let them go.
+func (bed *relayBed) holdMany(p *benchPath, count int) (heldMemory, error) {
+	var m heldMemory
+	sock0, err := benchProcSockets(p.pid)
+	if err != nil {
+		return m, err
+	}
+	v, err := benchProcStatus(p.pid, "VmRSS")
+	if err != nil {
+		return m, err
+	}
+	m.before = v[0]
+	conns, err := bed.openIdle(p, count)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return m, fmt.Errorf("open: %w (%d opened)", err, len(conns))
+	}
+	// Each relayed connection holds two sockets in the relay.
+	if err := benchWaitSockets(p.pid, func(n int) bool { return n >= sock0+2*count }); err != nil {
+		return m, err
+	}
+	time.Sleep(benchSettleTime)
+	if v, err = benchProcStatus(p.pid, "VmRSS", "RssAnon"); err != nil {
+		return m, err
+	}
+	m.rss, m.anon = v[0], v[1]
+	bed.server.releaseHeld()
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for w := range errs {
+		wg.Go(func() {
+			buf := make([]byte, 1)
+			for k := w; k < len(conns); k += len(errs) {
+				c := conns[k]
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if n, err := c.Read(buf); (n != 0 || err != io.EOF) && errs[w] == nil {
+					errs[w] = fmt.Errorf("connection %d after the server closed: %d bytes, %v; want EOF", k, n, err)
+				}
+				c.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return m, err
+	}
+	if err := benchWaitSockets(p.pid, func(n int) bool { return n <= sock0 }); err != nil {
+		return m, fmt.Errorf("closing: %w", err)
+	}
+	time.Sleep(benchSettleTime)
+	if v, err = benchProcStatus(p.pid, "VmRSS"); err != nil {
+		return m, err
+	}
+	m.after = v[0]
+	return m, nil
 }
