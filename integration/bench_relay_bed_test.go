@@ -73,6 +73,7 @@ type relayBed struct {
 	direct  *benchPath
 	relay   *benchPath
 	doorman *benchPath
+	base    *benchPath     // doorman of DOORMAN_BENCH_BASELINE, nil without it
 	haproxy *benchPath     // nil if HAProxy is not installed
 	squid   *benchPath     // nil if Squid is not installed
 	state   *sandbox.State // the enforced sandbox: its proxy's pid
@@ -116,6 +117,10 @@ type benchPath struct {
 	// freshAnon is the anonymous part of freshRSS (heap, stacks): the
 	// rest maps the binary, whose pages all processes running it share.
 	freshAnon int64
+	// proxyCap is a doorman proxy's connection cap as it runs with it,
+	// and proxyCapBy what lowered it, if anything.
+	proxyCap   int
+	proxyCapBy string
 }
 
 // benchSide is a sandbox and a handle to move threads into it.
@@ -165,40 +170,17 @@ func newRelayBed(b *testing.B) *relayBed {
 	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
 		bareRelayRawPort, raw, bareRelayTLSPort, tlsAddr))
 
-	// Enforce the doorman side exactly as the CNI plugin would, from the
-	// host namespace (the proxy runs and dials from there), with its caps
-	// raised so that it may hold benchHeldConns connections to the one
-	// server (see benchDoormanLimits).
-	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{benchName})
-	if err != nil {
-		b.Fatal(err)
+	var capErr error
+	bed.state, bed.doormanCap, bed.doormanCapBy, capErr = bed.enforceDoorman(b, bed.doorman, doormanBin())
+	if capErr != nil {
+		b.Fatalf("doorman's proxy: %v", capErr)
 	}
-	dir := b.TempDir()
-	req := sandbox.Request{
-		Attachment: sandbox.Attachment{Key: enforced.sb.Name(), Runtime: "cni", NetNS: enforced.sb.Path(), Label: "full"},
-		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, LogDir: filepath.Join(dir, "log"),
-			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
-			Limits:            benchDoormanLimits, ProxyLimits: cgroup.Limits{Memory: benchDoormanMemory}},
-		StateDir: filepath.Join(dir, "state"), ProxyBinary: doormanBin(),
-	}
-	err = n.InHost(func() error {
-		var err error
-		bed.state, err = sandbox.Enforce(req)
-		return err
-	})
-	if err != nil {
-		b.Fatalf("enforce the doorman sandbox: %v", err)
-	}
-	b.Cleanup(func() {
-		if err := n.InHost(func() error { return sandbox.Teardown(req.StateDir, req.Key) }); err != nil {
-			b.Errorf("teardown: %v", err)
+	if rev, bin := benchBaselineBinary(b); bin != "" {
+		bed.base = &benchPath{name: "doorman@" + rev, side: newBenchSide(b, n.NewSandbox(b)), raw: raw, tls: tlsAddr}
+		if _, _, _, err := bed.enforceDoorman(b, bed.base, bin); err != nil {
+			b.Fatalf("doorman@%s's proxy: %v", rev, err)
 		}
-	})
-	bed.doorman.pid = bed.state.PID
-	decisions := filepath.Join(dir, "log", req.Key+".log")
-	bed.doorman.logs = []string{decisions, decisions + ".stderr"}
-	if bed.doormanCap, bed.doormanCapBy, err = benchProxyCap(decisions); err != nil {
-		b.Fatalf("doorman's proxy: %v", err)
+		bed.paths = append(bed.paths, bed.base)
 	}
 
 	// The peers, each with a sandbox of its own.
@@ -223,6 +205,58 @@ func newRelayBed(b *testing.B) *relayBed {
 	}
 	bed.checkPaths(b)
 	return bed
+}
+
+// enforceDoorman enforces p's sandbox exactly as the CNI plugin would,
+// from the host namespace (the proxy runs and dials from there), with the
+// proxy of binary and its caps raised so that it may hold benchHeldConns
+// connections to the one server (see benchDoormanLimits). It sets p's pid
+// and logs, and returns the sandbox's state and the connection cap the
+// proxy runs with and what lowered it. Teardown is b's cleanup.
+func (bed *relayBed) enforceDoorman(b *testing.B, p *benchPath, binary string) (*sandbox.State, int, string, error) {
+	b.Helper()
+	n := bed.net
+	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{benchName})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	req := sandbox.Request{
+		Attachment: sandbox.Attachment{Key: p.side.sb.Name(), Runtime: "cni", NetNS: p.side.sb.Path(), Label: "full"},
+		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, LogDir: filepath.Join(dir, "log"),
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
+			Limits:            benchDoormanLimits, ProxyLimits: cgroup.Limits{Memory: benchDoormanMemory}},
+		StateDir: filepath.Join(dir, "state"), ProxyBinary: binary,
+	}
+	var st *sandbox.State
+	err = n.InHost(func() error {
+		var err error
+		st, err = sandbox.Enforce(req)
+		return err
+	})
+	if err != nil {
+		b.Fatalf("enforce the %s sandbox: %v", p.name, err)
+	}
+	b.Cleanup(func() {
+		if err := n.InHost(func() error { return sandbox.Teardown(req.StateDir, req.Key) }); err != nil {
+			b.Errorf("teardown: %v", err)
+		}
+	})
+	p.pid = st.PID
+	decisions := filepath.Join(dir, "log", req.Key+".log")
+	p.logs = []string{decisions, decisions + ".stderr"}
+	capN, capBy, err := benchProxyCap(decisions)
+	p.proxyCap, p.proxyCapBy = capN, capBy
+	return st, capN, capBy, err
+}
+
+// doormans are the doorman paths: the tree's, and the baseline's if it
+// runs.
+func (bed *relayBed) doormans() []*benchPath {
+	if bed.base != nil {
+		return []*benchPath{bed.doorman, bed.base}
+	}
+	return []*benchPath{bed.doorman}
 }
 
 // newBenchSide opens a handle to sb's namespace for benchSide.parallel.
@@ -276,7 +310,7 @@ func (bed *relayBed) checkPaths(b *testing.B) {
 			b.Fatalf("%s path, TLS: the server saw the client as %q, want %s%s", p.name, seen, want, p.logTails())
 		}
 	}
-	for _, p := range append([]*benchPath{bed.doorman}, bed.peers()...) {
+	for _, p := range append(bed.doormans(), bed.peers()...) {
 		seen, _ := bed.askPeerAddr(p, bed.denied) // refused: a reset, a TLS alert, or EOF
 		if _, err := netip.ParseAddrPort(seen); err == nil {
 			b.Fatalf("%s path: a ClientHello for %s reached the server (it saw %q); want it refused%s", p.name, benchDeniedName, seen, p.logTails())

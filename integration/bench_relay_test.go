@@ -545,7 +545,7 @@ func (bed *relayBed) benchMemory(b *testing.B, t *benchTable) {
 	// relay does not sniff).
 	d := bed.index(bed.doorman)
 	silent := make([][]float64, n)
-	for _, p := range append([]*benchPath{bed.doorman}, bed.peers()...) {
+	for _, p := range append(bed.doormans(), bed.peers()...) {
 		i := bed.index(p)
 		sock0, err := benchProcSockets(p.pid)
 		if err != nil {
@@ -970,7 +970,7 @@ func (bed *relayBed) benchHeld(b *testing.B, t *benchTable) {
 	count, before, held, anon, perConn, after := make([][]float64, n), make([][]float64, n), make([][]float64, n),
 		make([][]float64, n), make([][]float64, n), make([][]float64, n)
 	failed := make([]error, n)
-	for _, p := range []*benchPath{bed.doorman, bed.haproxy} {
+	for _, p := range append(bed.doormans(), bed.haproxy) {
 		if p == nil {
 			continue
 		}
@@ -1021,9 +1021,9 @@ func (bed *relayBed) benchHeld(b *testing.B, t *benchTable) {
 // both the clients' ends and the server's.
 func (bed *relayBed) heldCount(p *benchPath) (int, string) {
 	want, why := benchHeldConns, ""
-	relayCap, relayWhy := bed.doormanCap, "doorman's connection cap is "+strconv.Itoa(bed.doormanCap)
-	if bed.doormanCapBy != "" {
-		relayWhy += " (" + bed.doormanCapBy + ")"
+	relayCap, relayWhy := p.proxyCap, p.name+"'s connection cap is "+strconv.Itoa(p.proxyCap)
+	if p.proxyCapBy != "" {
+		relayWhy += " (" + p.proxyCapBy + ")"
 	}
 	if p == bed.haproxy {
 		relayCap = haproxyMaxConn(bed.noFile)
