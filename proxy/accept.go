@@ -68,16 +68,20 @@ type loopAccept struct {
 	timerPending bool
 }
 
-// sniffing is a connection on the loop whose first bytes have not been
-// decided yet.
+// sniffing is a connection the loop accepted, from its accept until it
+// is a pair or leaves the loop.
 type sniffing struct {
-	fd         int
-	rec        Record
-	pol        *conf.Policy
-	watch      *relayloop.Watcher
-	looks      int
-	charged    int64 // bytes counted in p.pendingBytes
-	until      time.Time
+	fd      int
+	rec     Record
+	pol     *conf.Policy
+	watch   *relayloop.Watcher // its socket's registration, nil once it left the loop
+	looks   int
+	pending bool  // counted in p.pending
+	charged int64 // bytes counted in p.pendingBytes
+	decided bool  // its first bytes were decided (or it went to the goroutine path)
+	queued  bool  // in loopAccept.waiting
+	until   time.Time
+	// prev and next link it in loopAccept.waiting.
 	prev, next *sniffing
 }
 
@@ -214,7 +218,10 @@ func (p *Proxy) acceptReady(lfd int, w *relayloop.Watcher, backoff time.Duration
 	return 0
 }
 
-// acceptedOnLoop starts a connection the loop accepted.
+// acceptedOnLoop starts a connection the loop accepted. Its socket is
+// watched from now on with the events a pair's side needs, so that the
+// registration can go over to the pair it becomes (AddWatched) without
+// another epoll_ctl(2).
 func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
 	if p.maxConns > 0 && p.held.Load() >= p.maxConns {
 		if c, err := fileConn(fd); err == nil {
@@ -238,19 +245,53 @@ func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
 	}
 	rec.Dst = dst
 	pol := p.Policy()
-	if !needsSniff(pol, dst) {
-		p.decideOnLoop(fd, rec, sniffed{}, pol)
+	s := &sniffing{fd: fd, rec: rec, pol: pol, until: rec.Start.Add(fastWindow)}
+	sniff := needsSniff(pol, dst)
+	if sniff {
+		if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
+			p.pending.Add(-1)
+			p.onGoroutine(fd, func(c *net.TCPConn) bool {
+				p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
+				return false
+			})
+			return
+		}
+		s.pending = true
+	}
+	l := p.relayLoop()
+	if l == nil {
+		p.toGoroutine(s)
 		return
 	}
-	if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
-		p.pending.Add(-1)
-		p.onGoroutine(fd, func(c *net.TCPConn) bool {
-			p.refuseOverCap(c, decisionlog.LimitPending, p.maxPending)
-			return false
-		})
+	w, err := l.Watch(fd, relayloop.PairEvents, func(_ *relayloop.Watcher, ev uint32) { p.sniffEvent(s, ev) })
+	if err != nil {
+		p.toGoroutine(s)
 		return
 	}
-	p.look(&sniffing{fd: fd, rec: rec, pol: pol, until: rec.Start.Add(fastWindow)})
+	s.watch = w
+	if !sniff {
+		p.decideOnLoop(s, sniffed{})
+		return
+	}
+	// Registration reports what is ready already: the first bytes, if
+	// they came with the connection, are looked at from sniffEvent.
+	a := p.accept
+	a.waiting.push(s)
+	s.queued = true
+	if !a.timerPending {
+		p.armSniffTimer(time.Until(a.waiting.head.until))
+	}
+}
+
+// sniffEvent handles an event on a connection watched since its accept:
+// while it has not been decided, new bytes (or their end) are looked at;
+// once it has, events wait for the pair it becomes, which relays what came
+// meanwhile when it takes the registration over.
+func (p *Proxy) sniffEvent(s *sniffing, ev uint32) {
+	if s.decided || ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+		return
+	}
+	p.look(s)
 }
 
 // look peeks at what s has sent so far, and decides it, waits for more,
@@ -265,13 +306,12 @@ func (p *Proxy) look(s *sniffing) {
 			break
 		}
 	}
-	if err == unix.EAGAIN && s.looks == 0 && s.watch == nil {
-		p.wait(s)
-		return
+	if err == unix.EAGAIN {
+		return // nothing yet: the next bytes wake it
 	}
 	if err != nil || n <= 0 {
-		// The end of the stream, an error, or a wakeup with nothing
-		// new: the goroutine path says what that means.
+		// The end of the stream or an error: the goroutine path says
+		// what that means.
 		p.toGoroutine(s)
 		return
 	}
@@ -286,38 +326,11 @@ func (p *Proxy) look(s *sniffing) {
 	}
 	sn, _, serr := sniffBytes(a.scratch[:n])
 	if serr == nil {
-		p.unwait(s)
-		p.decideOnLoop(s.fd, s.rec, sn, s.pol)
+		p.decideOnLoop(s, sn)
 		return
 	}
 	if !errors.Is(serr, sniff.ErrIncomplete) || s.looks >= fastLooks || n >= len(a.scratch) {
 		p.toGoroutine(s)
-		return
-	}
-	if s.watch == nil {
-		p.wait(s)
-	}
-}
-
-// wait has the loop watch s for more bytes (edge-triggered: a peek
-// leaves the bytes queued, so only new ones wake it), for fastWindow at
-// most.
-func (p *Proxy) wait(s *sniffing) {
-	l := p.relayLoop()
-	if l == nil {
-		p.toGoroutine(s)
-		return
-	}
-	w, err := l.Watch(s.fd, unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLET, func(*relayloop.Watcher, uint32) { p.look(s) })
-	if err != nil {
-		p.toGoroutine(s)
-		return
-	}
-	s.watch = w
-	a := p.accept
-	a.waiting.push(s)
-	if !a.timerPending {
-		p.armSniffTimer(time.Until(a.waiting.head.until))
 	}
 }
 
@@ -352,29 +365,47 @@ func (p *Proxy) expireWaiting() {
 	}
 }
 
-// unwait stops watching s and forgets what it was charged.
-func (p *Proxy) unwait(s *sniffing) {
-	if s.watch != nil {
-		s.watch.Stop()
+// settle ends s's sniffing on the loop: it leaves the queue of waiting
+// connections and what it was charged as pending is given back.
+func (p *Proxy) settle(s *sniffing) {
+	s.decided = true
+	if s.queued {
 		p.accept.waiting.remove(s)
-		s.watch = nil
+		s.queued = false
 	}
-	p.pending.Add(-1)
-	p.pendingBytes.Add(-s.charged)
-	s.charged = 0
+	if s.pending {
+		p.pending.Add(-1)
+		p.pendingBytes.Add(-s.charged)
+		s.pending, s.charged = false, 0
+	}
 }
 
-// toGoroutine hands s, still pending, to the goroutine path.
+// unwatch takes s's socket out of the loop's epoll set, for a path that
+// leaves the loop.
+func (s *sniffing) unwatch() {
+	if s.watch != nil {
+		s.watch.Stop()
+		s.watch = nil
+	}
+}
+
+// toGoroutine hands s, not decided yet, to the goroutine path.
 func (p *Proxy) toGoroutine(s *sniffing) {
-	p.unwait(s)
-	p.pending.Add(1) // sniffThenDecide counts it off
+	wasPending := s.pending
+	p.settle(s)
+	s.unwatch()
 	rec, pol := s.rec, s.pol
+	if !wasPending {
+		p.onGoroutine(s.fd, func(c *net.TCPConn) bool { return p.decided(c, rec, sniffed{}, pol) })
+		return
+	}
+	p.pending.Add(1) // sniffThenDecide counts it off
 	p.onGoroutine(s.fd, func(c *net.TCPConn) bool { return p.sniffThenDecide(c, rec, pol) })
 }
 
 // onGoroutine runs f with fd as a *net.TCPConn on a goroutine of its
 // own, and accounts for the connection's end unless f handed it to the
-// relay loop.
+// relay loop. fd must not be in the loop's epoll set.
 func (p *Proxy) onGoroutine(fd int, f func(*net.TCPConn) bool) {
 	c, err := fileConn(fd)
 	if err != nil {
@@ -388,20 +419,26 @@ func (p *Proxy) onGoroutine(fd int, f func(*net.TCPConn) bool) {
 	}()
 }
 
-// decideOnLoop goes on from what fd's first bytes said, as decided does.
-// A connection that is to be spliced is dialed on a goroutine of its own
-// and comes back to the loop as a pair; the rest (refusals, plaintext HTTP,
-// inspected hosts) go on on the goroutine path.
-func (p *Proxy) decideOnLoop(fd int, rec Record, s sniffed, pol *conf.Policy) {
+// decideOnLoop goes on from what s's first bytes said, as decided does.
+// A connection that is to be spliced is dialed by the loop, or where its
+// name needs resolving on a goroutine of its own, and becomes a pair; the
+// rest (refusals, plaintext HTTP, inspected hosts) go on on the goroutine
+// path.
+func (p *Proxy) decideOnLoop(s *sniffing, sn sniffed) {
+	p.settle(s)
 	p.decidedOnLoop.Add(1)
-	d := judge(&rec, s, pol)
-	if d.verdict == Deny || s.proto == sniff.ProtoHTTP || (s.proto == sniff.ProtoTLS && pol.InspectFor(s.name) != nil) {
-		p.onGoroutine(fd, func(c *net.TCPConn) bool { return p.decided(c, rec, s, pol) })
+	rec, pol := s.rec, s.pol
+	d := judge(&rec, sn, pol)
+	if d.verdict == Deny || sn.proto == sniff.ProtoHTTP || (sn.proto == sniff.ProtoTLS && pol.InspectFor(sn.name) != nil) {
+		s.unwatch()
+		p.onGoroutine(s.fd, func(c *net.TCPConn) bool { return p.decided(c, rec, sn, pol) })
 		return
 	}
-	if !p.dialOnLoop(fd, rec, s, d, pol) {
-		go p.dialThenRelay(fd, rec, s, d, pol)
+	if p.dialOnLoop(s, rec, sn, d) {
+		return
 	}
+	s.unwatch()
+	go p.dialThenRelay(s.fd, rec, sn, d, pol)
 }
 
 // dialThenRelay dials the upstream of a spliced connection whose client

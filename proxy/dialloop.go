@@ -33,7 +33,8 @@ const upstreamKeepAlive = 15 // seconds
 
 // connecting is a spliced connection whose upstream the loop is dialing.
 type connecting struct {
-	fd        int // the client's socket
+	client    *sniffing // the client's socket, watched
+	fd        int       // client.fd
 	rec       Record
 	s         sniffed
 	d         decision
@@ -52,7 +53,8 @@ type connecting struct {
 // dialOnLoop starts dialing the upstream of a spliced connection on the
 // loop. It returns false, having done nothing, if the upstream's addresses
 // need a DNS round trip.
-func (p *Proxy) dialOnLoop(fd int, rec Record, s sniffed, d decision, pol *conf.Policy) bool {
+func (p *Proxy) dialOnLoop(client *sniffing, rec Record, s sniffed, d decision) bool {
+	pol, fd := client.pol, client.fd
 	var addrs []netip.Addr
 	if d.dialName == "" {
 		addrs = []netip.Addr{rec.Dst.Addr()}
@@ -61,11 +63,12 @@ func (p *Proxy) dialOnLoop(fd int, rec Record, s sniffed, d decision, pol *conf.
 	}
 	permitted, err := p.permittedUpstreams(pol, d, rec.Dst, addrs)
 	if err != nil {
+		client.unwatch()
 		p.onGoroutine(fd, func(c *net.TCPConn) bool { p.dialFailed(c, rec, s, err); return false })
 		return true
 	}
 	p.dialedOnLoop.Add(1)
-	cn := &connecting{fd: fd, rec: rec, s: s, d: d, pol: pol, permitted: permitted, ufd: -1}
+	cn := &connecting{client: client, fd: fd, rec: rec, s: s, d: d, pol: pol, permitted: permitted, ufd: -1}
 	cn.timer = time.AfterFunc(p.dialTimeout, func() {
 		if l := p.relayLoop(); l != nil {
 			l.Run(func() { p.dialTimedOut(cn) })
@@ -95,7 +98,13 @@ func (p *Proxy) nextAttempt(cn *connecting) {
 			continue
 		}
 		cn.ufd, cn.to = ufd, to
-		w, err := l.Watch(ufd, unix.EPOLLOUT|unix.EPOLLET, func(*relayloop.Watcher, uint32) { p.connectReady(cn) })
+		// Watched as a pair's side is, so that the pair can take the
+		// registration over.
+		w, err := l.Watch(ufd, relayloop.PairEvents, func(_ *relayloop.Watcher, ev uint32) {
+			if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+				p.connectReady(cn)
+			}
+		})
 		if err != nil {
 			p.attemptFailed(cn, err)
 			continue
@@ -146,11 +155,18 @@ func (p *Proxy) connectReady(cn *connecting) {
 	}
 	cn.done = true
 	cn.timer.Stop()
-	cn.watch.Stop()
 	rec := cn.rec
 	rec.Upstream = cn.to
 	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, name: cn.s.name}, cn.pol)
-	p.pairOnLoop(t, cn.fd, cn.ufd, rec, cn.to)
+	cw, uw := cn.client.watch, cn.watch
+	p.pairUp(t, rec, cn.to, func(done func(relayloop.Result)) (*relayloop.Pair, error) {
+		return p.relayLoop().AddWatched(cw, uw, done)
+	}, func() {
+		cw.Stop()
+		uw.Stop()
+		closeFD(cn.fd)
+		closeFD(cn.ufd)
+	})
 }
 
 // attemptFailed ends cn's attempt at cn.to.
@@ -196,5 +212,6 @@ func (p *Proxy) giveUp(cn *connecting) {
 		err = fmt.Errorf("dial %s port %d: %w", nameOr(cn.d.dialName, cn.rec.Dst.Addr().String()), cn.rec.Dst.Port(), errors.Join(cn.errs...))
 	}
 	rec, s := cn.rec, cn.s
+	cn.client.unwatch()
 	p.onGoroutine(cn.fd, func(c *net.TCPConn) bool { p.dialFailed(c, rec, s, err); return false })
 }

@@ -120,20 +120,33 @@ func (p *Proxy) pairOnLoop(t *tracked, cfd, ufd int, rec Record, slot netip.Addr
 		p.connDone()
 		return
 	}
-	t.mu.Lock()
-	pair, err := l.Add(cfd, ufd, func(r relayloop.Result) {
+	p.pairUp(t, rec, slot, func(done func(relayloop.Result)) (*relayloop.Pair, error) {
+		return l.Add(cfd, ufd, done)
+	}, func() {
+		closeFD(cfd)
+		closeFD(ufd)
+	})
+}
+
+// pairUp makes t a pair of the relay loop with add, whose done function
+// writes rec's line and accounts for the connection's end; if add fails,
+// drop closes the sockets and the connection ends at once.
+func (p *Proxy) pairUp(t *tracked, rec Record, slot netip.AddrPort, add func(func(relayloop.Result)) (*relayloop.Pair, error), drop func()) {
+	// Not under t.mu: add may end the pair at once (AddWatched relays
+	// what is queued), and done takes t.mu. A kill meanwhile finds no
+	// pair and leaves t.killed for the check below.
+	pair, err := add(func(r relayloop.Result) {
 		rec.BytesUp, rec.BytesDn = r.AToB, r.BToA
 		p.relayEnded(t, rec, slot, !r.BEndedFirst)
 		p.connDone()
 	})
 	if err != nil {
-		t.mu.Unlock()
-		closeFD(cfd)
-		closeFD(ufd)
+		drop()
 		p.relayEnded(t, rec, slot, true)
 		p.connDone()
 		return
 	}
+	t.mu.Lock()
 	t.pair = pair
 	killed, expired := t.killed != "", t.expired != ""
 	t.mu.Unlock()

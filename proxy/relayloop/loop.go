@@ -289,9 +289,14 @@ func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
 			l.mu.Lock()
 			w := l.watchers[id]
 			l.mu.Unlock()
-			if w != nil && !w.stopped {
-				w.fn(w, ev.Events)
+			if w == nil || w.stopped {
+				continue
 			}
+			if w.pair == nil {
+				w.fn(w, ev.Events)
+				continue
+			}
+			l.pairEvent(w.pair, w.side, ev.Events)
 			continue
 		}
 		l.mu.Lock()
@@ -300,22 +305,29 @@ func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
 		if p == nil || p.ended {
 			continue // ended earlier in this batch
 		}
-		side := int(ev.Pad)
-		in := ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
-		out := ev.Events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0
-		if in {
-			l.move(p, side)
-		}
-		// Every event reports EPOLLOUT while the socket has room; it
-		// matters only to a direction waiting for this socket.
-		if out && !p.ended && p.dir[1-side].inPipe > 0 {
-			l.move(p, 1-side)
-		}
-		if !p.ended && p.dir[0].finished && p.dir[1].finished {
-			l.end(p, false)
-		}
+		l.pairEvent(p, int(ev.Pad), ev.Events)
 	}
 	return stop
+}
+
+// pairEvent handles events on side of p.
+func (l *Loop) pairEvent(p *Pair, side int, events uint32) {
+	if p.ended {
+		return
+	}
+	in := events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	out := events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	if in {
+		l.move(p, side)
+	}
+	// Every event reports EPOLLOUT while the socket has room; it matters
+	// only to a direction waiting for this socket.
+	if out && !p.ended && p.dir[1-side].inPipe > 0 {
+		l.move(p, 1-side)
+	}
+	if !p.ended && p.dir[0].finished && p.dir[1].finished {
+		l.end(p, false)
+	}
 }
 
 // commands runs the queued commands; it returns true on a stop.

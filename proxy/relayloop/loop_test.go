@@ -357,3 +357,50 @@ func TestPipeBudget(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Watched sockets handed to AddWatched relay like added ones, the bytes
+// that arrived while they were watched included, and their watchers'
+// functions are not called again.
+func TestAddWatched(t *testing.T) {
+	l := newLoop(t)
+	bd := newBed(t)
+	calls := make(chan struct{}, 100)
+	fn := func(*Watcher, uint32) { calls <- struct{}{} }
+	wa, err := l.Watch(bd.a, PairEvents, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := l.Watch(bd.b, PairEvents, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := randomBytes(t, 3000)
+	bd.client.Write(early)
+	time.Sleep(50 * time.Millisecond)
+	res := make(chan Result, 2)
+	added := make(chan error, 1)
+	l.Run(func() {
+		_, err := l.AddWatched(wa, wb, func(r Result) { res <- r })
+		added <- err
+	})
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	for len(calls) > 0 {
+		<-calls
+	}
+	late := randomBytes(t, 100000)
+	gotUp, gotDown := exchange(t, bd, late, []byte("answer"))
+	if want := append(append([]byte(nil), early...), late...); !bytes.Equal(gotUp, want) || string(gotDown) != "answer" {
+		t.Fatalf("got %d/%q, want %d/answer", len(gotUp), gotDown[:min(len(gotDown), 10)], len(want))
+	}
+	if r := waitResult(t, res); r.AToB != int64(len(early)+len(late)) {
+		t.Fatalf("result %+v", r)
+	}
+	if len(calls) != 0 {
+		t.Fatalf("the watchers' functions ran %d times after AddWatched", len(calls))
+	}
+	if n := l.Len(); n != 0 {
+		t.Fatalf("loop holds %d pairs", n)
+	}
+}

@@ -17,6 +17,9 @@ type Pair struct {
 	done func(Result)
 
 	// Only the loop's goroutine touches these.
+	// adopted[i] is the Watcher whose registration side i took over
+	// (see AddWatched), nil if Add registered it.
+	adopted  [2]*Watcher
 	dir      [2]direction // dir[i] moves side i's bytes to side 1-i
 	masked   [2]bool      // side i's EPOLLIN is masked (see eventsMasked)
 	firstEnd int          // the side whose stream ended first, -1 before
@@ -194,6 +197,9 @@ func (l *Loop) finish(p *Pair, d *direction, graceful bool) {
 // setInterest changes what side's socket wakes the loop for.
 func (l *Loop) setInterest(p *Pair, side int, events uint32) {
 	ev := unix.EpollEvent{Events: events, Fd: int32(p.id), Pad: int32(side)}
+	if w := p.adopted[side]; w != nil {
+		ev.Fd, ev.Pad = int32(w.id), padWatcher
+	}
 	if rawsys.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, p.fd[side], &ev) == nil {
 		p.masked[side] = events == eventsMasked
 	}
@@ -205,6 +211,12 @@ func (l *Loop) end(p *Pair, abort bool) {
 	p.ended = true
 	l.mu.Lock()
 	delete(l.pairs, p.id)
+	for _, w := range p.adopted {
+		if w != nil {
+			w.stopped = true
+			delete(l.watchers, w.id)
+		}
+	}
 	l.mu.Unlock()
 	for i := range p.dir {
 		d := &p.dir[i]

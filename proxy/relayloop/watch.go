@@ -16,6 +16,44 @@ type Watcher struct {
 	fd      int
 	fn      func(w *Watcher, events uint32)
 	stopped bool
+	// pair and side: the pair whose side took the registration over
+	// (AddWatched); its events go there.
+	pair *Pair
+	side int
+}
+
+// PairEvents is what a Watcher's descriptor must be watched for to be
+// handed to AddWatched: what a pair's side is watched for.
+const PairEvents = eventsRead
+
+// AddWatched relays between the sockets a and b watch, as Add does, taking
+// over their registrations (with PairEvents): no epoll_ctl(2), and from now
+// on their events go to the pair, not to the watchers' functions. Bytes
+// queued on either are relayed at once: their readiness may have been
+// reported to the watcher already. Call it from the loop's goroutine (from
+// a watcher's fn or Run).
+func (l *Loop) AddWatched(a, b *Watcher, done func(Result)) (*Pair, error) {
+	p := &Pair{loop: l, fd: [2]int{a.fd, b.fd}, done: done, firstEnd: -1, adopted: [2]*Watcher{a, b}}
+	p.dir[0] = direction{src: 0}
+	p.dir[1] = direction{src: 1}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.id = l.newID()
+	l.pairs[p.id] = p
+	a.pair, a.side = p, 0
+	b.pair, b.side = p, 1
+	l.mu.Unlock()
+	l.move(p, 0)
+	if !p.ended {
+		l.move(p, 1)
+	}
+	if !p.ended && p.dir[0].finished && p.dir[1].finished {
+		l.end(p, false)
+	}
+	return p, nil
 }
 
 // Watch adds fd to the loop's epoll set with events (EPOLLIN and the
