@@ -19,32 +19,30 @@ import (
 // Accepting on the relay loop. A connection's life before its decision
 // used to be a goroutine of its own from accept on: the runtime's accept
 // (and its four TCP keepalive options), its registration in the
-// netpoller, a park until the ClientHello arrived and a wake, a peek buffer,
-// and, for a relayed connection, a detach from the runtime again. Where it
-// can, the proxy now accepts on the relay loop instead: the listening
-// sockets are watched by the loop, accept4(2) hands over bare descriptors,
-// and each new connection is watched (edge-triggered) until its first
-// bytes arrive, which are peeked into the loop's one scratch buffer. Most
-// connections say everything in their first segment or two, so the
-// decision is made there, on the loop, without a goroutine or a buffer of
-// their own; a spliced connection then gets a goroutine only for the
-// dial, and is back on the loop as a pair.
+// netpoller, a park until the ClientHello arrived and a wake, a peek
+// buffer, and, for a relayed connection, a detach from the runtime again.
+// Where it can, the proxy now accepts on the relay loop instead: the
+// listening sockets are watched by the loop, accept4(2) hands over bare
+// descriptors, and each new connection is watched (edge-triggered, with
+// the events its pair will need, so that the registration goes over to
+// the pair) until its first bytes arrive, which are peeked into the
+// loop's one scratch buffer. Most connections say everything in their
+// first segment or two, so the decision is made there, on the loop,
+// without a goroutine or a buffer of their own, and the loop dials the
+// upstream (dialloop.go). A connection that has sent nothing yet costs
+// the proxy its sniffing record and nothing else.
 //
-// The loop looks at a connection's bytes only a few times and only for a
-// short while (fastLooks, fastWindow): a connection that trickles its
-// first bytes, stays silent, or is anything but the common case is handed
-// to the goroutine path (handle's sniffThenDecide, peek), whose defences
-// against trickled hellos and whose deadlines are unchanged. So are the
+// The loop looks at a connection's bytes only a few times (fastLooks): a
+// connection that trickles its first bytes, or is anything but the common
+// case, is handed to the goroutine path (handle's sniffThenDecide, peek),
+// whose defences against trickled hellos are unchanged; so is a silent one
+// at its sniff deadline, which then decides it as it always did. So are the
 // caps: the pending connections and the bytes peeked are counted the same
 // way on both paths.
 
 // fastLooks bounds the looks at a connection's first bytes on the loop
 // before it moves to the goroutine path.
 const fastLooks = 3
-
-// fastWindow bounds how long a connection waits for its first bytes on
-// the loop before it moves to the goroutine path.
-const fastWindow = 200 * time.Millisecond
 
 // acceptBatch bounds the connections accepted from one listener in one go,
 // so that one busy listener does not starve the loop's pairs.
@@ -61,7 +59,7 @@ const scratchSize = 16 << 10
 type loopAccept struct {
 	scratch []byte
 	// waiting holds the connections waiting for their first bytes, oldest
-	// first (they all wait fastWindow at most), and timer fires for the
+	// first (they all wait the sniff timeout at most), and timer fires for the
 	// oldest.
 	waiting      sniffQueue
 	timer        *time.Timer
@@ -245,7 +243,7 @@ func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
 	}
 	rec.Dst = dst
 	pol := p.Policy()
-	s := &sniffing{fd: fd, rec: rec, pol: pol, until: rec.Start.Add(fastWindow)}
+	s := &sniffing{fd: fd, rec: rec, pol: pol, until: rec.Start.Add(p.sniffTimeout)}
 	sniff := needsSniff(pol, dst)
 	if sniff {
 		if n := p.pending.Add(1); p.maxPending > 0 && n > p.maxPending {
@@ -334,8 +332,8 @@ func (p *Proxy) look(s *sniffing) {
 	}
 }
 
-// armSniffTimer wakes the loop after d to move the connections that waited
-// fastWindow to the goroutine path.
+// armSniffTimer wakes the loop after d to move the connections whose sniff
+// deadline passed to the goroutine path.
 func (p *Proxy) armSniffTimer(d time.Duration) {
 	a := p.accept
 	a.timerPending = true
@@ -351,8 +349,8 @@ func (p *Proxy) armSniffTimer(d time.Duration) {
 	}
 }
 
-// expireWaiting moves the connections that waited fastWindow to the
-// goroutine path, on the loop.
+// expireWaiting moves the connections whose sniff deadline passed to the
+// goroutine path, on the loop, which decides them without a name.
 func (p *Proxy) expireWaiting() {
 	a := p.accept
 	a.timerPending = false
