@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
@@ -125,6 +126,9 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 	// connection than with two, bulk throughput unchanged. The
 	// supervisor passes its environment on to each worker.
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"}
+	if e := phasetrace.Env(); e != "" {
+		cmd.Env = append(cmd.Env, e)
+	}
 	err = cmd.Start()
 	readW.Close()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
@@ -86,6 +87,7 @@ func Enforce(r Request) (*State, error) {
 }
 
 func enforceNew(r Request) (_ *State, err error) {
+	phasetrace.Mark("enforce.begin")
 	present, err := checkFree(r)
 	if err != nil {
 		return nil, err
@@ -119,6 +121,7 @@ func enforceNew(r Request) (_ *State, err error) {
 	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
 	}
+	phasetrace.Mark("enforce.policy")
 	if r.Policy.Mode != conf.ModeNone {
 		if spawned, err = s.spawnProxy(); err != nil {
 			return nil, err
@@ -131,12 +134,14 @@ func enforceNew(r Request) (_ *State, err error) {
 		if err := s.started(spawned); err != nil {
 			return nil, err
 		}
+		phasetrace.Mark("enforce.ready")
 		spawned = nil
 	}
 	s.relabel()
 	if err := s.save(); err != nil {
 		return nil, err
 	}
+	phasetrace.Mark("enforce.saved")
 	return s, nil
 }
 
@@ -204,10 +209,15 @@ func (s *State) install(r Request, present bool) (rulesInstalled bool, err error
 		install = enforce.Apply // the leftover goes
 	}
 	applied := make(chan error, 1)
-	go func() { applied <- install(r.NetNS, spec) }()
+	go func() {
+		err := install(r.NetNS, spec)
+		phasetrace.Mark("enforce.ruleset")
+		applied <- err
+	}()
 	var hostErr error
 	if r.HostLayer {
 		hostErr = s.applyHostLayer(r.HostIfaces, r.ipam())
+		phasetrace.Mark("enforce.hostlayer")
 	}
 	if err := <-applied; err != nil {
 		return false, err
@@ -304,6 +314,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	phasetrace.Mark("enforce.listeners")
 	defer socks.close()
 	cfg := proxyconf.Config{
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
@@ -346,11 +357,14 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	if err := cfg.WriteFile(path); err != nil {
 		return nil, err
 	}
+	phasetrace.Mark("enforce.proxy-config")
 	grp := s.makeCgroup()
+	phasetrace.Mark("enforce.cgroup")
 	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files)
 	if err != nil {
 		s.removeCgroup()
 	}
+	phasetrace.Mark("enforce.spawned")
 	return p, err
 }
 

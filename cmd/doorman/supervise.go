@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
@@ -55,6 +56,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	phasetrace.Mark("sup.config")
 	sc := supervise.Config{
 		Sandbox: cfg.Sandbox,
 		// The running binary, even once an upgrade has replaced the file

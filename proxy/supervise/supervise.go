@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
 )
 
@@ -126,6 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := cfg.Cgroup.Join(os.Getpid()); err != nil {
 			return fmt.Errorf("join the proxy's cgroup: %w", err)
 		}
+		phasetrace.Mark("sup.cgroup")
 	}
 
 	w, err := s.start()
@@ -135,6 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := s.waitReady(ctx, w); err != nil {
 		return err
 	}
+	phasetrace.Mark("sup.worker-ready")
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -229,6 +232,7 @@ func (s *supervisor) start() (*worker, error) {
 		readR.Close()
 		return nil, fmt.Errorf("start proxy %s: %w", s.cfg.Path, err)
 	}
+	phasetrace.Mark("sup.worker-spawned")
 	pid := cmd.Process.Pid
 	w.proc = Process{PID: pid, Started: time.Now().UTC()}
 	if st, err := procstat.Read(pid); err == nil {
