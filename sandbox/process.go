@@ -54,6 +54,29 @@ type Proc struct {
 // alive reports whether p still runs (and is not a zombie).
 func (p *Proc) alive() bool { return p != nil && proxyAlive(p.PID, p.Start) }
 
+// readiness is how far a new proxy's start goes before it counts as
+// started.
+type readiness int
+
+const (
+	// workerServing waits until the first worker serves: a worker that
+	// cannot serve is the caller's error. An operator's doorman start
+	// and a change of mode use it: they replace a proxy, which stays
+	// until its successor is known to serve.
+	workerServing readiness = iota
+	// workerStarted waits until the supervisor holds the listeners, has
+	// read and checked the config, runs in the proxy's cgroup and has
+	// started the first worker there, not until that worker serves (a
+	// Go process start and its set-up, about 5 ms). A new sandbox's
+	// ruleset sends every connection to the listeners, so until the
+	// worker serves they wait in the backlog: the sandbox is closed,
+	// never open. A first worker that does not get to serve is replaced
+	// like any later one, and Check and ls report it (not running,
+	// crash looping). Enforce uses it: a CNI ADD or OCI hook waits for
+	// it, and the container's start with it.
+	workerStarted
+)
+
 // spawnedProxy is a sandbox's supervisor that was started, whose first
 // worker may not serve yet.
 type spawnedProxy struct {
@@ -75,8 +98,8 @@ const maxStartError = 1024
 // holds the runtime's pipes open), handing it the sockets; it joins grp,
 // if any, and starts the sandbox's proxy as its worker. The caller may
 // install the ruleset meanwhile (connections wait in the listeners'
-// backlog), then calls wait.
-func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgroup.Group, files []*os.File) (*spawnedProxy, error) {
+// backlog), then calls wait, which returns as ready says.
+func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgroup.Group, files []*os.File, ready readiness) (*spawnedProxy, error) {
 	readR, readW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -99,6 +122,9 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 		}
 	}
 	args = append(args, "--ready-fd", strconv.Itoa(2+len(extra)))
+	if ready == workerStarted {
+		args = append(args, "--ready-on-start")
+	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdin, cmd.Stdout = devnull, devnull
 	// Early failures (bad flags, unreadable policy) and the supervisor's
@@ -149,8 +175,9 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 	return p, nil
 }
 
-// wait waits until the first worker serves and returns the supervisor
-// and that worker. A proxy that fails to get ready is killed.
+// wait waits until the supervisor says ready (the first worker serves,
+// or has started: see readiness) and returns the supervisor and that
+// worker. A proxy that fails to get ready is killed.
 func (p *spawnedProxy) wait() (supervisor, worker Proc, err error) {
 	select {
 	case err := <-p.ready:

@@ -73,12 +73,6 @@ func Enforce(r Request) (*State, error) {
 			return nil, err
 		}
 	}
-	if r.Policy.Mode != conf.ModeNone {
-		// A new proxy will join a cgroup (see cgroup.WarmMigration).
-		// Only here: the move's wait would hold up the exit of a front
-		// door that starts no proxy, such as a re-ADD.
-		cgroup.WarmMigration()
-	}
 	s, err := enforceNew(r)
 	if err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s in %s: %w", r.Key, r.NetNS, err)
@@ -97,6 +91,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	var spawned *spawnedProxy
+	var grp *cgroup.Group
 	rulesInstalled := false
 	// Undo everything on failure, in reverse order. The container does
 	// not start when enforcing fails, so no workload sees the gap.
@@ -115,6 +110,19 @@ func enforceNew(r Request) (_ *State, err error) {
 			os.RemoveAll(s.Dir)
 		}
 	}()
+	if r.Policy.Mode != conf.ModeNone {
+		// The proxy's cgroup first, then a warm-up of the move into it
+		// (see cgroup.WarmMigration), as early as can be: its wait
+		// (an RCU grace period, 5-10 ms) then runs while the policy,
+		// the listeners and the supervisor's own start go on, and is
+		// over when the supervisor moves. Not the other way round: the
+		// move holds the kernel's cgroup mutex all through its wait,
+		// and making a cgroup takes that mutex. Only here: a front
+		// door that starts no proxy (a re-ADD) must not wait for it.
+		grp = s.makeCgroup()
+		phasetrace.Mark("enforce.cgroup")
+		cgroup.WarmMigration()
+	}
 	if err := prepareInspect(r.CADir, r.Policy); err != nil {
 		return nil, err
 	}
@@ -123,7 +131,7 @@ func enforceNew(r Request) (_ *State, err error) {
 	}
 	phasetrace.Mark("enforce.policy")
 	if r.Policy.Mode != conf.ModeNone {
-		if spawned, err = s.spawnProxy(); err != nil {
+		if spawned, err = s.spawnProxy(grp, workerStarted); err != nil {
 			return nil, err
 		}
 	}
@@ -303,9 +311,16 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 }
 
 // spawnProxy creates the proxy's sockets inside the sandbox's netns,
-// writes its config file and starts its proxy (s.ProxyBinary) on them,
-// recording the ports in s. The caller waits for it to serve.
-func (s *State) spawnProxy() (*spawnedProxy, error) {
+// writes its config file and starts its proxy (s.ProxyBinary) on them in
+// grp (s.Cgroup's group, made by makeCgroup; nil for none), recording the
+// ports in s. The caller waits for it as ready says (see started). On
+// error it removes s.Cgroup.
+func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy, err error) {
+	defer func() {
+		if err != nil {
+			s.removeCgroup()
+		}
+	}()
 	if s.legacyErr != nil {
 		return nil, s.legacyErr
 	}
@@ -358,18 +373,14 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 		return nil, err
 	}
 	phasetrace.Mark("enforce.proxy-config")
-	grp := s.makeCgroup()
-	phasetrace.Mark("enforce.cgroup")
-	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files)
-	if err != nil {
-		s.removeCgroup()
-	}
+	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files, ready)
 	phasetrace.Mark("enforce.spawned")
 	return p, err
 }
 
-// started records the proxy p, once its first worker serves: its
-// supervisor, that worker, and what the supervisor's status says.
+// started records the proxy p, once its supervisor says ready (see
+// readiness): the supervisor, its first worker, and what its status
+// says.
 func (s *State) started(p *spawnedProxy) error {
 	sup, worker, err := p.wait()
 	if err != nil {
