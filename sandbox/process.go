@@ -175,29 +175,36 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 	return p, nil
 }
 
-// wait waits until the supervisor says ready (the first worker serves,
-// or has started: see readiness) and returns the supervisor and that
-// worker. A proxy that fails to get ready is killed.
-func (p *spawnedProxy) wait() (supervisor, worker Proc, err error) {
-	select {
-	case err := <-p.ready:
-		if err != nil {
-			p.kill()
-			return Proc{}, Proc{}, p.startError(err)
-		}
-	case err := <-p.exited:
-		p.exited <- err
-		p.kill()
-		return Proc{}, Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
-	case <-time.After(readyTimeout):
-		p.kill()
-		return Proc{}, Proc{}, fmt.Errorf("proxy not ready after %v", readyTimeout)
-	}
+// supervisor names the supervisor process, which runs from the moment
+// spawnSupervisor returns (its exec succeeded), ready or not. One that
+// cannot be named (it is gone already) is killed with what it started.
+func (p *spawnedProxy) supervisor() (Proc, error) {
 	pid := p.cmd.Process.Pid
 	start, err := processStart(pid)
 	if err != nil {
 		p.kill()
-		return Proc{}, Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
+		return Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
+	}
+	return Proc{PID: pid, Start: start}, nil
+}
+
+// wait waits until the supervisor says ready (the first worker serves,
+// or has started: see readiness) and returns that worker. A proxy that
+// fails to get ready is killed.
+func (p *spawnedProxy) wait() (worker Proc, err error) {
+	select {
+	case err := <-p.ready:
+		if err != nil {
+			p.kill()
+			return Proc{}, p.startError(err)
+		}
+	case err := <-p.exited:
+		p.exited <- err
+		p.kill()
+		return Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
+	case <-time.After(readyTimeout):
+		p.kill()
+		return Proc{}, fmt.Errorf("proxy not ready after %v", readyTimeout)
 	}
 	// The supervisor wrote its status before it said ready.
 	if st, err := supervise.ReadStatus(p.status); err == nil && st.Worker != nil {
@@ -206,7 +213,7 @@ func (p *spawnedProxy) wait() (supervisor, worker Proc, err error) {
 	// The goroutine in spawnSupervisor keeps waiting for the child, so
 	// that a long-lived caller (the CLI, tests) reaps it; once this
 	// process exits, the supervisor belongs to no one and runs on.
-	return Proc{PID: pid, Start: start}, worker, nil
+	return worker, nil
 }
 
 // startError is err, the reason the proxy did not get to serve, with what

@@ -139,17 +139,26 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	if spawned != nil {
-		if err := s.started(spawned); err != nil {
+		// Recorded and saved while the supervisor gets its first worker
+		// going: the state names the supervisor, and every Load takes
+		// the worker from its status (see loadSupervision). A proxy
+		// that then fails to get ready undoes it all, the state too.
+		if err := s.supervisedBy(spawned); err != nil {
 			return nil, err
 		}
-		phasetrace.Mark("enforce.ready")
-		spawned = nil
 	}
 	s.relabel()
 	if err := s.save(); err != nil {
 		return nil, err
 	}
 	phasetrace.Mark("enforce.saved")
+	if spawned != nil {
+		if err := s.started(spawned); err != nil {
+			return nil, err
+		}
+		phasetrace.Mark("enforce.ready")
+		spawned = nil
+	}
 	return s, nil
 }
 
@@ -378,15 +387,31 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	return p, err
 }
 
-// started records the proxy p, once its supervisor says ready (see
-// readiness): the supervisor, its first worker, and what its status
-// says.
-func (s *State) started(p *spawnedProxy) error {
-	sup, worker, err := p.wait()
+// supervisedBy records p's supervisor as the sandbox's proxy, which is
+// not ready yet: no worker is named until started.
+func (s *State) supervisedBy(p *spawnedProxy) error {
+	sup, err := p.supervisor()
 	if err != nil {
 		return err
 	}
-	s.Supervisor, s.PID, s.PIDStart, s.Stopped = &sup, worker.PID, worker.Start, false
+	s.Supervisor, s.PID, s.PIDStart, s.Stopped = &sup, 0, 0, false
+	return nil
+}
+
+// started records the proxy p, once its supervisor says ready (see
+// readiness): the supervisor (unless supervisedBy did), its first
+// worker, and what its status says.
+func (s *State) started(p *spawnedProxy) error {
+	if s.Supervisor == nil || s.Supervisor.PID != p.cmd.Process.Pid {
+		if err := s.supervisedBy(p); err != nil {
+			return err
+		}
+	}
+	worker, err := p.wait()
+	if err != nil {
+		return err
+	}
+	s.PID, s.PIDStart = worker.PID, worker.Start
 	s.loadSupervision()
 	return nil
 }
