@@ -28,6 +28,12 @@ import (
 // binary, with a baseline).
 const benchPhasesRounds = 15
 
+// benchPhasesOthersEnv names, if set, how many other sandboxes (up to 50:
+// the bridge's range holds no more) BenchmarkCNIAddPhases adds first, and
+// keeps, through the bridge+doorman conflist: the host-side layer's
+// tables then hold their rules, as on a busy host.
+const benchPhasesOthersEnv = "DOORMAN_BENCH_PHASES_OTHERS"
+
 // BenchmarkCNIAddPhases says where doorman's ADD spends its time: it runs
 // the bridge's ADD through libcni, then execs the doorman plugin itself
 // with the bridge's result as prevResult (as libcni would) and
@@ -37,7 +43,8 @@ const benchPhasesRounds = 15
 // With DOORMAN_BENCH_BASELINE naming an older doorman binary, the rounds
 // alternate between it and this tree's, and the table gains both
 // binaries' exec-to-exit times side by side (the older one need not
-// trace). One fixed experiment: run it with -benchtime=1x.
+// trace). With DOORMAN_BENCH_PHASES_OTHERS=N, N other sandboxes are
+// there all along. One fixed experiment: run it with -benchtime=1x.
 func BenchmarkCNIAddPhases(b *testing.B) {
 	env, dir := newBenchCNI(b)
 	bins := []string{doormanBin()}
@@ -49,6 +56,28 @@ func BenchmarkCNIAddPhases(b *testing.B) {
 	entry := env.doormanEntry(b, dir)
 	ns := env.net.NewNetns(b, "cnip")
 	traceFile := filepath.Join(dir, "trace")
+	others := 0
+	if v := os.Getenv(benchPhasesOthersEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 50 {
+			b.Fatalf("%s=%q: want 0 to 50", benchPhasesOthersEnv, v)
+		}
+		others = n
+	}
+	withDoorman := env.conflist(b, dir, true)
+	for i := range others {
+		o := env.net.NewNetns(b, fmt.Sprintf("cnio%d", i))
+		rt := &libcni.RuntimeConf{ContainerID: fmt.Sprintf("other%d", i), NetNS: o.Path(), IfName: "eth0"}
+		if err := env.net.InHost(func() error {
+			_, err := env.cni.AddNetworkList(context.Background(), withDoorman, rt)
+			return err
+		}); err != nil {
+			b.Fatalf("other sandbox %d: %v", i, err)
+		}
+		b.Cleanup(func() {
+			env.net.InHost(func() error { return env.cni.DelNetworkList(context.Background(), withDoorman, rt) })
+		})
+	}
 
 	totals := make([][]float64, len(bins))
 	var traces [][]tracePoint
@@ -66,7 +95,7 @@ func BenchmarkCNIAddPhases(b *testing.B) {
 	})
 
 	t := &benchTable{
-		title: fmt.Sprintf("BenchmarkCNIAddPhases: the doorman plugin's ADD exec'd on its own, %d rounds; %d cores", benchPhasesRounds, runtime.NumCPU()),
+		title: fmt.Sprintf("BenchmarkCNIAddPhases: the doorman plugin's ADD exec'd on its own, %d rounds, %d other sandboxes; %d cores", benchPhasesRounds, others, runtime.NumCPU()),
 		paths: names,
 	}
 	t.add("plugin exec to exit, ms", "%.2f", totals...)
