@@ -162,7 +162,22 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 		return nil, fmt.Errorf("start proxy %s: %w", binary, err)
 	}
 	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom, status: status, cgroup: grp}
-	go func() { p.exited <- cmd.Wait() }()
+	go func() {
+		if grp != nil {
+			// Move the supervisor into its cgroup from here, while it
+			// is still starting up, rather than leave the move to it
+			// alone: the kernel's wait on a move (an RCU grace period,
+			// unless a move happened in the one before, see
+			// cgroup.WarmMigration) then runs beside its start-up, and
+			// its own Join, which it makes before it starts a worker
+			// and which stays what places the worker, finds the move
+			// done or waits for it to be. Errors are its Join's to
+			// report. Before cmd.Wait: until the supervisor is reaped,
+			// its pid cannot name another process.
+			grp.Join(cmd.Process.Pid)
+		}
+		p.exited <- cmd.Wait()
+	}()
 	go func() {
 		defer readR.Close()
 		line, err := bufio.NewReader(readR).ReadString('\n')
