@@ -92,7 +92,6 @@ func enforceNew(r Request) (_ *State, err error) {
 	}
 	var spawned *spawnedProxy
 	var grp *cgroup.Group
-	var host *hostJob
 	rulesInstalled := false
 	// Undo everything on failure, in reverse order. The container does
 	// not start when enforcing fails, so no workload sees the gap.
@@ -105,19 +104,12 @@ func enforceNew(r Request) (_ *State, err error) {
 			if rulesInstalled {
 				enforce.Remove(r.NetNS)
 			}
-			// Never while an Apply is still under way.
-			if host != nil && host.wait() == nil && host.ifaces != nil {
+			if s.HostLayer {
 				hostlayer.Remove(runtimeNetNS, s.Key)
 			}
 			os.RemoveAll(s.Dir)
 		}
 	}()
-	if r.HostLayer {
-		// The host-side layer depends on nothing below, and it is the
-		// part of ADD that grows with the host (its tables hold every
-		// sandbox's elements): it goes first, beside the rest.
-		host = s.startHostLayer(r.HostIfaces, r.ipam())
-	}
 	if r.Policy.Mode != conf.ModeNone {
 		// The proxy's cgroup first, then a warm-up of the move into it
 		// (see cgroup.WarmMigration), as early as can be: its wait
@@ -145,12 +137,6 @@ func enforceNew(r Request) (_ *State, err error) {
 	}
 	if rulesInstalled, err = s.install(r, present); err != nil {
 		return nil, err
-	}
-	if host != nil {
-		if err := host.wait(); err != nil {
-			return nil, err
-		}
-		s.recordHostLayer(host.ifaces, host.pins)
 	}
 	if spawned != nil {
 		// Recorded and saved while the supervisor gets its first worker
@@ -225,59 +211,35 @@ func newState(r Request) (*State, error) {
 	return s, nil
 }
 
-// install puts in the ruleset of s while the proxy starts (redirected
-// connections wait in the listeners' backlog until it accepts) and while
-// the host-side layer goes in (see startHostLayer): neither depends on the
-// other or on the proxy. rulesInstalled says the ruleset went in.
+// install puts in the ruleset of s and, where r asks for it, the
+// host-side layer, while the proxy starts (redirected connections wait in
+// the listeners' backlog until it accepts), and at the same time as each
+// other: neither depends on the other or on the proxy. The host-side layer
+// is applied on the calling goroutine, since runtimeNetNS names the
+// calling thread's namespace. Both are waited for, whatever fails, so that
+// an undo never races an Apply still in progress. rulesInstalled says the
+// ruleset went in.
 func (s *State) install(r Request, present bool) (rulesInstalled bool, err error) {
+	spec := s.spec()
 	install := enforce.Create // never over a table that appeared meanwhile
 	if present {
 		install = enforce.Apply // the leftover goes
 	}
-	err = install(r.NetNS, s.spec())
-	phasetrace.Mark("enforce.ruleset")
-	return err == nil, err
-}
-
-// hostJob is the host-side layer of a new sandbox being applied beside
-// the rest of Enforce.
-type hostJob struct {
-	done   chan struct{}
-	ifaces []string // where it was applied; nil for no host interface
-	pins   []hostlayer.Pin
-	err    error
-}
-
-// wait waits until the job is done and returns its error.
-func (j *hostJob) wait() error {
-	<-j.done
-	return j.err
-}
-
-// startHostLayer applies the host-side layer of s on ifaces (see
-// applyHostLayer) on a goroutine of its own, from a copy of s taken now:
-// the caller changes s meanwhile (ports, cgroup, supervisor), and records
-// the result with recordHostLayer once wait returns. The runtime's
-// namespace is the calling thread's (runtimeNetNS: a caller may run on a
-// thread it locked into another namespace than the process's), so it is
-// opened here and named to the goroutine by its descriptor.
-func (s *State) startHostLayer(ifaces []string, ipam map[string][]netip.Addr) *hostJob {
-	j := &hostJob{done: make(chan struct{})}
-	f, err := os.Open(runtimeNetNS)
-	if err != nil {
-		j.err = fmt.Errorf("the runtime's network namespace: %w", err)
-		close(j.done)
-		return j
-	}
-	runtimeNS := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
-	snap := *s
+	applied := make(chan error, 1)
 	go func() {
-		defer close(j.done)
-		defer f.Close()
-		j.ifaces, j.pins, j.err = snap.hostLayerOn(runtimeNS, ifaces, ipam)
-		phasetrace.Mark("enforce.hostlayer")
+		err := install(r.NetNS, spec)
+		phasetrace.Mark("enforce.ruleset")
+		applied <- err
 	}()
-	return j
+	var hostErr error
+	if r.HostLayer {
+		hostErr = s.applyHostLayer(r.HostIfaces, r.ipam())
+		phasetrace.Mark("enforce.hostlayer")
+	}
+	if err := <-applied; err != nil {
+		return false, err
+	}
+	return true, hostErr
 }
 
 // runtimeNetNS is the namespace the host-side layer lives in: the one the
@@ -298,72 +260,43 @@ func (r *Request) ipam() map[string][]netip.Addr {
 // host interface to hold (no veth) is not an error: the sandbox keeps its
 // label.
 func (s *State) applyHostLayer(ifaces []string, ipam map[string][]netip.Addr) error {
-	found, pins, err := s.hostLayerOn(runtimeNetNS, ifaces, ipam)
-	if err != nil {
-		return err
-	}
-	s.recordHostLayer(found, pins)
-	return nil
-}
-
-// hostLayerOn is applyHostLayer in the runtime's namespace at runtimeNS,
-// without the recording, which changes nothing in s: it returns the
-// interfaces that hold the layer now (nil for none) and the pins it
-// installed there.
-func (s *State) hostLayerOn(runtimeNS string, ifaces []string, ipam map[string][]netip.Addr) ([]string, []hostlayer.Pin, error) {
 	if !s.NetNSCurrent() {
-		return nil, nil, s.errNetNSGone()
+		return s.errNetNSGone()
 	}
 	if len(ifaces) == 0 {
 		// Look the veth peers up here rather than in Apply, so that the
 		// state records which interfaces hold the layer.
 		var err error
-		ifaces, err = hostlayer.FindHostPeers(s.NetNS, runtimeNS)
+		ifaces, err = hostlayer.FindHostPeers(s.NetNS, runtimeNetNS)
 		if errors.Is(err, hostlayer.ErrNoHostPeer) {
-			return nil, nil, nil
+			return nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	pins, err := s.hostSpecOn(runtimeNS, ifaces, ipam)
-	if err != nil {
-		return nil, nil, err
+	if err := s.applyHostSpec(ifaces, ipam); err != nil {
+		return err
 	}
-	return ifaces, pins, nil
-}
-
-// recordHostLayer records that the host-side layer holds ifaces (none:
-// nothing to record, the sandbox keeps its label) with pins.
-func (s *State) recordHostLayer(ifaces []string, pins []hostlayer.Pin) {
-	if ifaces == nil {
-		return
-	}
-	s.Pins = recordPins(pins)
 	s.HostLayer, s.HostIfaces = true, ifaces
 	s.relabel()
+	return nil
 }
 
 // applyHostSpec applies the host-side layer of s on ifaces and records
 // the pins it installed.
 func (s *State) applyHostSpec(ifaces []string, ipam map[string][]netip.Addr) error {
-	pins, err := s.hostSpecOn(runtimeNetNS, ifaces, ipam)
+	spec, err := s.hostSpec(ifaces)
+	if err != nil {
+		return err
+	}
+	spec.IPAM = ipam
+	pins, err := hostlayer.Apply(runtimeNetNS, spec)
 	if err != nil {
 		return err
 	}
 	s.Pins = recordPins(pins)
 	return nil
-}
-
-// hostSpecOn applies the host-side layer of s on ifaces in the runtime's
-// namespace at runtimeNS and returns the pins it installed.
-func (s *State) hostSpecOn(runtimeNS string, ifaces []string, ipam map[string][]netip.Addr) ([]hostlayer.Pin, error) {
-	spec, err := s.hostSpec(ifaces)
-	if err != nil {
-		return nil, err
-	}
-	spec.IPAM = ipam
-	return hostlayer.Apply(runtimeNS, spec)
 }
 
 // hostSpec is the host-side layer's spec for the sandbox on ifaces. With
