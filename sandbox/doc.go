@@ -35,7 +35,9 @@
 //
 // The cgroup is made before all of this, and a move into it is warmed at
 // once (cgroup.WarmMigration), so that the kernel's wait on the first
-// move runs beside the rest rather than after it.
+// move runs beside the rest rather than after it; the supervisor is moved
+// into it right after its exec, while it starts up, and joins it itself
+// before it starts a worker.
 //
 // Any failure undoes what was done, so a container never starts with a
 // half-applied policy. Because plugin and hook call the same Enforce and
