@@ -22,7 +22,8 @@ import (
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
-// readyTimeout bounds how long Enforce waits for a new proxy to serve.
+// readyTimeout bounds how long Enforce waits for a new proxy to say it is
+// ready (see readiness).
 const readyTimeout = 10 * time.Second
 
 // proxyConfigFile, in a sandbox's state directory, is the config file of
