@@ -274,13 +274,19 @@ func writeFile(dir, file, value string) error {
 }
 
 // Join moves process pid, with all its threads, into g in every
-// hierarchy. What pid allocated before stays charged where it was.
+// hierarchy. What pid allocated before stays charged where it was. A
+// hierarchy where pid is in g already is left alone: a move, even of a
+// process into its own cgroup, can wait for an RCU grace period (see
+// WarmMigration), and reading the cgroup's processes does not.
 func (g *Group) Join(pid int) error {
 	dirs, err := g.located()
 	if err != nil {
 		return err
 	}
 	for _, d := range dirs {
+		if in, err := readProcs(d); err == nil && slices.Contains(in, pid) {
+			continue
+		}
 		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err
 		}

@@ -10,7 +10,9 @@ import (
 // WarmMigration starts, in the background, a move of this process into
 // the cgroup it is already in, so that the proxy's move into its own
 // cgroup a few milliseconds later (Group.Join, from the supervisor) does
-// not wait on its own for an RCU grace period.
+// not wait on its own for an RCU grace period. Make the cgroup first: the
+// move holds the kernel's cgroup mutex through its wait, and creating a
+// cgroup (Layout.Create) takes that mutex, so it would wait too.
 //
 // Why: the kernel serialises every move between cgroups with one
 // process-wide lock (cgroup_threadgroup_rwsem), a per-CPU rwsem whose

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/doorman-net/doorman/enforce"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -90,10 +91,12 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	phasetrace.Mark("add.config")
 	_, err = sandbox.Enforce(sandbox.Request{Attachment: a, Spec: spec, StateDir: n.StateDir})
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())
 	}
+	phasetrace.Mark("add.enforced")
 	return types.PrintResult(prev, n.CNIVersion)
 }
 

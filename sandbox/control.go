@@ -105,7 +105,7 @@ func Start(stateDir, key string) (*ProxyChange, error) {
 		replaced := !s.Stopped && s.Serving()
 		next := *s
 		next.Supervisor, next.supervision, next.Cgroup, next.CgroupError = nil, nil, nil, ""
-		spawned, err := next.spawnProxy()
+		spawned, err := next.spawnProxy(next.makeCgroup(), workerServing)
 		if err != nil {
 			return nil, err
 		}

@@ -20,15 +20,24 @@
 //     cgroup (package cgroup: below the cgroup the runtime names, else in
 //     doorman's slice, with the Spec's limits), start one detached
 //     `doorman supervise` in the caller's namespace (package supervise),
-//     hand it those sockets, and wait until the `doorman proxy` it starts
-//     as its worker says it is serving;
+//     and hand it those sockets;
 //  3. install the nftables ruleset (package enforce) that redirects the
-//     sandbox's TCP to those sockets and rejects everything else;
+//     sandbox's TCP to those sockets and rejects everything else, and
+//     wait until the supervisor has started the `doorman proxy` that is
+//     its first worker, in the cgroup (for a new sandbox, not until that
+//     worker serves: see workerStarted; an operator's start, until it
+//     serves);
 //  4. meanwhile, where asked, install the host-side layer (package
 //     hostlayer) on the sandbox's host interfaces;
 //  5. record the sandbox's state (ports, proxy pid and start time, the
 //     Spec's settings, label, the identity the host-side layer pins) under
 //     the state directory.
+//
+// The cgroup is made before all of this, and a move into it is warmed at
+// once (cgroup.WarmMigration), so that the kernel's wait on the first
+// move runs beside the rest rather than after it; the supervisor is moved
+// into it right after its exec, while it starts up, and joins it itself
+// before it starts a worker.
 //
 // Any failure undoes what was done, so a container never starts with a
 // half-applied policy. Because plugin and hook call the same Enforce and

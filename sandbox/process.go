@@ -17,11 +17,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
-// readyTimeout bounds how long Enforce waits for a new proxy to serve.
+// readyTimeout bounds how long Enforce waits for a new proxy to say it is
+// ready (see readiness).
 const readyTimeout = 10 * time.Second
 
 // proxyConfigFile, in a sandbox's state directory, is the config file of
@@ -53,6 +55,29 @@ type Proc struct {
 // alive reports whether p still runs (and is not a zombie).
 func (p *Proc) alive() bool { return p != nil && proxyAlive(p.PID, p.Start) }
 
+// readiness is how far a new proxy's start goes before it counts as
+// started.
+type readiness int
+
+const (
+	// workerServing waits until the first worker serves: a worker that
+	// cannot serve is the caller's error. An operator's doorman start
+	// and a change of mode use it: they replace a proxy, which stays
+	// until its successor is known to serve.
+	workerServing readiness = iota
+	// workerStarted waits until the supervisor holds the listeners, has
+	// read and checked the config, runs in the proxy's cgroup and has
+	// started the first worker there, not until that worker serves (a
+	// Go process start and its set-up, about 5 ms). A new sandbox's
+	// ruleset sends every connection to the listeners, so until the
+	// worker serves they wait in the backlog: the sandbox is closed,
+	// never open. A first worker that does not get to serve is replaced
+	// like any later one, and Check and ls report it (not running,
+	// crash looping). Enforce uses it: a CNI ADD or OCI hook waits for
+	// it, and the container's start with it.
+	workerStarted
+)
+
 // spawnedProxy is a sandbox's supervisor that was started, whose first
 // worker may not serve yet.
 type spawnedProxy struct {
@@ -74,8 +99,8 @@ const maxStartError = 1024
 // holds the runtime's pipes open), handing it the sockets; it joins grp,
 // if any, and starts the sandbox's proxy as its worker. The caller may
 // install the ruleset meanwhile (connections wait in the listeners'
-// backlog), then calls wait.
-func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgroup.Group, files []*os.File) (*spawnedProxy, error) {
+// backlog), then calls wait, which returns as ready says.
+func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgroup.Group, files []*os.File, ready readiness) (*spawnedProxy, error) {
 	readR, readW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -98,6 +123,9 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 		}
 	}
 	args = append(args, "--ready-fd", strconv.Itoa(2+len(extra)))
+	if ready == workerStarted {
+		args = append(args, "--ready-on-start")
+	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdin, cmd.Stdout = devnull, devnull
 	// Early failures (bad flags, unreadable policy) and the supervisor's
@@ -125,6 +153,9 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 	// connection than with two, bulk throughput unchanged. The
 	// supervisor passes its environment on to each worker.
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"}
+	if e := phasetrace.Env(); e != "" {
+		cmd.Env = append(cmd.Env, e)
+	}
 	err = cmd.Start()
 	readW.Close()
 	if err != nil {
@@ -132,7 +163,22 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 		return nil, fmt.Errorf("start proxy %s: %w", binary, err)
 	}
 	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom, status: status, cgroup: grp}
-	go func() { p.exited <- cmd.Wait() }()
+	go func() {
+		if grp != nil {
+			// Move the supervisor into its cgroup from here, while it
+			// is still starting up, rather than leave the move to it
+			// alone: the kernel's wait on a move (an RCU grace period,
+			// unless a move happened in the one before, see
+			// cgroup.WarmMigration) then runs beside its start-up, and
+			// its own Join, which it makes before it starts a worker
+			// and which stays what places the worker, finds the move
+			// done or waits for it to be. Errors are its Join's to
+			// report. Before cmd.Wait: until the supervisor is reaped,
+			// its pid cannot name another process.
+			grp.Join(cmd.Process.Pid)
+		}
+		p.exited <- cmd.Wait()
+	}()
 	go func() {
 		defer readR.Close()
 		line, err := bufio.NewReader(readR).ReadString('\n')
@@ -145,28 +191,36 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 	return p, nil
 }
 
-// wait waits until the first worker serves and returns the supervisor
-// and that worker. A proxy that fails to get ready is killed.
-func (p *spawnedProxy) wait() (supervisor, worker Proc, err error) {
-	select {
-	case err := <-p.ready:
-		if err != nil {
-			p.kill()
-			return Proc{}, Proc{}, p.startError(err)
-		}
-	case err := <-p.exited:
-		p.exited <- err
-		p.kill()
-		return Proc{}, Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
-	case <-time.After(readyTimeout):
-		p.kill()
-		return Proc{}, Proc{}, fmt.Errorf("proxy not ready after %v", readyTimeout)
-	}
+// supervisor names the supervisor process, which runs from the moment
+// spawnSupervisor returns (its exec succeeded), ready or not. One that
+// cannot be named (it is gone already) is killed with what it started.
+func (p *spawnedProxy) supervisor() (Proc, error) {
 	pid := p.cmd.Process.Pid
 	start, err := processStart(pid)
 	if err != nil {
 		p.kill()
-		return Proc{}, Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
+		return Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
+	}
+	return Proc{PID: pid, Start: start}, nil
+}
+
+// wait waits until the supervisor says ready (the first worker serves,
+// or has started: see readiness) and returns that worker. A proxy that
+// fails to get ready is killed.
+func (p *spawnedProxy) wait() (worker Proc, err error) {
+	select {
+	case err := <-p.ready:
+		if err != nil {
+			p.kill()
+			return Proc{}, p.startError(err)
+		}
+	case err := <-p.exited:
+		p.exited <- err
+		p.kill()
+		return Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
+	case <-time.After(readyTimeout):
+		p.kill()
+		return Proc{}, fmt.Errorf("proxy not ready after %v", readyTimeout)
 	}
 	// The supervisor wrote its status before it said ready.
 	if st, err := supervise.ReadStatus(p.status); err == nil && st.Worker != nil {
@@ -175,7 +229,7 @@ func (p *spawnedProxy) wait() (supervisor, worker Proc, err error) {
 	// The goroutine in spawnSupervisor keeps waiting for the child, so
 	// that a long-lived caller (the CLI, tests) reaps it; once this
 	// process exits, the supervisor belongs to no one and runs on.
-	return Proc{PID: pid, Start: start}, worker, nil
+	return worker, nil
 }
 
 // startError is err, the reason the proxy did not get to serve, with what

@@ -234,7 +234,7 @@ func TestLoadOlderOTLPConfig(t *testing.T) {
 	if err != nil || got.legacyErr == nil || !strings.Contains(got.legacyErr.Error(), otlpFile+".gone") {
 		t.Fatalf("older state naming a missing OTLP file: %v, %v", got, err)
 	}
-	if _, err := got.spawnProxy(); err == nil || !strings.Contains(err.Error(), otlpFile+".gone") {
+	if _, err := got.spawnProxy(nil, workerServing); err == nil || !strings.Contains(err.Error(), otlpFile+".gone") {
 		t.Errorf("starting its proxy: %v", err)
 	}
 }

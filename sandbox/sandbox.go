@@ -18,6 +18,7 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
@@ -72,12 +73,6 @@ func Enforce(r Request) (*State, error) {
 			return nil, err
 		}
 	}
-	if r.Policy.Mode != conf.ModeNone {
-		// A new proxy will join a cgroup (see cgroup.WarmMigration).
-		// Only here: the move's wait would hold up the exit of a front
-		// door that starts no proxy, such as a re-ADD.
-		cgroup.WarmMigration()
-	}
 	s, err := enforceNew(r)
 	if err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s in %s: %w", r.Key, r.NetNS, err)
@@ -86,6 +81,7 @@ func Enforce(r Request) (*State, error) {
 }
 
 func enforceNew(r Request) (_ *State, err error) {
+	phasetrace.Mark("enforce.begin")
 	present, err := checkFree(r)
 	if err != nil {
 		return nil, err
@@ -95,6 +91,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	var spawned *spawnedProxy
+	var grp *cgroup.Group
 	rulesInstalled := false
 	// Undo everything on failure, in reverse order. The container does
 	// not start when enforcing fails, so no workload sees the gap.
@@ -113,14 +110,28 @@ func enforceNew(r Request) (_ *State, err error) {
 			os.RemoveAll(s.Dir)
 		}
 	}()
+	if r.Policy.Mode != conf.ModeNone {
+		// The proxy's cgroup first, then a warm-up of the move into it
+		// (see cgroup.WarmMigration), as early as can be: its wait
+		// (an RCU grace period, 5-10 ms) then runs while the policy,
+		// the listeners and the supervisor's own start go on, and is
+		// over when the supervisor moves. Not the other way round: the
+		// move holds the kernel's cgroup mutex all through its wait,
+		// and making a cgroup takes that mutex. Only here: a front
+		// door that starts no proxy (a re-ADD) must not wait for it.
+		grp = s.makeCgroup()
+		phasetrace.Mark("enforce.cgroup")
+		cgroup.WarmMigration()
+	}
 	if err := prepareInspect(r.CADir, r.Policy); err != nil {
 		return nil, err
 	}
 	if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 		return nil, err
 	}
+	phasetrace.Mark("enforce.policy")
 	if r.Policy.Mode != conf.ModeNone {
-		if spawned, err = s.spawnProxy(); err != nil {
+		if spawned, err = s.spawnProxy(grp, workerStarted); err != nil {
 			return nil, err
 		}
 	}
@@ -128,14 +139,25 @@ func enforceNew(r Request) (_ *State, err error) {
 		return nil, err
 	}
 	if spawned != nil {
-		if err := s.started(spawned); err != nil {
+		// Recorded and saved while the supervisor gets its first worker
+		// going: the state names the supervisor, and every Load takes
+		// the worker from its status (see loadSupervision). A proxy
+		// that then fails to get ready undoes it all, the state too.
+		if err := s.supervisedBy(spawned); err != nil {
 			return nil, err
 		}
-		spawned = nil
 	}
 	s.relabel()
 	if err := s.save(); err != nil {
 		return nil, err
+	}
+	phasetrace.Mark("enforce.saved")
+	if spawned != nil {
+		if err := s.started(spawned); err != nil {
+			return nil, err
+		}
+		phasetrace.Mark("enforce.ready")
+		spawned = nil
 	}
 	return s, nil
 }
@@ -204,10 +226,15 @@ func (s *State) install(r Request, present bool) (rulesInstalled bool, err error
 		install = enforce.Apply // the leftover goes
 	}
 	applied := make(chan error, 1)
-	go func() { applied <- install(r.NetNS, spec) }()
+	go func() {
+		err := install(r.NetNS, spec)
+		phasetrace.Mark("enforce.ruleset")
+		applied <- err
+	}()
 	var hostErr error
 	if r.HostLayer {
 		hostErr = s.applyHostLayer(r.HostIfaces, r.ipam())
+		phasetrace.Mark("enforce.hostlayer")
 	}
 	if err := <-applied; err != nil {
 		return false, err
@@ -293,9 +320,16 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 }
 
 // spawnProxy creates the proxy's sockets inside the sandbox's netns,
-// writes its config file and starts its proxy (s.ProxyBinary) on them,
-// recording the ports in s. The caller waits for it to serve.
-func (s *State) spawnProxy() (*spawnedProxy, error) {
+// writes its config file and starts its proxy (s.ProxyBinary) on them in
+// grp (s.Cgroup's group, made by makeCgroup; nil for none), recording the
+// ports in s. The caller waits for it as ready says (see started). On
+// error it removes s.Cgroup.
+func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy, err error) {
+	defer func() {
+		if err != nil {
+			s.removeCgroup()
+		}
+	}()
 	if s.legacyErr != nil {
 		return nil, s.legacyErr
 	}
@@ -304,6 +338,7 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	phasetrace.Mark("enforce.listeners")
 	defer socks.close()
 	cfg := proxyconf.Config{
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
@@ -346,22 +381,37 @@ func (s *State) spawnProxy() (*spawnedProxy, error) {
 	if err := cfg.WriteFile(path); err != nil {
 		return nil, err
 	}
-	grp := s.makeCgroup()
-	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files)
-	if err != nil {
-		s.removeCgroup()
-	}
+	phasetrace.Mark("enforce.proxy-config")
+	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files, ready)
+	phasetrace.Mark("enforce.spawned")
 	return p, err
 }
 
-// started records the proxy p, once its first worker serves: its
-// supervisor, that worker, and what the supervisor's status says.
-func (s *State) started(p *spawnedProxy) error {
-	sup, worker, err := p.wait()
+// supervisedBy records p's supervisor as the sandbox's proxy, which is
+// not ready yet: no worker is named until started.
+func (s *State) supervisedBy(p *spawnedProxy) error {
+	sup, err := p.supervisor()
 	if err != nil {
 		return err
 	}
-	s.Supervisor, s.PID, s.PIDStart, s.Stopped = &sup, worker.PID, worker.Start, false
+	s.Supervisor, s.PID, s.PIDStart, s.Stopped = &sup, 0, 0, false
+	return nil
+}
+
+// started records the proxy p, once its supervisor says ready (see
+// readiness): the supervisor (unless supervisedBy did), its first
+// worker, and what its status says.
+func (s *State) started(p *spawnedProxy) error {
+	if s.Supervisor == nil || s.Supervisor.PID != p.cmd.Process.Pid {
+		if err := s.supervisedBy(p); err != nil {
+			return err
+		}
+	}
+	worker, err := p.wait()
+	if err != nil {
+		return err
+	}
+	s.PID, s.PIDStart = worker.PID, worker.Start
 	s.loadSupervision()
 	return nil
 }

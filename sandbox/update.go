@@ -216,7 +216,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
 		return err
 	}
-	spawned, err := next.spawnProxy()
+	spawned, err := next.spawnProxy(next.makeCgroup(), workerServing)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/plugin"
 )
 
@@ -53,6 +54,7 @@ func commands() map[string]command {
 var version = "dev"
 
 func main() {
+	phasetrace.Mark("main")
 	// A runtime calls CNI plugins with CNI_COMMAND set and the network
 	// configuration on stdin; the arguments carry nothing.
 	if os.Getenv("CNI_COMMAND") != "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/daemon"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
@@ -70,7 +71,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := f.build(fs)
 	if err == nil {
-		err = daemon.Run(context.Background(), cfg, stderr, readySignal(f.readyFD))
+		phasetrace.Mark("worker.config")
+		ready := readySignal(f.readyFD)
+		err = daemon.Run(context.Background(), cfg, stderr, func() {
+			phasetrace.Mark("worker.serving")
+			if ready != nil {
+				ready()
+			}
+		})
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
@@ -23,14 +24,16 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		sandbox, config, status string
 		cgroupDirs              listFlag
 		readyFD                 int
+		readyOnStart            bool
 	)
 	fs.StringVar(&sandbox, "sandbox", "", "sandbox id (must be the config's; for ps)")
 	fs.StringVar(&config, "config", "", "the proxy's config `file` (required): each worker runs `doorman proxy --config FILE`, with the inherited descriptors it lists")
 	fs.StringVar(&status, "status", "", "status `file` to keep (JSON): the worker serving, restarts, how the last one ended")
 	fs.Var(&cgroupDirs, "cgroup", "cgroup `dir` to join before any worker starts (repeatable: one per hierarchy)")
 	fs.IntVar(&readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once the first worker serves")
+	fs.BoolVar(&readyOnStart, "ready-on-start", false, "say ready once the first worker has started, before it serves; a first worker that does not serve is then replaced like a later one")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: doorman supervise --config FILE [--sandbox ID] [--status FILE] [--cgroup DIR]... [--ready-fd N]")
+		fmt.Fprintln(stderr, "usage: doorman supervise --config FILE [--sandbox ID] [--status FILE] [--cgroup DIR]... [--ready-fd N [--ready-on-start]]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -55,6 +58,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkDecisionLog(cfg.LogFile); err != nil {
+		return fail(err)
+	}
+	phasetrace.Mark("sup.config")
 	sc := supervise.Config{
 		Sandbox: cfg.Sandbox,
 		// The running binary, even once an upgrade has replaced the file
@@ -68,6 +75,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		StatusFile:  status,
 		StopTimeout: cfg.DrainTimeout.Or(proxyconf.DefaultDrainTimeout) + supervise.DefaultStopTimeout/2,
 		Ready:       readySignal(readyFD),
+		// A worker that runs is one the sandbox's ruleset already
+		// sends connections to: they wait in the backlog until it
+		// serves (see package supervise).
+		ReadyOnStart: readyOnStart,
 	}
 	if len(cgroupDirs) > 0 {
 		sc.Cgroup = &cgroup.Group{Dirs: cgroupDirs}
@@ -111,4 +122,20 @@ func inheritedListeners(l proxyconf.Listeners, readyFD int) ([]*os.File, error) 
 		syscall.CloseOnExec(readyFD)
 	}
 	return files, nil
+}
+
+// checkDecisionLog fails if the decision log at path ("" or "-" for
+// stderr) cannot be opened to append, as every worker opens it first
+// thing: a supervisor that says ready before its first worker serves
+// (--ready-on-start) must not have read a config that no worker can
+// serve.
+func checkDecisionLog(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("decision log: %w", err)
+	}
+	return f.Close()
 }

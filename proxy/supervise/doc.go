@@ -23,6 +23,15 @@
 // that reaching the memory limit kills the worker, which is replaced, and
 // not the parent.
 //
+// The parent says it is ready (on a pipe, to whoever started it) once the
+// first worker serves, or, with ReadyOnStart, as soon as that worker has
+// started: a CNI ADD then need not wait for the worker's own Go start and
+// set-up, since the sandbox's ruleset already sends connections to the
+// listeners, where they wait until it serves. What only the parent can
+// see go wrong (the config, the listeners, the cgroup, starting a process)
+// still comes before ready; a first worker that then does not serve is
+// handled like any later one.
+//
 // A worker that dies soon after it started is a failure in a row: the
 // next one starts after a delay that doubles with each such failure (none
 // for the first, so that one crash costs well under a second), and from

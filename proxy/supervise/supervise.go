@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
 )
 
@@ -63,8 +64,18 @@ type Config struct {
 	// follows failures in a row: none after the first failure, then
 	// BackoffBase, doubling up to BackoffMax.
 	BackoffBase, BackoffMax time.Duration
-	// Ready, if set, is called once, when the first worker serves.
+	// Ready, if set, is called once, when the first worker serves, or
+	// with ReadyOnStart as soon as it has started.
 	Ready func()
+	// ReadyOnStart calls Ready once the first worker has started (it
+	// runs, in Cgroup, and the status file names it), before it serves,
+	// and makes a first worker that does not get to serve a failure like
+	// any later one's: replaced after the backoff, and said in the
+	// status. Without it, the first worker must serve, or Run returns
+	// why. A caller that has the sandbox's ruleset in place either way
+	// leaves it closed, never open, until a worker serves: connections
+	// wait in the listeners' backlog.
+	ReadyOnStart bool
 }
 
 func (c *Config) defaults() {
@@ -111,8 +122,9 @@ type supervisor struct {
 // Run supervises workers until ctx is done or the process gets SIGTERM or
 // SIGINT, then stops the running worker. The first worker must serve: if
 // it does not, Run returns why (with what it wrote to stderr, the caller
-// shows it). Later workers are replaced when they die, with the backoff
-// described in the package doc.
+// shows it); with ReadyOnStart, only starting it must succeed. Later
+// workers are replaced when they die, with the backoff described in the
+// package doc.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -126,17 +138,35 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := cfg.Cgroup.Join(os.Getpid()); err != nil {
 			return fmt.Errorf("join the proxy's cgroup: %w", err)
 		}
+		phasetrace.Mark("sup.cgroup")
 	}
 
 	w, err := s.start()
 	if err != nil {
 		return err
 	}
-	if err := s.waitReady(ctx, w); err != nil {
-		return err
-	}
-	if cfg.Ready != nil {
-		cfg.Ready()
+	if cfg.ReadyOnStart {
+		phasetrace.Mark("sup.ready")
+		if cfg.Ready != nil {
+			cfg.Ready()
+		}
+		if err := s.waitReady(ctx, w); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if w, err = s.next(ctx); err != nil || w == nil {
+				return err
+			}
+		}
+		phasetrace.Mark("sup.worker-ready")
+	} else {
+		if err := s.waitReady(ctx, w); err != nil {
+			return err
+		}
+		phasetrace.Mark("sup.worker-ready")
+		if cfg.Ready != nil {
+			cfg.Ready()
+		}
 	}
 	for {
 		w, err = s.serve(ctx, w)
@@ -229,6 +259,7 @@ func (s *supervisor) start() (*worker, error) {
 		readR.Close()
 		return nil, fmt.Errorf("start proxy %s: %w", s.cfg.Path, err)
 	}
+	phasetrace.Mark("sup.worker-spawned")
 	pid := cmd.Process.Pid
 	w.proc = Process{PID: pid, Started: time.Now().UTC()}
 	if st, err := procstat.Read(pid); err == nil {

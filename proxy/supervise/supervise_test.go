@@ -18,8 +18,13 @@ import (
 // envWorker makes this test binary a worker (see TestMain): "serve" says
 // ready, then answers each connection on the inherited listener (fd 3)
 // with its pid until SIGTERM; "fail" exits with status 3 at once;
-// "flaky" says ready and exits with status 4 a moment later.
+// "flaky" says ready and exits with status 4 a moment later; "late" serves
+// as "serve" does once the file its pid names is gone.
 const envWorker = "DOORMAN_SUPERVISE_TEST_WORKER"
+
+// envHold names the file a "late" worker waits for to be removed before
+// it serves.
+const envHold = "DOORMAN_SUPERVISE_TEST_HOLD"
 
 func TestMain(m *testing.M) {
 	switch mode := os.Getenv(envWorker); mode {
@@ -28,7 +33,16 @@ func TestMain(m *testing.M) {
 	case "fail":
 		fmt.Fprintln(os.Stderr, "test worker: failing as asked")
 		os.Exit(3)
-	case "serve", "flaky":
+	case "serve", "flaky", "late":
+		if mode == "late" {
+			hold := os.Getenv(envHold)
+			for {
+				if _, err := os.Stat(hold); os.IsNotExist(err) {
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
 		fd := -1
 		for i, a := range os.Args {
 			if a == "--ready-fd" && i+1 < len(os.Args) {
@@ -256,6 +270,89 @@ func TestRunStableAndStop(t *testing.T) {
 	final, _ := ReadStatus(h.status)
 	if final.State != StateStopping || final.Worker != nil {
 		t.Errorf("final status %+v", final)
+	}
+}
+
+// With ReadyOnStart, Ready comes once the first worker runs, before it
+// serves: the status names it, starting. It serves afterwards, on the
+// same listener, and a connection made in between is answered.
+func TestRunReadyOnStart(t *testing.T) {
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, "late", func(c *Config) {
+		c.ReadyOnStart = true
+		c.Env = append(c.Env, envHold+"="+hold)
+	})
+	select {
+	case <-h.ready:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no Ready while the first worker had not served yet")
+	}
+	s, err := ReadStatus(h.status)
+	if err != nil || s.State != StateStarting || s.Worker == nil || !alive(s.Worker.PID) {
+		t.Fatalf("status at Ready: %+v (%v), want a live worker starting", s, err)
+	}
+	answered := make(chan int, 1)
+	go func() { answered <- h.ask() }()
+	os.Remove(hold)
+	if pid := <-answered; pid != s.Worker.PID {
+		t.Errorf("the connection made before it served was answered by %d, want the first worker %d", pid, s.Worker.PID)
+	}
+	h.waitStatus("serving", func(o *Status) bool {
+		return o.State == StateServing && o.Worker != nil && o.Worker.PID == s.Worker.PID
+	})
+}
+
+// With ReadyOnStart, a first worker that never serves is not Run's
+// error: it is replaced like a later one, and the status says the proxy
+// crash loops.
+func TestRunReadyOnStartFirstWorkerFails(t *testing.T) {
+	h := newHarness(t, "fail", func(c *Config) {
+		c.ReadyOnStart = true
+		c.BackoffBase = 50 * time.Millisecond
+	})
+	select {
+	case <-h.ready:
+	case err := <-h.done:
+		h.done <- err
+		t.Fatalf("Run returned (%v) without Ready", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no Ready once the first worker started")
+	}
+	s := h.waitStatus("crash looping", func(s *Status) bool { return s.CrashLooping() })
+	if s.LastExit == nil || s.LastExit.Reason != "exited with status 3" || s.Restarts < CrashLoopAfter-1 {
+		t.Errorf("status %+v, last exit %+v", s, s.LastExit)
+	}
+	select {
+	case err := <-h.done:
+		h.done <- err
+		t.Fatalf("Run returned (%v) while its workers kept failing", err)
+	default:
+	}
+}
+
+// Even with ReadyOnStart, a first worker that cannot be started at all
+// is Run's error, and Ready is never called.
+func TestRunReadyOnStartCannotStart(t *testing.T) {
+	h := newHarness(t, "serve", func(c *Config) {
+		c.ReadyOnStart = true
+		c.Path = filepath.Join(t.TempDir(), "missing")
+	})
+	select {
+	case err := <-h.done:
+		h.done <- err
+		if err == nil || !strings.Contains(err.Error(), "missing") {
+			t.Errorf("Run: %v, want the failed start", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case <-h.ready:
+		t.Error("Ready called though no worker started")
+	default:
 	}
 }
 
