@@ -9,23 +9,27 @@ import (
 	"testing"
 )
 
-// benchBaselineEnv names a git revision whose doorman the relay benchmark
-// runs beside the tree's own, as one more path ("doorman@<rev>"), so that a
-// change to the proxy is measured before and after in the same run:
+// benchBaselineEnv names an older doorman that the relay, inspection and
+// ADD benchmarks run beside the tree's own, so that a change is measured
+// before and after in the same run: a doorman binary, or a git revision of
+// this repository, built for the run:
 //
 //	DOORMAN_BENCH_BASELINE=38dd24b make bench
+//	DOORMAN_BENCH_BASELINE=/usr/local/bin/doorman make bench
 const benchBaselineEnv = "DOORMAN_BENCH_BASELINE"
 
-// benchBaselineBinary builds the doorman binary of the revision
-// DOORMAN_BENCH_BASELINE names, from a copy of that revision's tree (git
-// archive: the repository and its worktrees are left alone), and returns
-// the revision's short name and the binary's path, or "", "" if the
-// variable is not set.
+// benchBaselineBinary returns a name for the doorman DOORMAN_BENCH_BASELINE
+// names and its binary, or "", "" if the variable is not set. A revision
+// is built from a copy of its tree (git archive: the repository and its
+// worktrees are left alone).
 func benchBaselineBinary(b *testing.B) (rev, bin string) {
 	b.Helper()
 	want := os.Getenv(benchBaselineEnv)
 	if want == "" {
 		return "", ""
+	}
+	if fi, err := os.Stat(want); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return filepath.Base(want), want
 	}
 	short, err := exec.Command("git", "rev-parse", "--short", want).Output()
 	if err != nil {

@@ -40,7 +40,7 @@ const benchPhasesOthersEnv = "DOORMAN_BENCH_PHASES_OTHERS"
 // DOORMAN_TRACE set (package phasetrace), then DELs both, 15 times, and
 // prints each phase's median time since the exec and since the phase
 // before. The exec and the exit are this process's own clock readings.
-// With DOORMAN_BENCH_BASELINE naming an older doorman binary, the rounds
+// With DOORMAN_BENCH_BASELINE naming an older doorman (see benchBaselineEnv), the rounds
 // alternate between it and this tree's, and the table gains both
 // binaries' exec-to-exit times side by side (the older one need not
 // trace). With DOORMAN_BENCH_PHASES_OTHERS=N, N other sandboxes are
@@ -49,8 +49,8 @@ func BenchmarkCNIAddPhases(b *testing.B) {
 	env, dir := newBenchCNI(b)
 	bins := []string{doormanBin()}
 	names := []string{"this tree"}
-	if base := os.Getenv(inspectBenchBaselineEnv); base != "" {
-		bins, names = append(bins, base), append(names, "baseline")
+	if rev, base := benchBaselineBinary(b); base != "" {
+		bins, names = append(bins, base), append(names, "baseline "+rev)
 	}
 	bridge := env.conflist(b, dir, false)
 	entry := env.doormanEntry(b, dir)

@@ -70,11 +70,6 @@ type inspectPath struct {
 // the rule refuses it.
 const inspectBenchToolBody = `{"model":"m","tools":[{"type":"web_search_20250305"}]}`
 
-// inspectBenchBaselineEnv names, if set, an older doorman binary whose
-// proxy relays the "no rules" path a second time, so that one run shows
-// whether this tree changed what uninspected hosts cost.
-const inspectBenchBaselineEnv = "DOORMAN_BENCH_BASELINE"
-
 // BenchmarkInspect measures a request-level rule on an inspected host:
 // doorman (TLS terminated, a deny rule on POST /v1/messages whose JSON
 // body names a web-search tool, which every request here passes after the
@@ -122,7 +117,10 @@ func BenchmarkInspect(b *testing.B) {
 		&inspectPath{name: "doorman spliced", sb: enforced, host: inspectBenchPlainName, roots: testCA},
 		&inspectPath{name: "doorman, no rules", sb: enforceInspectBench(b, n, dir, "norules", "", "", "", doormanBin()),
 			host: inspectBenchPlainName, roots: testCA})
-	if bin := os.Getenv(inspectBenchBaselineEnv); bin != "" {
+	// An older doorman (benchBaselineEnv) relays the "no rules" path a
+	// second time, so that one run shows whether this tree changed what
+	// uninspected hosts cost.
+	if _, bin := benchBaselineBinary(b); bin != "" {
 		paths = append(paths, &inspectPath{name: "doorman, no rules, baseline",
 			sb: enforceInspectBench(b, n, dir, "baseline", "", "", "", bin), host: inspectBenchPlainName, roots: testCA})
 		// The older binary inspecting too, for a before and after of
@@ -138,7 +136,7 @@ func BenchmarkInspect(b *testing.B) {
 		paths = append(paths, &inspectPath{name: "doorman inspected, baseline", sb: baseSB, host: inspectBenchName, roots: baseRoots,
 			denyPath: "/v1/messages", denyBody: inspectBenchToolBody})
 	} else {
-		b.Logf("%s is not set: no older doorman to compare the uninspected relay with", inspectBenchBaselineEnv)
+		b.Logf("%s is not set: no older doorman to compare the uninspected relay with", benchBaselineEnv)
 	}
 
 	redirects := map[string]uint16{} // a peer's sandbox's host interface → its port
