@@ -25,8 +25,9 @@
 //     sandbox's TCP to those sockets and rejects everything else, and
 //     wait until the supervisor has started the `doorman proxy` that is
 //     its first worker, in the cgroup (for a new sandbox, not until that
-//     worker serves: see workerStarted; an operator's start, until it
-//     serves);
+//     worker serves, see workerStarted, unless the sandbox has allowDirect
+//     entries, whose flows only a serving worker logs; an operator's
+//     start, until it serves);
 //  4. meanwhile, where asked, install the host-side layer (package
 //     hostlayer) on the sandbox's host interfaces;
 //  5. record the sandbox's state (ports, proxy pid and start time, the

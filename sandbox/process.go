@@ -198,6 +198,14 @@ func (p *spawnedProxy) supervisor() (Proc, error) {
 	pid := p.cmd.Process.Pid
 	start, err := processStart(pid)
 	if err != nil {
+		// Gone already (and reaped): it said why on its way out.
+		select {
+		case werr := <-p.exited:
+			p.exited <- werr
+			p.kill()
+			return Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", werr))
+		case <-time.After(time.Second):
+		}
 		p.kill()
 		return Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
 	}

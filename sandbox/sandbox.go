@@ -131,7 +131,14 @@ func enforceNew(r Request) (_ *State, err error) {
 	}
 	phasetrace.Mark("enforce.policy")
 	if r.Policy.Mode != conf.ModeNone {
-		if spawned, err = s.spawnProxy(grp, workerStarted); err != nil {
+		ready := workerStarted
+		if len(r.AllowDirect) > 0 {
+			// allowDirect flows never reach the listeners: only a
+			// serving worker logs them (its conntrack watch), so the
+			// container must not start before it does.
+			ready = workerServing
+		}
+		if spawned, err = s.spawnProxy(grp, ready); err != nil {
 			return nil, err
 		}
 	}
