@@ -34,8 +34,16 @@
 // schema and every writer uses it), and so does every policy load.
 //
 // Because the bytes were only peeked, an admitted TLS (or unknown) stream is
-// relayed from its first byte by splice(2) between two bare *net.TCPConn.
-// Plaintext HTTP is the exception: its requests pass through a parser so
+// relayed from its first byte by splice(2) between the two sockets. The
+// common case never has a goroutine of its own (accept.go, dialloop.go,
+// loop.go): the proxy's relay loop (package relayloop) accepts it, peeks at
+// its first bytes, decides, dials the upstream when its addresses are known
+// without a DNS round trip, and relays the pair until both ends are done,
+// so an established connection costs two descriptors and a few hundred
+// bytes. The rest (a name to resolve, trickled first bytes, refusals,
+// plaintext HTTP, inspected hosts) runs on goroutines as *net.TCPConn, and
+// a spliced connection that reaches its upstream that way is handed back to
+// the loop. Plaintext HTTP is the exception: its requests pass through a parser so
 // that the Host of every request on a keep-alive connection is checked,
 // and its responses through a framer, because whether the stream is still
 // HTTP depends on them. A proxy that takes any status line it sees in the
