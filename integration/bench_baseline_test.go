@@ -29,7 +29,7 @@ func benchBaselineBinary(b *testing.B) (rev, bin string) {
 		return "", ""
 	}
 	if fi, err := os.Stat(want); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-		return filepath.Base(want), want
+		return filepath.Base(want), benchOlderFlags(b, want)
 	}
 	short, err := exec.Command("git", "rev-parse", "--short", want).Output()
 	if err != nil {
@@ -56,5 +56,24 @@ func benchBaselineBinary(b *testing.B) (rev, bin string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("%s=%s: build: %v\n%s", benchBaselineEnv, want, err, out)
 	}
-	return rev, bin
+	return rev, benchOlderFlags(b, bin)
+}
+
+// benchOlderFlags returns a doorman that runs bin without the flags this
+// tree's sandbox package passes and an older doorman does not know:
+// bin itself if it knows them, else a wrapper script that drops them.
+// Dropping `supervise --ready-on-start` makes the older supervisor say ready
+// once its worker serves, as it always did.
+func benchOlderFlags(b *testing.B, bin string) string {
+	b.Helper()
+	out, _ := exec.Command(bin, "supervise", "--help").CombinedOutput()
+	if strings.Contains(string(out), "ready-on-start") {
+		return bin
+	}
+	wrapper := filepath.Join(b.TempDir(), "doorman")
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do shift; [ \"$a\" = --ready-on-start ] || set -- \"$@\" \"$a\"; done\nexec %q \"$@\"\n", bin)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return wrapper
 }
