@@ -137,8 +137,14 @@ func (p *Proxy) pairUp(t *tracked, rec Record, slot netip.AddrPort, add func(fun
 	// pair and leaves t.killed for the check below.
 	pair, err := add(func(r relayloop.Result) {
 		rec.BytesUp, rec.BytesDn = r.AToB, r.BToA
-		p.relayEnded(t, rec, slot, !r.BEndedFirst)
-		p.connDone()
+		// Off the loop: the line's write can wait on the disk (a
+		// writer the kernel throttles for dirty pages, a slow
+		// filesystem), and the loop carries every other connection
+		// of the sandbox.
+		go func() {
+			p.relayEnded(t, rec, slot, !r.BEndedFirst)
+			p.connDone()
+		}()
 	})
 	if err != nil {
 		drop()

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,4 +121,67 @@ func TestRelayWithoutTheLoop(t *testing.T) {
 	}
 	tc.Close()
 	e.waitRecord(recordFor("api.test", "allow"))
+}
+
+// gateWriter is a log writer whose writes wait while it is closed.
+type gateWriter struct {
+	mu   sync.Mutex
+	shut chan struct{} // non-nil: writes wait until it is closed
+}
+
+func (g *gateWriter) Write(b []byte) (int, error) {
+	g.mu.Lock()
+	shut := g.shut
+	g.mu.Unlock()
+	if shut != nil {
+		<-shut
+	}
+	return len(b), nil
+}
+
+func (g *gateWriter) close() {
+	g.mu.Lock()
+	g.shut = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gateWriter) open() {
+	g.mu.Lock()
+	if g.shut != nil {
+		close(g.shut)
+		g.shut = nil
+	}
+	g.mu.Unlock()
+}
+
+// A decision line whose write waits on the disk does not stop the relay
+// loop: the other connections of the sandbox go on.
+func TestLogStallDoesNotStopRelays(t *testing.T) {
+	gate := &gateWriter{}
+	e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{}, func(p *Proxy) {
+		p.logger = slog.New(slog.NewJSONHandler(gate, nil))
+	})
+	t.Cleanup(gate.open)
+	dst := netip.AddrPortFrom(apiAddr, e.tlsPort)
+	b, _, err := e.tlsClient(e.dial(dst), "api.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	gate.close()
+	// Connection a ends: its line's write blocks.
+	a, _, err := e.tlsClient(e.dial(dst), "api.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	time.Sleep(100 * time.Millisecond)
+	b.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := b.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(b, got); err != nil || string(got) != "ping\n" {
+		t.Fatalf("an established connection while a line's write waits: %q, %v", got, err)
+	}
 }
