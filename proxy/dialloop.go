@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 	"github.com/doorman-net/doorman/proxy/relayloop"
@@ -34,11 +33,9 @@ const upstreamKeepAlive = 15 // seconds
 // connecting is a spliced connection whose upstream the loop is dialing.
 type connecting struct {
 	client    *sniffing // the client's socket, watched
-	fd        int       // client.fd
 	rec       Record
 	s         sniffed
 	d         decision
-	pol       *conf.Policy
 	permitted []netip.Addr // addresses left to try
 	tried     int          // addresses tried or at their cap
 	full      int          // addresses at their cap
@@ -68,7 +65,7 @@ func (p *Proxy) dialOnLoop(client *sniffing, rec Record, s sniffed, d decision) 
 		return true
 	}
 	p.dialedOnLoop.Add(1)
-	cn := &connecting{client: client, fd: fd, rec: rec, s: s, d: d, pol: pol, permitted: permitted, ufd: -1}
+	cn := &connecting{client: client, rec: rec, s: s, d: d, permitted: permitted, ufd: -1}
 	cn.timer = time.AfterFunc(p.dialTimeout, func() {
 		if l := p.relayLoop(); l != nil {
 			l.Run(func() { p.dialTimedOut(cn) })
@@ -157,14 +154,14 @@ func (p *Proxy) connectReady(cn *connecting) {
 	cn.timer.Stop()
 	rec := cn.rec
 	rec.Upstream = cn.to
-	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, name: cn.s.name}, cn.pol)
+	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, name: cn.s.name}, cn.client.pol)
 	cw, uw := cn.client.watch, cn.watch
 	p.pairUp(t, rec, cn.to, func(done func(relayloop.Result)) (*relayloop.Pair, error) {
 		return p.relayLoop().AddWatched(cw, uw, done)
 	}, func() {
 		cw.Stop()
 		uw.Stop()
-		closeFD(cn.fd)
+		closeFD(cn.client.fd)
 		closeFD(cn.ufd)
 	})
 }
@@ -213,5 +210,5 @@ func (p *Proxy) giveUp(cn *connecting) {
 	}
 	rec, s := cn.rec, cn.s
 	cn.client.unwatch()
-	p.onGoroutine(cn.fd, func(c *net.TCPConn) bool { p.dialFailed(c, rec, s, err); return false })
+	p.onGoroutine(cn.client.fd, func(c *net.TCPConn) bool { p.dialFailed(c, rec, s, err); return false })
 }

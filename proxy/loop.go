@@ -21,8 +21,9 @@ import (
 // relayed direction holds one only while it has bytes in flight, and one
 // that needs one while all are taken waits for it (see
 // relayloop.Options.MaxPipes). With up to relayloop's pool of free pipes
-// beside them, the loop's pipes take at most 2*(RelayPipes+64)
-// descriptors, whatever the number of connections.
+// beside them (relayloop.MaxFreePipes), the loop's pipes take at most
+// 2*(RelayPipes+relayloop.MaxFreePipes) descriptors, whatever the number
+// of connections.
 const RelayPipes = 256
 
 // relayLoop returns the proxy's relay loop, started on first use, or nil if
@@ -89,12 +90,10 @@ func (p *Proxy) relayRaw(t *tracked, cfd int, rec Record, slot netip.AddrPort) {
 	} else if ufd, err = relayloop.Detach(t.upstream); err == nil {
 		t.upstream = nil
 	}
+	killed := t.killed != ""
 	t.mu.Unlock()
 	if err != nil {
 		// Killed meanwhile, or shutting down.
-		t.mu.Lock()
-		killed := t.killed != ""
-		t.mu.Unlock()
 		if killed {
 			resetFD(cfd)
 		} else {

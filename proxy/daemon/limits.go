@@ -11,6 +11,7 @@ import (
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/relayloop"
 )
 
 // fdsPerConn is what one relayed connection costs the proxy in
@@ -31,7 +32,7 @@ const fdsPerConn = 2
 // and 64 TCP connections), plus the connections being refused over the
 // cap (up to 64, one each) and the one accept takes before it refuses,
 // and the relay loop's pipes, in use and pooled (two descriptors each).
-const fdReserve = 128 + 256 + 64 + 64 + 1 + 2*(proxy.RelayPipes+64)
+const fdReserve = 128 + 256 + 64 + 64 + 1 + 2*(proxy.RelayPipes+relayloop.MaxFreePipes)
 
 // portRangeFile holds the ephemeral ports of the namespace the proxy
 // dials from.

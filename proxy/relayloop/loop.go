@@ -68,8 +68,9 @@ type Loop struct {
 // wakeID is the epoll data of the loop's eventfd; pairs get ids from 1.
 const wakeID = 0
 
-// maxFreePipes bounds the pool of empty pipes (two descriptors each).
-const maxFreePipes = 64
+// MaxFreePipes bounds the pool of empty pipes a loop keeps (two
+// descriptors each) beside the Options.MaxPipes in use.
+const MaxFreePipes = 64
 
 // waiter is a direction waiting for a pipe: the one reading from side src
 // of p.
@@ -150,17 +151,10 @@ var ErrClosed = errors.New("relay loop closed")
 // queued on either socket are relayed first. On error the loop owns
 // nothing and done is never called.
 func (l *Loop) Add(a, b int, done func(Result)) (*Pair, error) {
-	p := &Pair{loop: l, fd: [2]int{a, b}, done: done, firstEnd: -1}
-	p.dir[0] = direction{src: 0}
-	p.dir[1] = direction{src: 1}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, ErrClosed
+	p, err := l.newPair(a, b, done, nil, nil)
+	if err != nil {
+		return nil, err
 	}
-	p.id = l.newID()
-	l.pairs[p.id] = p
-	l.mu.Unlock()
 	// Registration reports what is ready already (edge-triggered epoll
 	// queues an event for a ready descriptor when it is added), so bytes
 	// that arrived before Add are not missed.
@@ -177,6 +171,34 @@ func (l *Loop) Add(a, b int, done func(Result)) (*Pair, error) {
 		}
 	}
 	return p, nil
+}
+
+// newPair makes a pair of a and b and gives it an id. The watchers wa and
+// wb, if not nil, are the registrations of a and b it takes over (see
+// AddWatched).
+func (l *Loop) newPair(a, b int, done func(Result), wa, wb *Watcher) (*Pair, error) {
+	p := &Pair{loop: l, fd: [2]int{a, b}, done: done, firstEnd: -1, adopted: [2]*Watcher{wa, wb}}
+	p.dir[0].src, p.dir[1].src = 0, 1
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	p.id = l.newID()
+	l.pairs[p.id] = p
+	for side, w := range p.adopted {
+		if w != nil {
+			w.pair, w.side = p, side
+		}
+	}
+	return p, nil
+}
+
+// endIfDone ends p once both its directions have.
+func (l *Loop) endIfDone(p *Pair) {
+	if !p.ended && p.dir[0].finished && p.dir[1].finished {
+		l.end(p, false)
+	}
 }
 
 // newID returns an id for a pair or watcher; l.mu is held.
@@ -325,9 +347,7 @@ func (l *Loop) pairEvent(p *Pair, side int, events uint32) {
 	if out && !p.ended && p.dir[1-side].inPipe > 0 {
 		l.move(p, 1-side)
 	}
-	if !p.ended && p.dir[0].finished && p.dir[1].finished {
-		l.end(p, false)
-	}
+	l.endIfDone(p)
 }
 
 // commands runs the queued commands; it returns true on a stop.
@@ -399,7 +419,7 @@ func (l *Loop) getPipe() (*pipe, error) {
 // empty and the pool has room, else it is closed.
 func (l *Loop) releasePipe(pp *pipe, empty bool) {
 	l.inUse--
-	if empty && len(l.pipes) < maxFreePipes {
+	if empty && len(l.pipes) < MaxFreePipes {
 		l.pipes = append(l.pipes, pp)
 		return
 	}
@@ -419,9 +439,7 @@ func (l *Loop) serveWaiting() {
 		}
 		d.waitingPipe = false
 		l.move(w.p, w.src)
-		if !w.p.ended && w.p.dir[0].finished && w.p.dir[1].finished {
-			l.end(w.p, false)
-		}
+		l.endIfDone(w.p)
 	}
 	if len(l.waiting) == 0 && cap(l.waiting) > 1024 {
 		l.waiting = nil

@@ -33,26 +33,15 @@ const PairEvents = eventsRead
 // reported to the watcher already. Call it from the loop's goroutine (from
 // a watcher's fn or Run).
 func (l *Loop) AddWatched(a, b *Watcher, done func(Result)) (*Pair, error) {
-	p := &Pair{loop: l, fd: [2]int{a.fd, b.fd}, done: done, firstEnd: -1, adopted: [2]*Watcher{a, b}}
-	p.dir[0] = direction{src: 0}
-	p.dir[1] = direction{src: 1}
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, ErrClosed
+	p, err := l.newPair(a.fd, b.fd, done, a, b)
+	if err != nil {
+		return nil, err
 	}
-	p.id = l.newID()
-	l.pairs[p.id] = p
-	a.pair, a.side = p, 0
-	b.pair, b.side = p, 1
-	l.mu.Unlock()
 	l.move(p, 0)
 	if !p.ended {
 		l.move(p, 1)
 	}
-	if !p.ended && p.dir[0].finished && p.dir[1].finished {
-		l.end(p, false)
-	}
+	l.endIfDone(p)
 	return p, nil
 }
 
