@@ -30,6 +30,13 @@
 // both directions have. Its done function then gets the bytes each
 // direction carried and which side ended first.
 //
+// The loop also watches descriptors for its caller (Watch, with Run for
+// work to do on the loop's goroutine): the proxy accepts, sniffs and dials
+// there, and AddWatched makes a pair of two watched sockets by taking
+// their registrations over. Options.MaxPipes bounds the pipes in use, so
+// that the descriptors a process needs are two a connection plus a fixed
+// number.
+//
 // Only the loop's goroutine reads, writes or closes a pair's descriptors.
 // Other goroutines ask: Abort (close both now, with a reset), Close (close
 // both now, gracefully), IdleFor (TCP_INFO, under the pair's lock, never
