@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // bed is a client and a server on loopback with a relay pair between
@@ -326,9 +328,36 @@ func TestPipeBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	// Sample, on the loop, the pipes in use and the directions waiting.
+	var peakInUse, peakWaiting int
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			done := make(chan struct{})
+			l.Run(func() {
+				peakInUse = max(peakInUse, l.inUse)
+				peakWaiting = max(peakWaiting, len(l.waiting))
+				close(done)
+			})
+			<-done
+		}
+	}()
 	var wg sync.WaitGroup
 	for range 4 {
 		bd := newBed(t)
+		// Small buffers, so that a slow reader fills them.
+		bd.client.SetReadBuffer(16 << 10)
+		bd.server.SetReadBuffer(16 << 10)
+		for _, fd := range []int{bd.a, bd.b} {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 16<<10)
+		}
 		_, res := bd.add(t, l)
 		up, down := randomBytes(t, 2<<20), randomBytes(t, 3<<20)
 		wg.Add(1)
@@ -339,8 +368,10 @@ func TestPipeBudget(t *testing.T) {
 			w.Add(4)
 			go func() { defer w.Done(); bd.client.Write(up); bd.client.CloseWrite() }()
 			go func() { defer w.Done(); bd.server.Write(down); bd.server.CloseWrite() }()
-			go func() { defer w.Done(); gotUp, _ = io.ReadAll(bd.server) }()
-			go func() { defer w.Done(); gotDown, _ = io.ReadAll(bd.client) }()
+			// Slow readers: each direction's destination fills, so
+			// it holds its pipe while the others wait for one.
+			go func() { defer w.Done(); gotUp = slowReadAll(bd.server) }()
+			go func() { defer w.Done(); gotDown = slowReadAll(bd.client) }()
 			w.Wait()
 			if !bytes.Equal(gotUp, up) || !bytes.Equal(gotDown, down) {
 				t.Errorf("got %d/%d bytes, not what was sent", len(gotUp), len(gotDown))
@@ -356,6 +387,11 @@ func TestPipeBudget(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(stopSampling)
+	<-sampled
+	if peakInUse > 1 || peakWaiting == 0 {
+		t.Fatalf("at most %d pipes in use, at most %d directions waiting; want 1 pipe and some waiting", peakInUse, peakWaiting)
+	}
 }
 
 // Watched sockets handed to AddWatched relay like added ones, the bytes
@@ -402,5 +438,19 @@ func TestAddWatched(t *testing.T) {
 	}
 	if n := l.Len(); n != 0 {
 		t.Fatalf("loop holds %d pairs", n)
+	}
+}
+
+// slowReadAll reads c to its end, 16 KiB a millisecond.
+func slowReadAll(c net.Conn) []byte {
+	var out []byte
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := c.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			return out
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
