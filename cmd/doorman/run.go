@@ -44,7 +44,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
 	fs.StringVar(&f.runDir, "run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
 	fs.StringVar(&f.limits, "limits", "", "`file` of the proxy's caps (JSON, the keys of /etc/doorman/limits.json); each key given wins over that file's")
-	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
+	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can write the host's files")
 	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file inspects, is <dir>/<bridge>")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
@@ -62,8 +62,11 @@ Runs COMMAND in a fresh network namespace attached through doorman's CNI chain
 allows, and its DNS only the resolvers. The exit status is COMMAND's (125: doorman
 failed, 126: COMMAND could not start, 127: COMMAND not found). SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to COMMAND; when it ends the
-sandbox is torn down. Needs root; COMMAND runs as root unless --user is given, and
-a root COMMAND can undo its own sandbox (see README, Security notes).
+sandbox is torn down. Needs root. COMMAND runs in pid and mount namespaces of its
+own that hide doorman's CA keys, state, logs, /etc/doorman and secret files, the
+host's processes and its disks, with Docker's default capabilities when it runs as
+root (the default; --user gives another user). A root COMMAND still writes the
+host's files: prefer --user (see README, Security notes).
 
 Flags:`
 
