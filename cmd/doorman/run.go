@@ -96,12 +96,19 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "doorman run: %v\n", err)
 		return runner.ExitFailed
 	}
-	if os.Geteuid() != 0 {
-		return fail(errors.New("needs root: it creates a network namespace and runs CNI plugins"))
+	var cred *syscall.Credential
+	if f.user != "" {
+		var err error
+		if cred, err = credential(f.user); err != nil {
+			return fail(fmt.Errorf("--user: %w", err))
+		}
 	}
 	cfg, err := f.config(stderr)
 	if err != nil {
 		return fail(err)
+	}
+	if os.Geteuid() != 0 {
+		return fail(errors.New("needs root: it creates a network namespace and runs CNI plugins"))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if cmd.Err != nil {
@@ -109,11 +116,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return runner.ExitNotFound
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	if f.user != "" {
-		cred, err := credential(f.user)
-		if err != nil {
-			return fail(fmt.Errorf("--user: %w", err))
-		}
+	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	return runner.Run(context.Background(), cfg, cmd, stderr)
@@ -121,6 +124,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 
 // config is the run's runner.Config, each flag parsed once.
 func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
+	for _, d := range []struct{ flag, value string }{
+		{"state-dir", f.stateDir}, {"log-dir", f.logDir}, {"run-dir", f.runDir},
+		{"ca-dir", f.caDir}, {"upstream-ca-file", f.upstreamCA},
+	} {
+		if d.value != "" && (!filepath.IsAbs(d.value) || filepath.Clean(d.value) != d.value) {
+			return runner.Config{}, fmt.Errorf("--%s %q: want a clean absolute path", d.flag, d.value)
+		}
+	}
 	cfg := runner.Config{
 		Name: f.name, AllowICMP: f.allowICMP, Bridge: f.bridge,
 		StateDir: f.stateDir, LogDir: f.logDir, RunDir: f.runDir, CADir: f.caDir, UpstreamCAFile: f.upstreamCA,
@@ -153,6 +164,15 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if len(ups) > 0 {
 		cfg.UpstreamResolver = ups[0]
 	}
+	if err := runner.CheckName(f.name); f.name != "" && err != nil {
+		return cfg, fmt.Errorf("--name: %w", err)
+	}
+	if err := runner.CheckBridgeName(f.bridge); err != nil {
+		return cfg, fmt.Errorf("--bridge: %w", err)
+	}
+	if err := runner.CheckSubnets(cfg.Subnets); err != nil {
+		return cfg, fmt.Errorf("--subnet: %w", err)
+	}
 	if f.cniPath != "" {
 		cfg.CNIPath = filepath.SplitList(f.cniPath)
 	}
@@ -167,6 +187,11 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	}
 	if cfg.ProxyLimits, err = f.proxyLimits.parse(); err != nil {
 		return cfg, err
+	}
+	if f.cniPath != "" {
+		if _, err := runner.FindPlugins(cfg.CNIPath); err != nil {
+			return cfg, fmt.Errorf("--cni-path %q: %w", f.cniPath, err)
+		}
 	}
 	return cfg, nil
 }
