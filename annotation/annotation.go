@@ -2,6 +2,8 @@ package annotation
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
@@ -18,6 +20,26 @@ const (
 	// port) reached without the proxy.
 	AllowDirect = "doorman.io/allow-direct"
 )
+
+// Keys are the annotations this package reads.
+var Keys = []string{Mode, AllowedHosts, AllowDirect}
+
+// Prefix starts every doorman annotation.
+const Prefix = "doorman.io/"
+
+// CheckKnown refuses an annotation under Prefix that is neither one of
+// Keys nor one of others (those a front door reads besides): a misspelt
+// doorman.io/allowed-host must not leave a container with a policy it
+// did not ask for.
+func CheckKnown(annotations map[string]string, others ...string) error {
+	known := append(slices.Clone(Keys), others...)
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		if strings.HasPrefix(k, Prefix) && !slices.Contains(known, k) {
+			return fmt.Errorf("annotation %s: unknown; the doorman annotations here are %s", k, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
 
 // Policy returns the policy that annotations ask for, and whether they ask
 // for one at all: they do when either Mode or AllowedHosts is present. A

@@ -580,7 +580,7 @@ func parsePlaceholder(s string) ([32]byte, error) {
 	if rest, ok := strings.CutPrefix(s, "sha256:"); ok {
 		b, err := hex.DecodeString(rest)
 		if err != nil || len(b) != 32 {
-			return h, errors.New("placeholder sha256: want 64 hex digits")
+			return h, fmt.Errorf("placeholder %q: want sha256: and 64 hex digits", s)
 		}
 		copy(h[:], b)
 		return h, nil
@@ -589,7 +589,7 @@ func parsePlaceholder(s string) ([32]byte, error) {
 		return h, errors.New("empty placeholder")
 	}
 	if strings.ContainsAny(s, " \t\r\n\x00") {
-		return h, errors.New("a placeholder holds no spaces or control characters")
+		return h, fmt.Errorf("placeholder %q: want one without spaces or control characters", s)
 	}
 	return PlaceholderHash(s), nil
 }

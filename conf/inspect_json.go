@@ -1,13 +1,14 @@
 package conf
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/doorman-net/doorman/internal/strictjson"
 )
 
 // The JSON form of request rules, the value of a policy's "inspect" key
@@ -80,8 +81,8 @@ func (s stringOrList) MarshalJSON() ([]byte, error) {
 // rule.
 func ParseInspectJSON(data []byte) ([]InspectHost, error) {
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("inspect: %w", err)
+	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
+		return nil, fmt.Errorf("inspect %s: want an object from each inspected host to its rules", strictjson.Compact(data))
 	}
 	var errs []error
 	var hosts []InspectHost
@@ -97,10 +98,8 @@ func ParseInspectJSON(data []byte) ([]InspectHost, error) {
 			continue
 		}
 		var jh jsonInspectHost
-		dec := json.NewDecoder(bytes.NewReader(raw[k]))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&jh); err != nil {
-			errs = append(errs, &InspectError{Host: host, Reason: err.Error()})
+		if err := strictjson.Decode("", raw[k], &jh); err != nil {
+			errs = append(errs, inspectDecodeErrors(host, err)...)
 			continue
 		}
 		h, err := jh.host(host)
@@ -120,10 +119,59 @@ func ParseInspectJSON(data []byte) ([]InspectHost, error) {
 	return hosts, nil
 }
 
+// inspectDecodeErrors are the errors of decoding host's rules, each
+// naming where in them (deny[0].method) the bad value is.
+func inspectDecodeErrors(host string, err error) []error {
+	var out []error
+	for _, e := range unjoin(err) {
+		var se *strictjson.Error
+		if errors.As(e, &se) {
+			reason := se.Why
+			if se.Value != "" {
+				reason = se.Value + ": " + se.Why
+			}
+			out = append(out, &InspectError{Host: host, Where: se.Path, Reason: reason})
+			continue
+		}
+		out = append(out, &InspectError{Host: host, Reason: e.Error()})
+	}
+	return out
+}
+
+// unjoin returns the errors errors.Join joined into err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// InspectJSONKeys are the keys of one host's rules in the JSON form, by
+// their paths below the host ("deny", "deny[].method", "inject[].secretFile"):
+// for tools and tests that go through every key.
+func InspectJSONKeys() []string {
+	var out []string
+	rule, inject := strictjson.Keys(jsonRule{}), strictjson.Keys(jsonInject{})
+	for _, k := range strictjson.Keys(jsonInspectHost{}) {
+		out = append(out, k)
+		switch k {
+		case VerdictDeny, VerdictAllow:
+			for _, r := range rule {
+				out = append(out, k+"[]."+r)
+			}
+		case "inject":
+			for _, i := range inject {
+				out = append(out, k+"[]."+i)
+			}
+		}
+	}
+	return out
+}
+
 func (jh jsonInspectHost) host(name string) (InspectHost, error) {
 	h := InspectHost{Host: name, Default: strings.ToLower(jh.Default), MaxBody: jh.MaxBody}
 	if jh.MaxBody < 0 {
-		return h, &InspectError{Host: name, Where: "maxBody", Reason: "negative"}
+		return h, &InspectError{Host: name, Where: "maxBody", Reason: fmt.Sprintf("%d: want a positive number of bytes", jh.MaxBody)}
 	}
 	var errs []error
 	rules := func(list []jsonRule, verb string) []Rule {
@@ -148,8 +196,12 @@ func (jh jsonInspectHost) host(name string) (InspectHost, error) {
 		case ji.Placeholder != "" && ji.PlaceholderSHA256 != "":
 			err = errors.New("give placeholder or placeholderSHA256, not both")
 		case ji.PlaceholderSHA256 != "":
-			sum, err = parsePlaceholder("sha256:" + ji.PlaceholderSHA256)
+			where += ".placeholderSHA256"
+			if sum, err = parsePlaceholder("sha256:" + ji.PlaceholderSHA256); err != nil {
+				err = fmt.Errorf("%q: want 64 hex digits", ji.PlaceholderSHA256)
+			}
 		default:
+			where += ".placeholder"
 			sum, err = parsePlaceholder(ji.Placeholder)
 		}
 		if err != nil {
@@ -175,7 +227,7 @@ func (jr jsonRule) rule() (Rule, error) {
 	for k, v := range jr.JSON {
 		p, err := ParseJSONPath(k)
 		if err != nil {
-			return r, err
+			return r, fmt.Errorf("json: %w", err)
 		}
 		r.JSON = append(r.JSON, JSONCond{Path: p, Glob: v})
 	}

@@ -92,6 +92,10 @@ func quoteWord(s string) string {
 	return strconv.Quote(s)
 }
 
+// InspectVerbs are the words that may follow "inspect HOST" in a rule
+// line of the file form.
+var InspectVerbs = []string{VerdictAllow, VerdictDeny, "default", "inject", "max-body"}
+
 // inspectLines collects the rule lines of a file, host by host, in the
 // order the hosts first appear.
 type inspectLines struct {
@@ -143,14 +147,23 @@ func (l *inspectLines) add(words []string) error {
 		if h.Default != "" {
 			return bad("default set twice")
 		}
+		if d := strings.ToLower(rest[0]); d != VerdictAllow && d != VerdictDeny {
+			return bad("default %q: want allow or deny", rest[0])
+		}
 		h.Default = strings.ToLower(rest[0])
 	case "inject":
 		if len(rest) != 3 {
 			return bad("inject: want \"inject HEADER PLACEHOLDER SECRETFILE\"")
 		}
+		if !isToken(rest[0]) {
+			return bad("inject: header %q: not a header name", rest[0])
+		}
 		sum, err := parsePlaceholder(rest[1])
 		if err != nil {
 			return bad("inject %s: %v", rest[0], err)
+		}
+		if !strings.HasPrefix(rest[2], "/") {
+			return bad("inject %s: secret file %q: want an absolute path on the host", rest[0], rest[2])
 		}
 		h.Inject = append(h.Inject, Inject{Header: rest[0], PlaceholderSHA256: sum, SecretFile: rest[2]})
 	case "max-body":

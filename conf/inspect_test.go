@@ -145,7 +145,7 @@ func TestInspectErrors(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ in, want string }{
-		{`{"inspect": {"x.com": {"deny": [{"methods": "POST"}]}}}`, "unknown field"},
+		{`{"inspect": {"x.com": {"deny": [{"methods": "POST"}]}}}`, `deny[0]: "methods": unknown key`},
 		{`{"inspect": {"x.com": {"allow": [{"method": "get"}]}}}`, "upper-case"},
 		{`{"inspect": {"x.com": {"inject": [{"header": "a", "secretFile": "/s"}]}}}`, "empty placeholder"},
 		{`{"inspect": {"*": {}}}`, "mode: open"},

@@ -109,6 +109,10 @@ func enforceContainer(stdin io.Reader, opts Options) error {
 	return nil
 }
 
+// hookAnnotations are the doorman annotations the hook reads besides
+// annotation.Keys: the request rules, and what the runc wrapper adds.
+var hookAnnotations = []string{AnnotationInspect, annotationDockerName, annotationDockerDNS}
+
 // container is what the hook reads about one container before it
 // enforces it: its bundle's spec, its annotations, its policy and its
 // network namespace ("" for the runtime's own).
@@ -172,6 +176,9 @@ func loadContainer(st *specs.State, defaultPolicy string) (*container, error) {
 		return nil, err
 	}
 	c := &container{st: st, oci: oci, annotations: mergeAnnotations(oci.Annotations, st.Annotations)}
+	if err := annotation.CheckKnown(c.annotations, hookAnnotations...); err != nil {
+		return nil, err
+	}
 	if c.policy, _, err = policyFor(c.annotations, defaultPolicy); err != nil {
 		return nil, err
 	}

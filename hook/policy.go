@@ -41,11 +41,11 @@ func policyFor(annotations map[string]string, defaultFile string) (*conf.Policy,
 	}
 	p, err := conf.LoadFile(defaultFile)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("%w: set the %s (and %s) annotation or label, or write a default policy to %s",
-			errNoPolicy, AnnotationMode, AnnotationAllowedHosts, defaultFile)
+		return nil, "", fmt.Errorf("%w: default policy (--default-policy, runtime.json's defaultPolicy) %s: no such file; set the %s (and %s) annotation or label, or write a default policy there",
+			errNoPolicy, defaultFile, AnnotationMode, AnnotationAllowedHosts)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("default policy: %w", err)
+		return nil, "", fmt.Errorf("default policy (--default-policy, runtime.json's defaultPolicy): %w", err)
 	}
 	return p, defaultFile, nil
 }

@@ -11,14 +11,23 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
 // RuntimeConfigFile configures the runtime wrapper; it is optional.
 const RuntimeConfigFile = "/etc/doorman/runtime.json"
+
+// DockerLabels are the container labels the runc wrapper reads from
+// Docker's own container config and passes to the hook as annotations,
+// for a container whose spec has no doorman.io/mode nor
+// doorman.io/allowed-hosts annotation. Any other doorman.io/* label is
+// passed on too, and refused as unknown.
+var DockerLabels = []string{AnnotationMode, AnnotationAllowedHosts, AnnotationAllowDirect, AnnotationInspect}
 
 // annotationDockerName carries a Docker container's name into the hook.
 const annotationDockerName = "doorman.io/container-name"
@@ -66,7 +75,9 @@ type RuntimeConfig struct {
 	source string // the file this was read from, for messages
 }
 
-// LoadRuntimeConfig reads path; a missing file means the defaults.
+// LoadRuntimeConfig reads path; a missing file means the defaults. An
+// unknown key, or a value of the wrong type, is an error naming the file,
+// the key and the value.
 func LoadRuntimeConfig(path string) (RuntimeConfig, error) {
 	var c RuntimeConfig
 	data, err := os.ReadFile(path)
@@ -76,8 +87,19 @@ func LoadRuntimeConfig(path string) (RuntimeConfig, error) {
 	if err != nil {
 		return c, fmt.Errorf("runtime config: %w", err)
 	}
-	if err := json.Unmarshal(data, &c); err != nil {
-		return c, fmt.Errorf("runtime config %s: %w", path, err)
+	if err := strictjson.Decode("", data, &c); err != nil {
+		return RuntimeConfig{}, fmt.Errorf("runtime config %s: %w", path, err)
+	}
+	for _, p := range []struct{ key, value string }{
+		{"dockerRoot", c.DockerRoot}, {"stateDir", c.StateDir}, {"logDir", c.LogDir},
+		{"defaultPolicy", c.DefaultPolicy}, {"caDir", c.CADir}, {"upstreamCAFile", c.UpstreamCAFile},
+	} {
+		if p.value != "" && (!filepath.IsAbs(p.value) || filepath.Clean(p.value) != p.value) {
+			return RuntimeConfig{}, fmt.Errorf("runtime config %s: %s %q: want a clean absolute path", path, p.key, p.value)
+		}
+	}
+	if c.Runc != "" && strings.Contains(c.Runc, "/") && !filepath.IsAbs(c.Runc) {
+		return RuntimeConfig{}, fmt.Errorf("runtime config %s: runc %q: want a name on PATH or an absolute path", path, c.Runc)
 	}
 	c.source = path
 	return c, nil
@@ -309,11 +331,17 @@ func PrepareBundle(bundle, id string, cfg RuntimeConfig, self string) error {
 	}
 
 	annotations := dockerAnnotations(raw, spec.Annotations, cfg, id)
+	if err := annotation.CheckKnown(annotations, hookAnnotations...); err != nil {
+		return err
+	}
 	pol, _, err := policyFor(annotations, cfg.DefaultPolicy)
 	if err != nil {
 		return err
 	}
 	if pol, err = withInspectAnnotation(pol, annotations); err != nil {
+		return err
+	}
+	if _, err := annotation.Direct(annotations); err != nil {
 		return err
 	}
 	if err := addTrust(raw, &spec, bundle, id, pol, cfg.CADir); err != nil {
@@ -354,8 +382,8 @@ func dockerAnnotations(raw map[string]any, annotations map[string]string, cfg Ru
 	_, hasHosts := annotations[AnnotationAllowedHosts]
 	if !hasMode && !hasHosts {
 		labels, name := dockerLabels(root, id)
-		for _, k := range []string{AnnotationMode, AnnotationAllowedHosts, AnnotationInspect} {
-			if v, ok := labels[k]; ok {
+		for k, v := range labels {
+			if strings.HasPrefix(k, annotation.Prefix) {
 				added[k] = v
 			}
 		}

@@ -14,3 +14,8 @@ const DefaultLogDir = "/var/log/doorman"
 // /run: the CA outlives a reboot, so that the bundles containers trust
 // stay valid.
 const DefaultCADir = "/var/lib/doorman/ca"
+
+// ConfigDir holds doorman's host-wide configuration: the limits and OTLP
+// files, the runc wrapper's runtime.json, default policies and, by
+// convention, the secret files of credential injection.
+const ConfigDir = "/etc/doorman"

@@ -1,12 +1,11 @@
 package hostconf
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 
+	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 )
 
@@ -35,16 +34,12 @@ func Limits(path string) (proxyconf.Limits, error) {
 
 // ParseLimits decodes caps in the keys of proxyconf.Limits, refusing
 // unknown keys (a misspelt cap must not pass silently) and values that
-// are no cap.
+// are no cap; each error names the key as limits.<key>, the value and
+// why.
 func ParseLimits(data []byte) (proxyconf.Limits, error) {
 	var l proxyconf.Limits
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&l); err != nil {
-		return proxyconf.Limits{}, fmt.Errorf("limits: %w", err)
-	}
-	if dec.More() {
-		return proxyconf.Limits{}, errors.New("limits: more than one JSON value")
+	if err := strictjson.Decode("limits", data, &l); err != nil {
+		return proxyconf.Limits{}, err
 	}
 	return l, l.Validate()
 }

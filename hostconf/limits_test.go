@@ -24,9 +24,10 @@ func TestLimitsFile(t *testing.T) {
 		t.Fatalf("read %+v, %v", l, err)
 	}
 	for _, tc := range []struct{ json, want string }{
-		{`{"conections": 1}`, `unknown field "conections"`},
+		{`{"conections": 1}`, `limits "conections": unknown key`},
 		{`{"connections": -1}`, "limits.connections: -1 is negative"},
-		{`{"idleTimeout": "an hour"}`, "an hour"},
+		{`{"idleTimeout": "an hour"}`, `limits.idleTimeout "an hour": want a duration`},
+		{`{"sniffTimeout": "ten seconds"}`, `limits.sniffTimeout "ten seconds": want a duration`},
 	} {
 		os.WriteFile(path, []byte(tc.json), 0o644)
 		if _, err := Limits(path); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {

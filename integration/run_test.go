@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,6 +41,10 @@ type runEnv struct {
 	stateDir, logDir, runDir string
 	caFile                   string
 	names                    []string // every sandbox name run, for cleanUp
+	// bin is the doorman binary run (default doormanBin()); wrap, if set,
+	// changes each `doorman run` command before it starts.
+	bin  string
+	wrap func(*exec.Cmd) *exec.Cmd
 }
 
 func newRunEnv(t *testing.T) *runEnv {
@@ -93,7 +99,11 @@ func (e *runEnv) command(ctx context.Context, name string, flags []string, argv 
 		args = append(args, "--subnet", runTestSubnet)
 	}
 	args = append(append(args, "--"), argv...)
-	return e.net.HostCommand(ctx, doormanBin(), args...)
+	cmd := e.net.HostCommand(ctx, cmp.Or(e.bin, doormanBin()), args...)
+	if e.wrap != nil {
+		cmd = e.wrap(cmd)
+	}
+	return cmd
 }
 
 // runResult is what one `doorman run` did.
@@ -195,7 +205,8 @@ func (s *started) wait(t *testing.T) (int, string) {
 	}
 }
 
-// readyPID is the pid the command printed after "ready".
+// readyPID is the pid the command printed after "ready" (in its own pid
+// namespace), as this process sees it.
 func readyPID(t *testing.T, s *started) int {
 	t.Helper()
 	var pid int
@@ -205,7 +216,45 @@ func readyPID(t *testing.T, s *started) int {
 	if _, err := fmtSscan(s.ready[0], &pid); err != nil {
 		t.Fatalf("pid %q: %v", s.ready[0], err)
 	}
-	return pid
+	return hostPID(t, s.cmd.Process.Pid, pid)
+}
+
+// hostPID is the pid in this process's pid namespace of the process that
+// is pid inner in the pid namespace of the command of `doorman run`
+// process run: a descendant of run whose innermost pid is inner.
+func hostPID(t *testing.T, run, inner int) int {
+	t.Helper()
+	parent := map[int]int{}
+	innermost := map[int]string{}
+	paths, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, p := range paths {
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err != nil {
+			continue
+		}
+		status, _ := os.ReadFile(p)
+		for _, line := range strings.Split(string(status), "\n") {
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 2 && f[0] == "PPid:":
+				parent[pid], _ = strconv.Atoi(f[1])
+			case len(f) > 2 && f[0] == "NSpid:":
+				innermost[pid] = f[len(f)-1]
+			}
+		}
+	}
+	for pid, in := range innermost {
+		if in != strconv.Itoa(inner) {
+			continue
+		}
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == run {
+				return pid
+			}
+		}
+	}
+	t.Fatalf("no descendant of doorman run %d is pid %d in its command's pid namespace", run, inner)
+	return 0
 }
 
 // assertNothingLeft checks that no run left anything behind: no namespace
@@ -419,12 +468,13 @@ func TestRunSignals(t *testing.T) {
 	// left running in the sandbox goes with the sandbox.
 	name = runName()
 	s = e.start(name, allow, "sh", "-c", `trap 'echo got-INT; exit 5' INT; sleep 60 >/dev/null 2>&1 & echo ready $!; wait`)
+	background := readyPID(t, s)
 	s.cmd.Process.Signal(syscall.SIGINT)
 	code, out := s.wait(t)
 	if code != 5 || !strings.Contains(out, "got-INT") {
 		t.Errorf("SIGINT: want the command's trap to run and exit 5, got exit %d, stdout %q, stderr %q", code, out, s.stderr)
 	}
-	waitGone(t, readyPID(t, s)) // the command's background sleep went with the sandbox
+	waitGone(t, background) // the command's background sleep went with the sandbox
 	e.assertNothingLeft(name)
 }
 
@@ -434,9 +484,10 @@ func TestRunKilled(t *testing.T) {
 	e := newRunEnv(t)
 	name := runName()
 	s := e.start(name, nil, "sh", "-c", "echo ready $$; exec sleep 60")
+	command := readyPID(t, s)
 	s.cmd.Process.Kill()
 	s.cmd.Wait()
-	waitGone(t, readyPID(t, s)) // the command died with its `doorman run`
+	waitGone(t, command) // the command died with its `doorman run`
 	if len(proxiesOf(e.stateDir)) != 1 {
 		t.Fatalf("want the killed run's proxy still there, have %v", proxiesOf(e.stateDir))
 	}

@@ -103,6 +103,9 @@ func (n *NetConf) prevResult() (*current.Result, error) {
 // refuses the ADD (fail closed): annotations that do not parse never
 // fall back to a policy they did not ask for.
 func (n *NetConf) policy(args *skel.CmdArgs) (*conf.Policy, error) {
+	if err := annotation.CheckKnown(n.RuntimeConfig.PodAnnotations); err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
+	}
 	if p, ok, err := annotation.Policy(n.RuntimeConfig.PodAnnotations); ok {
 		if err != nil {
 			return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")

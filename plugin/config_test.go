@@ -201,7 +201,7 @@ func TestLimits(t *testing.T) {
 	}
 	for _, tc := range []struct{ limits, want string }{
 		{`{"connections":-3}`, "limits.connections: -3 is negative"},
-		{`{"idle":"1h"}`, `unknown field "idle"`},
+		{`{"idle":"1h"}`, `limits "idle": unknown key`},
 	} {
 		n, err := parseNetConf([]byte(`{"cniVersion":"1.0.0","name":"n","type":"doorman","limits":` + tc.limits + `}`))
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
@@ -195,7 +196,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	s.parseOTLP(v)
 	if raw, has := v.raw["proxyLimits"]; has && string(raw) != "null" {
 		var c sandbox.ProxyLimitsConfig
-		err := json.Unmarshal(raw, &c)
+		err := strictjson.Decode("proxyLimits", raw, &c)
 		if err == nil {
 			s.ProxyLimits, err = c.Limits("proxyLimits")
 		}
@@ -241,7 +242,8 @@ func (s *Settings) parsePolicy(v valueReader) {
 	if raw, has := v.raw["inspect"]; has && string(raw) != "null" {
 		var err error
 		if inspect, err = conf.ParseInspectJSON(raw); err != nil {
-			*v.errs = append(*v.errs, fmt.Errorf("inspect: %w", err))
+			// Its errors name the key, "inspect", and the host.
+			*v.errs = append(*v.errs, err)
 			ok = false
 		}
 	}
@@ -340,7 +342,13 @@ func (s *Settings) parseOTLP(v valueReader) {
 		return
 	}
 	if err := c.Validate(); err != nil {
-		// Its errors name the setting and the value.
+		// Its errors name the setting (as otlp.json does) and the value.
+		var se *otlplog.SettingError
+		if errors.As(err, &se) {
+			e := *se
+			e.Key = otlpKeys[e.Key]
+			err = &e
+		}
 		*v.errs = append(*v.errs, err)
 		return
 	}
@@ -349,6 +357,10 @@ func (s *Settings) parseOTLP(v valueReader) {
 	}
 	s.OTLP = c
 }
+
+// otlpKeys are the entry's keys of the OTLP settings, by their keys in
+// otlp.json (otlplog.SettingError).
+var otlpKeys = map[string]string{"endpoint": "otlpEndpoint", "insecure": "otlpInsecure", "headers": "otlpHeaders"}
 
 // valueReader decodes the values of an entry's keys into their fields,
 // recording a type error for each value of the wrong type.

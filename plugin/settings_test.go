@@ -126,7 +126,7 @@ func TestParseEntryInspect(t *testing.T) {
 		t.Fatalf("inspect: %v, %v", s.Policy, err)
 	}
 	_, err = ParseEntry([]byte(`{"inspect": {"github.com": {"allow": [{"method": "GET", "colour": "red"}]}}}`))
-	if err == nil || !strings.Contains(err.Error(), "inspect:") {
+	if err == nil || !strings.Contains(err.Error(), `inspect github.com: allow[0]: "colour": unknown key`) {
 		t.Errorf("a rule that does not parse: %v", err)
 	}
 	if _, err := ParseEntry([]byte(`{"upstreamCAFile": "roots.pem"}`)); err == nil || !strings.Contains(err.Error(), `upstreamCAFile "roots.pem"`) {

@@ -104,19 +104,19 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.Name = "run-" + hex.EncodeToString(b)
 	}
-	if err := checkName(c.Name); err != nil {
+	if err := CheckName(c.Name); err != nil {
 		return c, err
 	}
 	if c.Bridge == "" {
 		c.Bridge = DefaultBridge
 	}
-	if err := checkBridgeName(c.Bridge); err != nil {
+	if err := CheckBridgeName(c.Bridge); err != nil {
 		return c, err
 	}
 	if len(c.Subnets) == 0 {
 		c.Subnets = []netip.Prefix{netip.MustParsePrefix(DefaultSubnet)}
 	}
-	if err := checkSubnets(c.Subnets); err != nil {
+	if err := CheckSubnets(c.Subnets); err != nil {
 		return c, err
 	}
 	if len(c.Resolvers) == 0 {
@@ -151,24 +151,28 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// checkName accepts names that can be a sandbox key once "-eth0" is added.
-func checkName(name string) error {
+// CheckName accepts the names Config.Name may be: those that can be a
+// sandbox key once "-eth0" is added.
+func CheckName(name string) error {
 	if err := sandbox.ValidKey(name + "-" + IfName); err != nil {
 		return fmt.Errorf("sandbox name %q: want letters, digits, '_', '.', '-', starting with a letter or digit, at most 195", name)
 	}
 	return nil
 }
 
-func checkBridgeName(name string) error {
+// CheckBridgeName accepts the names Config.Bridge may be: interface
+// names.
+func CheckBridgeName(name string) error {
 	if len(name) > maxBridgeName || strings.ContainsAny(name, "/ \t\n:%") || name == "." || name == ".." {
 		return fmt.Errorf("bridge name %q: want an interface name of at most %d characters without '/', ':', '%%' or spaces", name, maxBridgeName)
 	}
 	return nil
 }
 
-// checkSubnets accepts one IPv4 and one IPv6 prefix at most, each with room
-// for the gateway and at least one sandbox.
-func checkSubnets(subnets []netip.Prefix) error {
+// CheckSubnets accepts what Config.Subnets may be: one IPv4 and one IPv6
+// prefix at most, each with room for the gateway and at least one
+// sandbox.
+func CheckSubnets(subnets []netip.Prefix) error {
 	var v4, v6 int
 	for _, p := range subnets {
 		if !p.IsValid() || p.Addr().Zone() != "" || p.Addr().Is4In6() {

@@ -42,7 +42,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(c.Name, "run-") || len(c.Name) != len("run-")+8 || checkName(c.Name) != nil {
+	if !strings.HasPrefix(c.Name, "run-") || len(c.Name) != len("run-")+8 || CheckName(c.Name) != nil {
 		t.Errorf("default name %q: want run-<8 hex digits>", c.Name)
 	}
 	if c.Bridge != DefaultBridge || len(c.Subnets) != 1 || c.Subnets[0].String() != DefaultSubnet {

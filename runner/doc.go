@@ -25,8 +25,12 @@
 //     binary is needed), so that DNS and ICMP reach the world.
 //  2. Start: on a locked OS thread, enter the namespace, unshare a mount
 //     namespace, bind-mount a generated resolv.conf (the resolvers doorman
-//     allows) over /etc/resolv.conf, and fork the command from that thread.
-//     The command gets SIGKILL if that thread (this process) dies.
+//     allows) over /etc/resolv.conf, cover doorman's own directories and
+//     secret files and replace /dev (see Start), and fork from that thread
+//     the run's init (Init: this binary again) as the first process of a
+//     new pid namespace; the init mounts that namespace's /proc, limits
+//     the capability bounding set and starts the command. The init, and
+//     with it the command, gets SIGKILL if that thread (this process) dies.
 //  3. Wait, then Detach: kill whatever the command left running in the
 //     namespace, DEL both networks (the doorman plugin stops the proxy and
 //     removes its state), remove the namespace and the run's files, and,

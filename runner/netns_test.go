@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -107,36 +108,51 @@ func TestStart(t *testing.T) {
 	if strings.Contains(got, "writable") {
 		t.Errorf("the command could write its resolv.conf:\n%s", got)
 	}
-	if cmd.SysProcAttr.Pdeathsig != unix.SIGKILL {
-		t.Errorf("Pdeathsig %v, want SIGKILL", cmd.SysProcAttr.Pdeathsig)
+	if s.init.SysProcAttr.Pdeathsig != unix.SIGKILL {
+		t.Errorf("Pdeathsig %v, want SIGKILL", s.init.SysProcAttr.Pdeathsig)
 	}
 	hostAfter, _ := os.ReadFile(hostconf.ResolvConf)
 	mountsAfter, _ := os.ReadFile("/proc/self/mountinfo")
 	if !bytes.Equal(hostBefore, hostAfter) {
 		t.Errorf("this process's %s changed:\n%s", hostconf.ResolvConf, hostAfter)
 	}
-	if bytes.Count(mountsAfter, []byte(" "+hostconf.ResolvConf+" ")) != bytes.Count(mountsBefore, []byte(" "+hostconf.ResolvConf+" ")) {
-		t.Errorf("a mount on %s leaked into this mount namespace", hostconf.ResolvConf)
+	// (Other tests may mount namespaces meanwhile: only the mount
+	// points a run mounts on are compared.)
+	for _, at := range []string{hostconf.ResolvConf, "/dev", "/dev/pts", "/dev/shm", "/dev/null", "/proc"} {
+		if bytes.Count(mountsAfter, []byte(" "+at+" ")) != bytes.Count(mountsBefore, []byte(" "+at+" ")) {
+			t.Errorf("a mount on %s leaked into this mount namespace", at)
+		}
+	}
+}
+
+// startIn starts cmd in the network namespace at path, as nothing but
+// that: what a command may leave behind there.
+func startIn(t *testing.T, path string, cmd *exec.Cmd) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		f, err := os.Open(path)
+		if err == nil {
+			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+			f.Close()
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestKillProcessesIn(t *testing.T) {
 	path, _ := testNetns(t)
-	resolv, _ := writeResolvConf(t.TempDir(), addrs("203.0.113.53"), nil)
-	s := &Sandbox{rec: record{NetNS: path}, resolvConf: resolv}
-	// A daemon that outlives its parent: what a command may leave behind.
-	cmd := exec.Command("sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	if err := s.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	s.Wait()
-	var pid int
-	fmt.Sscan(out.String(), &pid)
-	if pid == 0 || unix.Kill(pid, 0) != nil {
-		t.Fatalf("the background sleep (%q) is not running", out.String())
-	}
+	// A daemon the command started: it runs in the namespace.
+	inside := exec.Command("sleep", "60")
+	startIn(t, path, inside)
+	defer inside.Wait()
 	other := exec.Command("sleep", "60") // in this process's namespace: must survive
 	if err := other.Start(); err != nil {
 		t.Fatal(err)
@@ -146,8 +162,8 @@ func TestKillProcessesIn(t *testing.T) {
 	if err := killProcessesIn(path); err != nil {
 		t.Fatal(err)
 	}
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(data), ") Z ") {
-		t.Errorf("process %d in the namespace survived: %s", pid, data)
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", inside.Process.Pid)); err == nil && !strings.Contains(string(data), ") Z ") {
+		t.Errorf("process %d in the namespace survived: %s", inside.Process.Pid, data)
 	}
 	if unix.Kill(other.Process.Pid, 0) != nil {
 		t.Error("a process outside the namespace was killed")

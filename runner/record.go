@@ -121,7 +121,7 @@ func reapStale(ctx context.Context, runDir string, logf func(string, ...any)) {
 		return
 	}
 	for _, e := range ents {
-		if !e.IsDir() || e.Name() == ipamSubdir || checkName(e.Name()) != nil {
+		if !e.IsDir() || e.Name() == ipamSubdir || CheckName(e.Name()) != nil {
 			continue
 		}
 		dir := filepath.Join(runDir, e.Name())

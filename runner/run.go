@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config, cmd *exec.Cmd, stderr io.Writer) int {
 	for {
 		select {
 		case sig := <-sigs:
-			forwardSignal(sig.(syscall.Signal), cmd.Process)
+			forwardSignal(sig.(syscall.Signal), sb)
 		case <-sb.Exited():
 			return detach(ExitStatus(sb.Wait()))
 		}
@@ -90,17 +90,17 @@ func pendingTermination(sigs <-chan os.Signal) (syscall.Signal, bool) {
 }
 
 // forwardSignal passes sig on to the command. The command shares doorman's
-// process group, so when doorman is the foreground job of the terminal on
+// process group (its init drops what it gets other than from Signal), so when doorman is the foreground job of the terminal on
 // stdin, a SIGINT, SIGQUIT or SIGHUP most likely came from that terminal,
 // which has already sent it to the command too: those are not sent twice.
-func forwardSignal(sig syscall.Signal, p *os.Process) {
+func forwardSignal(sig syscall.Signal, sb *Sandbox) {
 	switch sig {
 	case syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP:
 		if foregroundOnTerminal() {
 			return
 		}
 	}
-	p.Signal(sig)
+	sb.Signal(sig)
 }
 
 // foregroundOnTerminal reports whether stdin is a terminal whose

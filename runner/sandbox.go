@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,14 +28,17 @@ type Sandbox struct {
 	resolvConf string
 	stateDir   string
 	logDir     string
+	caRoot     string   // the networks' CA directory (not this network's)
+	secrets    []string // the secret files of the run's policy
 	// trustBundle is the run's trust bundle when its policy inspects
 	// hosts, mounted over trustPaths (see addTrust).
 	trustBundle string
 	trustPaths  []string
 
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has been waited for
-	result error         // what cmd.Wait returned, once exited is closed
+	init    *exec.Cmd     // the command's init (see Init), once started
+	signals *os.File      // the init's signal pipe
+	exited  chan struct{} // closed when init has been waited for
+	result  error         // what init.Wait returned, once exited is closed
 }
 
 // Attach creates the sandbox's namespace and attaches it through the CNI
@@ -88,6 +92,8 @@ func attach(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 		runDir:   c.RunDir,
 		stateDir: c.StateDir,
 		logDir:   c.LogDir,
+		caRoot:   cmp.Or(c.CADir, hostconf.DefaultCADir),
+		secrets:  c.Policy.SecretFiles(),
 	}
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -199,21 +205,34 @@ func (s *Sandbox) Key() string { return s.rec.Name + "-" + IfName }
 // LogFile is the sandbox's decision log.
 func (s *Sandbox) LogFile() string { return filepath.Join(s.logDir, s.Key()+".log") }
 
-// Start starts cmd inside the sandbox: in its network namespace, in a
-// mount namespace of its own where /etc/resolv.conf lists the sandbox's
-// resolvers, as the calling user unless cmd.SysProcAttr.Credential says
-// otherwise. cmd gets SIGKILL if this process dies. Call Wait for its end.
-// A Sandbox runs one command.
+// Start starts cmd inside the sandbox, in a view of the host of its own:
+//
+//   - the sandbox's network namespace;
+//   - a mount namespace of its own (nothing mounted there propagates back)
+//     where /etc/resolv.conf lists the sandbox's resolvers, the trust
+//     bundle (when the policy inspects hosts) is mounted over the host's
+//     bundle paths, doorman's directories (hiddenDirs) are covered by
+//     empty read-only tmpfs mounts and the secret files of credential
+//     injection (secretFiles) by /dev/null, and /dev holds only the
+//     devices every program uses (mountDev);
+//   - a pid namespace of its own, with its own /proc, whose first process
+//     is the run's init (Init: this binary again), which starts cmd with
+//     the capability bounding set keptCaps and passes on what Signal
+//     sends. No process of the host, the sandbox's proxy included, is
+//     visible to cmd.
+//
+// cmd runs as the calling user unless cmd.SysProcAttr.Credential says
+// otherwise (no other SysProcAttr field nor ExtraFiles are supported); cmd
+// itself is not started (its Process stays nil): Exited, Wait and Signal
+// are the run's. The init gets SIGKILL if this process dies, and the
+// command with it. A Sandbox runs one command.
 func (s *Sandbox) Start(cmd *exec.Cmd) error {
-	if s.cmd != nil {
+	if s.init != nil {
 		return errors.New("doorman run: the sandbox already ran a command")
 	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if len(cmd.ExtraFiles) > 0 {
+		return errors.New("doorman run: a command with extra files is not supported")
 	}
-	// Pdeathsig fires when the thread that forked the child ends: the
-	// thread below lives until the command has been waited for.
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if env := s.trustEnv(); env != nil {
 		base := cmd.Env
 		if base == nil {
@@ -221,7 +240,20 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 		}
 		cmd.Env = withEnv(base, env)
 	}
-	started := make(chan error, 1)
+	var keep []string
+	if s.trustBundle != "" {
+		keep = []string{s.trustBundle}
+	}
+	covers, err := resolveCovers(s.hiddenDirs(), s.secretFiles(), keep)
+	if err != nil {
+		return err
+	}
+	type startResult struct {
+		init    *exec.Cmd
+		signals *os.File
+		err     error
+	}
+	started := make(chan startResult, 1)
 	exited := make(chan struct{})
 	go func() {
 		// The thread enters the sandbox's namespaces, so it must never
@@ -232,20 +264,43 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 			err = mountTrust(s.trustBundle, s.trustPaths)
 		}
 		if err == nil {
-			err = cmd.Start()
+			err = mountCovers(covers)
 		}
-		started <- err
+		if err == nil {
+			err = mountDev()
+		}
+		var r startResult
+		if err == nil {
+			r.init, r.signals, err = startInit(cmd)
+		}
+		r.err = err
+		started <- r
 		if err != nil {
 			return
 		}
-		s.result = cmd.Wait()
+		s.result = r.init.Wait()
 		close(exited)
 	}()
-	if err := <-started; err != nil {
-		return err
+	r := <-started
+	if r.err != nil {
+		return r.err
 	}
-	s.cmd, s.exited = cmd, exited
+	s.init, s.signals, s.exited = r.init, r.signals, exited
 	return nil
+}
+
+// Signal passes sig on to the command started by Start.
+func (s *Sandbox) Signal(sig syscall.Signal) error {
+	if s.init == nil {
+		return errors.New("doorman run: no command started")
+	}
+	select {
+	case <-s.exited:
+		return os.ErrProcessDone
+	default:
+	}
+	_, err := s.signals.Write([]byte{byte(sig)})
+	return err
 }
 
 // Exited is closed when the command started by Start has ended (nil
@@ -253,9 +308,11 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 func (s *Sandbox) Exited() <-chan struct{} { return s.exited }
 
 // Wait waits for the command started by Start and returns what
-// exec.Cmd.Wait returned. It may be called from several goroutines.
+// exec.Cmd.Wait returned for its init: the command's exit status, or
+// 128+N for a command that signal N ended (see ExitStatus). It may be
+// called from several goroutines.
 func (s *Sandbox) Wait() error {
-	if s.cmd == nil {
+	if s.init == nil {
 		return errors.New("doorman run: no command started")
 	}
 	<-s.exited
@@ -298,13 +355,14 @@ func enterSandbox(netnsPath, resolvConf string) error {
 // masquerade table and its IPAM data when no other run uses them. It may
 // be called more than once.
 func (s *Sandbox) Detach(ctx context.Context) error {
-	if s.cmd != nil {
+	if s.init != nil {
 		select {
 		case <-s.exited:
 		default:
-			s.cmd.Process.Kill()
+			s.init.Process.Kill()
 			s.Wait()
 		}
+		s.signals.Close()
 	}
 	lock, err := lockRunDir(ctx, s.runDir)
 	if err != nil {

@@ -1,8 +1,8 @@
 package sandbox
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -113,25 +113,12 @@ func ParseCPUWeight(key, value string) (uint64, error) {
 // "proxyLimits" in a CNI conflist entry and in runtime.json:
 // {"memory": "256Mi", "pids": 512, "cpuWeight": 100}. Each value may be a
 // string or a number ("max" for no limit); an absent one is the default.
-// A key it does not know is an error, so that a misspelt limit does not
-// pass silently.
+// The front doors decode it with package strictjson, which refuses a key
+// it does not know, so that a misspelt limit does not pass silently.
 type ProxyLimitsConfig struct {
 	Memory    LimitValue `json:"memory,omitempty"`
 	Pids      LimitValue `json:"pids,omitempty"`
 	CPUWeight LimitValue `json:"cpuWeight,omitempty"`
-}
-
-// UnmarshalJSON decodes c, refusing keys it does not know.
-func (c *ProxyLimitsConfig) UnmarshalJSON(data []byte) error {
-	type plain ProxyLimitsConfig
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var p plain
-	if err := dec.Decode(&p); err != nil {
-		return fmt.Errorf("proxyLimits: %w (want memory, pids, cpuWeight)", err)
-	}
-	*c = ProxyLimitsConfig(p)
-	return nil
 }
 
 // Limits parses c, naming each key as key.memory, key.pids and
@@ -184,7 +171,7 @@ func (v *LimitValue) UnmarshalJSON(data []byte) error {
 	}
 	var n json.Number
 	if err := json.Unmarshal(data, &n); err != nil {
-		return fmt.Errorf("%s: want a number or a string", bytes.TrimSpace(data))
+		return errors.New("want a number or a string")
 	}
 	*v = LimitValue(n.String())
 	return nil

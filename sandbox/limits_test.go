@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/internal/strictjson"
 )
 
 func TestParseMemoryLimit(t *testing.T) {
@@ -75,11 +76,12 @@ func TestProxyLimitsConfig(t *testing.T) {
 	if ProxyLimitsConfigOf(cgroup.Limits{}) != nil {
 		t.Error("no limits: want nil")
 	}
-	if err := json.Unmarshal([]byte(`{"memroy": "64Mi"}`), &c); err == nil || !strings.Contains(err.Error(), "memroy") {
+	// As the front doors decode it.
+	if err := strictjson.Decode("proxyLimits", []byte(`{"memroy": "64Mi"}`), &c); err == nil || !strings.Contains(err.Error(), `proxyLimits "memroy": unknown key`) {
 		t.Errorf("a misspelt key: %v", err)
 	}
-	if err := json.Unmarshal([]byte(`{"pids": true}`), &c); err == nil {
-		t.Error("pids true: want an error")
+	if err := strictjson.Decode("proxyLimits", []byte(`{"pids": true}`), &c); err == nil || err.Error() != `proxyLimits.pids true: want a number or a string` {
+		t.Errorf("pids true: %v", err)
 	}
 	c = ProxyLimitsConfig{Pids: "3"}
 	if _, err := c.Limits("proxyLimits"); err == nil || !strings.Contains(err.Error(), `proxyLimits.pids "3"`) {

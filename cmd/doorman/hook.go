@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/hook"
@@ -20,20 +21,8 @@ const runtimeLinkName = "doorman-runtime"
 func runHook(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("doorman hook", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var opts hook.Options
-	fs.StringVar(&opts.StateDir, "state-dir", "", "sandbox state directory (default /run/doorman)")
-	fs.StringVar(&opts.LogDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
-	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
-	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the container's own resolvers (the servers behind Docker's 127.0.0.11), else the host's /etc/resolv.conf")
-	fs.StringVar(&opts.CADir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca); the hook's containers share <dir>/hook")
-	fs.StringVar(&opts.UpstreamCAFile, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
-	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
-	otlpConfig := fs.String("otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
-	limitsConfig := fs.String("limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize); the defaults if absent")
-	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
-	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
-	var limits proxyLimitFlags
-	limits.register(fs)
+	var f hookFlags
+	f.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: doorman hook [FLAGS] createRuntime|prestart|poststop   (state JSON on stdin)")
 		fs.PrintDefaults()
@@ -41,21 +30,26 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	otlp, err := hostconf.OTLP(*otlpConfig)
-	if err != nil {
+	opts := f.opts
+	if err := checkDirFlags(fs, "state-dir", "log-dir", "ca-dir", "upstream-ca-file"); err != nil {
 		fmt.Fprintln(stderr, "doorman hook:", err)
+		return 2
+	}
+	otlp, err := hostconf.OTLP(f.otlpConfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "doorman hook: --otlp-config:", err)
 		return 1
 	}
 	opts.OTLP = otlp
-	if opts.Limits, err = hostconf.Limits(*limitsConfig); err != nil {
-		fmt.Fprintln(stderr, "doorman hook:", err)
+	if opts.Limits, err = hostconf.Limits(f.limitsConfig); err != nil {
+		fmt.Fprintln(stderr, "doorman hook: --limits-config:", err)
 		return 1
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
 	}
-	if opts.ProxyLimits, err = limits.parse(); err != nil {
+	if opts.ProxyLimits, err = f.limits.parse(); err != nil {
 		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 2
 	}
@@ -64,6 +58,42 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// hookFlags are `doorman hook`'s flags.
+type hookFlags struct {
+	opts                     hook.Options
+	otlpConfig, limitsConfig string
+	limits                   proxyLimitFlags
+}
+
+func (f *hookFlags) register(fs *flag.FlagSet) {
+	opts := &f.opts
+	fs.StringVar(&opts.StateDir, "state-dir", "", "sandbox state directory (default /run/doorman)")
+	fs.StringVar(&opts.LogDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
+	fs.StringVar(&opts.DefaultPolicy, "default-policy", hook.DefaultPolicyFile, "policy for containers without doorman.io/* annotations")
+	fs.StringVar(&opts.UpstreamResolver, "upstream-resolver", "", "DNS server (`addr[:port]`) the proxy resolves allowed names with; default the container's own resolvers (the servers behind Docker's 127.0.0.11), else the host's /etc/resolv.conf")
+	fs.StringVar(&opts.CADir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca); the hook's containers share <dir>/hook")
+	fs.StringVar(&opts.UpstreamCAFile, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
+	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
+	fs.StringVar(&f.otlpConfig, "otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
+	fs.StringVar(&f.limitsConfig, "limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize); the defaults if absent")
+	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
+	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
+	f.limits.register(fs)
+}
+
+// checkDirFlags refuses a value of the named flags (paths on the host)
+// that is not a clean absolute path: the front doors' processes run in
+// directories of their runtime's choosing.
+func checkDirFlags(fs *flag.FlagSet, names ...string) error {
+	for _, n := range names {
+		v := fs.Lookup(n).Value.String()
+		if v != "" && (!filepath.IsAbs(v) || filepath.Clean(v) != v) {
+			return fmt.Errorf("--%s %q: want a clean absolute path", n, v)
+		}
+	}
+	return nil
 }
 
 // runRuntime is the runc wrapper: every argument is runc's.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/plugin"
+	"github.com/doorman-net/doorman/runner"
 )
 
 // command is one subcommand: it parses its own flags from args and returns
@@ -55,6 +56,10 @@ var version = "dev"
 
 func main() {
 	phasetrace.Mark("main")
+	// `doorman run` starts this binary again as its command's init.
+	if os.Args[0] == runner.InitArg0 {
+		os.Exit(runner.Init())
+	}
 	// A runtime calls CNI plugins with CNI_COMMAND set and the network
 	// configuration on stdin; the arguments carry nothing.
 	if os.Getenv("CNI_COMMAND") != "" {

@@ -44,7 +44,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logDir, "log-dir", "", "decision log directory (default /var/log/doorman)")
 	fs.StringVar(&f.runDir, "run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
 	fs.StringVar(&f.limits, "limits", "", "`file` of the proxy's caps (JSON, the keys of /etc/doorman/limits.json); each key given wins over that file's")
-	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can undo its own sandbox")
+	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can write the host's files")
 	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file inspects, is <dir>/<bridge>")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
@@ -62,8 +62,11 @@ Runs COMMAND in a fresh network namespace attached through doorman's CNI chain
 allows, and its DNS only the resolvers. The exit status is COMMAND's (125: doorman
 failed, 126: COMMAND could not start, 127: COMMAND not found). SIGINT, SIGTERM,
 SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to COMMAND; when it ends the
-sandbox is torn down. Needs root; COMMAND runs as root unless --user is given, and
-a root COMMAND can undo its own sandbox (see README, Security notes).
+sandbox is torn down. Needs root. COMMAND runs in pid and mount namespaces of its
+own that hide doorman's CA keys, state, logs, /etc/doorman and secret files, the
+host's processes and its disks, with Docker's default capabilities when it runs as
+root (the default; --user gives another user). A root COMMAND still writes the
+host's files: prefer --user (see README, Security notes).
 
 Flags:`
 
@@ -93,12 +96,19 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "doorman run: %v\n", err)
 		return runner.ExitFailed
 	}
-	if os.Geteuid() != 0 {
-		return fail(errors.New("needs root: it creates a network namespace and runs CNI plugins"))
+	var cred *syscall.Credential
+	if f.user != "" {
+		var err error
+		if cred, err = credential(f.user); err != nil {
+			return fail(fmt.Errorf("--user: %w", err))
+		}
 	}
 	cfg, err := f.config(stderr)
 	if err != nil {
 		return fail(err)
+	}
+	if os.Geteuid() != 0 {
+		return fail(errors.New("needs root: it creates a network namespace and runs CNI plugins"))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if cmd.Err != nil {
@@ -106,11 +116,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return runner.ExitNotFound
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
-	if f.user != "" {
-		cred, err := credential(f.user)
-		if err != nil {
-			return fail(fmt.Errorf("--user: %w", err))
-		}
+	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	return runner.Run(context.Background(), cfg, cmd, stderr)
@@ -118,6 +124,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 
 // config is the run's runner.Config, each flag parsed once.
 func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
+	for _, d := range []struct{ flag, value string }{
+		{"state-dir", f.stateDir}, {"log-dir", f.logDir}, {"run-dir", f.runDir},
+		{"ca-dir", f.caDir}, {"upstream-ca-file", f.upstreamCA},
+	} {
+		if d.value != "" && (!filepath.IsAbs(d.value) || filepath.Clean(d.value) != d.value) {
+			return runner.Config{}, fmt.Errorf("--%s %q: want a clean absolute path", d.flag, d.value)
+		}
+	}
 	cfg := runner.Config{
 		Name: f.name, AllowICMP: f.allowICMP, Bridge: f.bridge,
 		StateDir: f.stateDir, LogDir: f.logDir, RunDir: f.runDir, CADir: f.caDir, UpstreamCAFile: f.upstreamCA,
@@ -150,6 +164,15 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if len(ups) > 0 {
 		cfg.UpstreamResolver = ups[0]
 	}
+	if err := runner.CheckName(f.name); f.name != "" && err != nil {
+		return cfg, fmt.Errorf("--name: %w", err)
+	}
+	if err := runner.CheckBridgeName(f.bridge); err != nil {
+		return cfg, fmt.Errorf("--bridge: %w", err)
+	}
+	if err := runner.CheckSubnets(cfg.Subnets); err != nil {
+		return cfg, fmt.Errorf("--subnet: %w", err)
+	}
 	if f.cniPath != "" {
 		cfg.CNIPath = filepath.SplitList(f.cniPath)
 	}
@@ -164,6 +187,11 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	}
 	if cfg.ProxyLimits, err = f.proxyLimits.parse(); err != nil {
 		return cfg, err
+	}
+	if f.cniPath != "" {
+		if _, err := runner.FindPlugins(cfg.CNIPath); err != nil {
+			return cfg, fmt.Errorf("--cni-path %q: %w", f.cniPath, err)
+		}
 	}
 	return cfg, nil
 }

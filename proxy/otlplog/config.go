@@ -2,8 +2,10 @@ package otlplog
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -84,20 +86,30 @@ func (c Config) Validate() error {
 	return err
 }
 
+// SettingError is a setting Validate refuses: Key names it as FileConfig
+// does ("endpoint", "insecure", "queueSize", "headers" followed by the
+// header's name), Value is the value as written, Why says why. A front
+// door whose keys are others (a conflist's otlpEndpoint) renames Key.
+type SettingError struct {
+	Key, Value, Why string
+}
+
+func (e *SettingError) Error() string { return fmt.Sprintf("%s %s: %s", e.Key, e.Value, e.Why) }
+
 // validate checks the numbers and headers of c (after withDefaults).
 func (c Config) validate() error {
 	if c.QueueSize < 0 {
-		return fmt.Errorf("otlp queue size %d: must not be negative", c.QueueSize)
+		return &SettingError{Key: "queueSize", Value: strconv.Itoa(c.QueueSize), Why: "must not be negative"}
 	}
 	if c.ExportTimeout < 0 {
-		return fmt.Errorf("otlp export timeout %v: must not be negative", c.ExportTimeout)
+		return &SettingError{Key: "exportTimeout", Value: c.ExportTimeout.String(), Why: "must not be negative"}
 	}
 	if c.ReportInterval < 0 {
-		return fmt.Errorf("otlp report interval %v: must not be negative", c.ReportInterval)
+		return &SettingError{Key: "reportInterval", Value: c.ReportInterval.String(), Why: "must not be negative"}
 	}
-	for k := range c.Headers {
+	for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
-			return fmt.Errorf("otlp header %q: not a valid header name", k)
+			return &SettingError{Key: "headers", Value: strconv.Quote(k), Why: "not a valid header name"}
 		}
 	}
 	return nil
@@ -108,7 +120,7 @@ func (c Config) validate() error {
 // from OTEL_EXPORTER_OTLP_* variables).
 func endpointURL(endpoint string, insecure bool) (*url.URL, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("otlp endpoint %q: %s (want a URL like http://127.0.0.1:4318 or host:port)", endpoint, why)
+		return &SettingError{Key: "endpoint", Value: strconv.Quote(endpoint), Why: why + " (want a URL like http://127.0.0.1:4318 or host:port)"}
 	}
 	if strings.Contains(endpoint, "://") {
 		u, err := url.Parse(endpoint)

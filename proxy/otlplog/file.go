@@ -1,14 +1,16 @@
 package otlplog
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/doorman-net/doorman/internal/strictjson"
 )
 
-// fileConfig is the JSON form of the export settings, as in a host-wide
+// FileConfig is the JSON form of the export settings (its keys are the
+// Key of a SettingError), as in a host-wide
 // /etc/doorman/otlp.json or the per-sandbox file the enforcement core
 // writes:
 //
@@ -17,7 +19,7 @@ import (
 //
 // A file keeps the headers (often a token) out of the proxy's command
 // line, which every user of the host can read in /proc.
-type fileConfig struct {
+type FileConfig struct {
 	Endpoint  string            `json:"endpoint"`
 	Insecure  bool              `json:"insecure,omitempty"`
 	Headers   map[string]string `json:"headers,omitempty"`
@@ -25,21 +27,16 @@ type fileConfig struct {
 }
 
 // LoadFile reads export settings from the JSON file at path (see
-// fileConfig for the keys; any other key is an error). An empty or absent
+// FileConfig for the keys; any other key is an error). An empty or absent
 // "endpoint" disables export. The caller sets Config.Sandbox.
 func LoadFile(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("otlp settings: %w", err)
 	}
-	var f fileConfig
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	var f FileConfig
+	if err := strictjson.Decode("", data, &f); err != nil {
 		return Config{}, fmt.Errorf("otlp settings %s: %w", path, err)
-	}
-	if dec.More() {
-		return Config{}, fmt.Errorf("otlp settings %s: more than one JSON value", path)
 	}
 	c := Config{Endpoint: f.Endpoint, Insecure: f.Insecure, Headers: f.Headers, QueueSize: f.QueueSize}
 	if err := c.Validate(); err != nil {
@@ -55,7 +52,7 @@ func WriteFile(path string, c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(fileConfig{Endpoint: c.Endpoint, Insecure: c.Insecure, Headers: c.Headers, QueueSize: c.QueueSize}, "", "  ")
+	data, err := json.MarshalIndent(FileConfig{Endpoint: c.Endpoint, Insecure: c.Insecure, Headers: c.Headers, QueueSize: c.QueueSize}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@
 package proxyconf
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 )
 
@@ -139,14 +139,15 @@ type Duration time.Duration
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
 // UnmarshalText parses text with time.ParseDuration; negative durations
-// are refused.
+// are refused. The error says why, not what: the caller names the key
+// and the value.
 func (d *Duration) UnmarshalText(text []byte) error {
 	v, err := time.ParseDuration(string(text))
 	if err != nil {
-		return err
+		return errors.New(`want a duration such as "10s", "1m30s" or "0s"`)
 	}
 	if v < 0 {
-		return fmt.Errorf("negative duration %s", text)
+		return errors.New("a negative duration")
 	}
 	*d = Duration(v)
 	return nil
@@ -171,21 +172,30 @@ func (c Config) Validate() error {
 	case len(c.Listeners.TCP) == 0 && len(c.Listeners.Addrs) == 0:
 		return errors.New("no listener: give listeners.tcp or listeners.addrs")
 	}
-	for _, fd := range append(append(append([]int(nil), c.Listeners.TCP...), c.Listeners.DNSUDP...), c.Listeners.DNSTCP...) {
-		if fd < 3 {
-			return fmt.Errorf("listeners: %d is not an inherited descriptor (3 or above)", fd)
+	for _, l := range []struct {
+		key string
+		fds []int
+	}{{"tcp", c.Listeners.TCP}, {"dnsUDP", c.Listeners.DNSUDP}, {"dnsTCP", c.Listeners.DNSTCP}} {
+		for i, fd := range l.fds {
+			if fd < 3 {
+				return fmt.Errorf("listeners.%s[%d] %d: not an inherited descriptor (3 or above)", l.key, i, fd)
+			}
 		}
 	}
 	if err := c.OTLP.Config().Validate(); err != nil {
+		var se *otlplog.SettingError
+		if errors.As(err, &se) {
+			return fmt.Errorf("otlp.%w", err)
+		}
 		return fmt.Errorf("otlp: %w", err)
 	}
-	for _, n := range c.ClusterNames {
+	for i, n := range c.ClusterNames {
 		if d, err := conf.NormalizeName(n.Domain); err != nil || d != n.Domain || d == "" {
-			return fmt.Errorf("clusterNames: domain %q: want a DNS name in canonical form, such as cluster.local", n.Domain)
+			return fmt.Errorf("clusterNames[%d].domain %q: want a DNS name in canonical form, such as cluster.local", i, n.Domain)
 		}
-		for _, p := range n.Prefixes {
+		for j, p := range n.Prefixes {
 			if !p.IsValid() || p.Masked() != p {
-				return fmt.Errorf("clusterNames: %s: prefix %v: want a CIDR prefix without host bits", n.Domain, p)
+				return fmt.Errorf("clusterNames[%d].prefixes[%d] %q: want a CIDR prefix without host bits", i, j, p)
 			}
 		}
 	}
@@ -209,13 +219,8 @@ func Load(path string) (Config, error) {
 // decode parses and validates one config file's content.
 func decode(data []byte) (Config, error) {
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := strictjson.Decode("", data, &c); err != nil {
 		return Config{}, err
-	}
-	if dec.More() {
-		return Config{}, errors.New("more than one JSON value")
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
