@@ -3,11 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -24,8 +26,9 @@ const previousRunView = "8feb24a0848883375a1dac75813d736f8282143f"
 // key, a secret file of credential injection, the live policy file in
 // the state directory, /etc/doorman's files, and the proxy's /proc
 // entries (its environment, its cmdline, the host's files through its
-// root), the host's disks through /dev, and, for root, after unmounting
-// what covers the CA directory. The same probes against the doorman of
+// root), the host's disks through /dev, a daemon's control socket under
+// /run (a way into the host's network namespace), and, for root, after
+// unmounting what covers the CA directory. The same probes against the doorman of
 // previousRunView read them: the probes can fail.
 func TestRunHidesHost(t *testing.T) {
 	skipUnlessRoot(t)
@@ -48,7 +51,7 @@ func TestRunHidesHost(t *testing.T) {
 				}
 				// What the previous view let the command read: for
 				// root everything; for nobody what is world-readable.
-				want := []string{"secret", "etc-secret", "etc-policy", "proxy-cmdline"}
+				want := []string{"secret", "etc-secret", "etc-policy", "proxy-cmdline", "host-socket"}
 				if user == "root" {
 					want = append(want, "ca-key", "state-policy", "proxy-environ", "proxy-root", "block-device", "ca-key-after-umount")
 				}
@@ -107,6 +110,27 @@ func runViewProbes(t *testing.T, bin, user string) []string {
 		return w
 	}
 
+	// A daemon's control socket in the host's /run, open to everyone (as
+	// docker.sock is to its group): it counts the connections it gets.
+	sock := filepath.Join("/run", fmt.Sprintf("dm-run-view-%d-%s.sock", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close(); os.Remove(sock) })
+	os.Chmod(sock, 0o666)
+	var socketConns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			socketConns.Add(1)
+			c.Close()
+		}
+	}()
+
 	// A probe prints its label when it read what it aimed at: the marker
 	// of a file, or anything at all of a /proc entry or a device.
 	probes := []struct{ label, script string }{
@@ -119,6 +143,7 @@ func runViewProbes(t *testing.T, bin, user string) []string {
 		{"proxy-cmdline", `[ -n "$(tr -d '\0' < /proc/$PROXY/cmdline)" ]`},
 		{"proxy-root", `grep -q sk-ant-view-secret "/proc/$PROXY/root$SECRET"`},
 		{"block-device", `for b in $(find /dev -type b); do head -c 4096 $b | od | grep -q . && exit 0; done; exit 1`},
+		{"host-socket", `python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$SOCK"`},
 		{"ca-key-after-umount", `umount "$CA"; grep -q "PRIVATE KEY" "$CA/doorman-run0/ca.key"`},
 	}
 	script := `echo ready; while [ ! -s "$GATE" ]; do sleep 0.05; done; PROXY=$(cat "$GATE")` + "\n"
@@ -131,7 +156,7 @@ func runViewProbes(t *testing.T, bin, user string) []string {
 		flags = append(flags, "--user", user)
 	}
 	name := runName()
-	s := e.start(name, flags, "env", "CA="+caDir, "SECRET="+secret, "STATE="+e.stateDir, "GATE="+gate, "sh", "-c", script)
+	s := e.start(name, flags, "env", "CA="+caDir, "SECRET="+secret, "STATE="+e.stateDir, "GATE="+gate, "SOCK="+sock, "sh", "-c", script)
 	states, err := sandbox.List(e.stateDir)
 	if err != nil || len(states) != 1 || states[0].PID == 0 {
 		t.Fatalf("the run's sandbox: %v, %v", states, err)
@@ -148,6 +173,10 @@ func runViewProbes(t *testing.T, bin, user string) []string {
 		if l, ok := strings.CutPrefix(line, "READ "); ok {
 			read = append(read, l)
 		}
+	}
+	// Measured at the socket, not taken from the probe.
+	if n := socketConns.Load(); n > 0 != slices.Contains(read, "host-socket") {
+		t.Errorf("the host's socket got %d connections, the probe says %v", n, read)
 	}
 	e.assertNothingLeft(name)
 	return read

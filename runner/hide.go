@@ -150,6 +150,13 @@ func mountCovers(covers []cover) error {
 // dir, as the host has them) back at its own path, and makes the tmpfs
 // read-only.
 func coverDir(dir string, keep []string) error {
+	return tmpfsOver(dir, keep, "mode=0755,size=64k", true)
+}
+
+// tmpfsOver mounts a tmpfs with options over dir, binds each of keep
+// (files below dir, as the host has them) back at its own path,
+// read-only, and, if readOnly, makes the tmpfs read-only.
+func tmpfsOver(dir string, keep []string, options string, readOnly bool) error {
 	// The kept files are opened before the tmpfs hides them.
 	var fds []int
 	defer func() {
@@ -165,7 +172,7 @@ func coverDir(dir string, keep []string) error {
 		fds = append(fds, fd)
 	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "mode=0755,size=64k"); err != nil {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, options); err != nil {
 		return fmt.Errorf("mount a tmpfs over it: %w", err)
 	}
 	for i, k := range keep {
@@ -178,6 +185,9 @@ func coverDir(dir string, keep []string) error {
 		if err := bindReadOnly(fdPath(fds[i]), k); err != nil {
 			return err
 		}
+	}
+	if !readOnly {
+		return nil
 	}
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
 		return fmt.Errorf("make its tmpfs read-only: %w", err)
@@ -199,6 +209,42 @@ func bindReadOnly(src, dst string) error {
 // fdPath names an open file descriptor of this process (an O_PATH one
 // included): a mount's source that no later mount can hide.
 func fdPath(fd int) string { return fmt.Sprintf("/proc/self/fd/%d", fd) }
+
+// runDirs are the directories where the host's daemons keep their
+// control sockets (dockerd, containerd, Podman, CRI-O, systemd, D-Bus):
+// a command that reaches one of them acts in the host's network
+// namespace (a `docker run --network host`, a transient systemd unit),
+// outside the sandbox. The network namespace does not scope filesystem
+// sockets, so the command gets an empty /run of its own instead.
+var runDirs = []string{"/run", "/var/run"}
+
+// mountRun mounts, in the calling thread's mount namespace (the
+// command's own), an empty writable tmpfs over each of runDirs that is a
+// directory of its own (on most hosts /var/run is a link to /run), and
+// binds each of keep that is below it back at its own path, read-only.
+func mountRun(keep []string) error {
+	seen := map[string]bool{}
+	for _, d := range runDirs {
+		real, err := filepath.EvalSymlinks(d)
+		if errors.Is(err, os.ErrNotExist) || seen[real] {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("give the command a /run of its own: %w", err)
+		}
+		seen[real] = true
+		var under []string
+		for _, k := range keep {
+			if rk, err := filepath.EvalSymlinks(k); err == nil && below(rk, real) {
+				under = append(under, rk)
+			}
+		}
+		if err := tmpfsOver(real, under, "mode=0755,size=16m", false); err != nil {
+			return fmt.Errorf("give the command a %s of its own: %w", real, err)
+		}
+	}
+	return nil
+}
 
 // devNodes are the device nodes of the command's /dev: the ones every
 // program may open, as in a container. No disk, memory or other hardware

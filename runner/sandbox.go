@@ -213,8 +213,9 @@ func (s *Sandbox) LogFile() string { return filepath.Join(s.logDir, s.Key()+".lo
 //     bundle (when the policy inspects hosts) is mounted over the host's
 //     bundle paths, doorman's directories (hiddenDirs) are covered by
 //     empty read-only tmpfs mounts and the secret files of credential
-//     injection (secretFiles) by /dev/null, and /dev holds only the
-//     devices every program uses (mountDev);
+//     injection (secretFiles) by /dev/null, /run is an empty tmpfs of
+//     its own, without the host's daemons' sockets (mountRun), and /dev
+//     holds only the devices every program uses (mountDev);
 //   - a pid namespace of its own, with its own /proc, whose first process
 //     is the run's init (Init: this binary again), which starts cmd with
 //     the capability bounding set keptCaps and passes on what Signal
@@ -265,6 +266,9 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 		}
 		if err == nil {
 			err = mountCovers(covers)
+		}
+		if err == nil {
+			err = mountRun(keep)
 		}
 		if err == nil {
 			err = mountDev()
