@@ -39,6 +39,8 @@ type runEnv struct {
 	stateDir, logDir, runDir string
 	caFile                   string
 	names                    []string // every sandbox name run, for cleanUp
+	// bin is the doorman binary run; "" for the one under test.
+	bin string
 }
 
 func newRunEnv(t *testing.T) *runEnv {
@@ -93,7 +95,11 @@ func (e *runEnv) command(ctx context.Context, name string, flags []string, argv 
 		args = append(args, "--subnet", runTestSubnet)
 	}
 	args = append(append(args, "--"), argv...)
-	return e.net.HostCommand(ctx, doormanBin(), args...)
+	bin := e.bin
+	if bin == "" {
+		bin = doormanBin()
+	}
+	return e.net.HostCommand(ctx, bin, args...)
 }
 
 // runResult is what one `doorman run` did.
