@@ -42,7 +42,9 @@
 //     normalized it, which is what the rules judged. Deny rules match
 //     every spelling of a request an origin may route to the same
 //     handler, allow rules only its canonical spelling (see conf,
-//     "One request, many spellings").
+//     "One request, many spellings"). What only a proxy in front of the
+//     origin may say is dropped, however its name is spelled: Forwarded,
+//     X-Forwarded-*, and the path overrides X-Original-URL and kin.
 //   - If a body rule applies, a body of at most the host's limit (413
 //     otherwise), not content-encoded.
 //

@@ -137,7 +137,25 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
+	dropProxyHeaders(r.Header)
 	s.relay(sw, r, sc, rec, req.Body)
+}
+
+// dropProxyHeaders removes what only a proxy in front of the origin may
+// say, however the client spelled its name ('_' for '-', which CGI, WSGI,
+// Rack and PHP read alike): Forwarded and X-Forwarded-* (the client's
+// address, the host, the prefix Spring puts before the path), and the
+// path overrides X-Original-URL, X-Original-URI, X-Rewrite-URL and
+// X-Envoy-Original-Path, with which IIS, Symfony and Zend route a
+// request to another path than the one the rules judged.
+func dropProxyHeaders(h http.Header) {
+	for k := range h {
+		switch key := strings.ToLower(strings.ReplaceAll(k, "_", "-")); {
+		case key == "forwarded", strings.HasPrefix(key, "x-forwarded-"),
+			key == "x-original-url", key == "x-original-uri", key == "x-rewrite-url", key == "x-envoy-original-path":
+			delete(h, k)
+		}
+	}
 }
 
 // readBody reads at most limit+1 bytes of a request's body, in one

@@ -272,3 +272,35 @@ func rawH2(t *testing.T, b *bed, sp reqSpelling) string {
 		}
 	}
 }
+
+// TestPathOverridesDropped: headers with which an origin would route a
+// request to another path than the one judged (X-Original-URL and kin,
+// X-Forwarded-Prefix), or take the client for another, never reach it,
+// however their names are spelled.
+func TestPathOverridesDropped(t *testing.T) {
+	b := newBed(t, "api.example.test\ninspect api.example.test deny /admin\n", false)
+	hdrs := [][2]string{
+		{"X-Original-URL", "/admin"}, {"X_Original_URL", "/admin"}, {"X-Rewrite-URL", "/admin"}, {"x_rewrite_url", "/admin"},
+		{"X-Original-URI", "/admin"}, {"X-Envoy-Original-Path", "/admin"}, {"X-Forwarded-Prefix", "/admin"},
+		{"X_Forwarded_For", "10.0.0.1"}, {"X-Forwarded-Host", "admin.example.test"}, {"Forwarded", "for=10.0.0.1"},
+	}
+	for _, h2 := range []bool{false, true} {
+		sp := reqSpelling{"GET", "/public", hdrs}
+		var got string
+		if h2 {
+			got = rawH2(t, b, sp)
+		} else {
+			got = rawH1Spelling(t, b, sp)
+		}
+		h, _ := b.seen.last()
+		if h == nil {
+			t.Fatalf("h2=%v: GET /public did not reach the upstream (%s)", h2, got)
+		}
+		for k := range h {
+			if key := strings.ToLower(strings.ReplaceAll(k, "_", "-")); strings.HasPrefix(key, "x-forwarded-") || strings.HasPrefix(key, "x-original-") ||
+				key == "x-rewrite-url" || key == "forwarded" || key == "x-envoy-original-path" {
+				t.Errorf("h2=%v: the upstream got %s: %q", h2, k, h[k])
+			}
+		}
+	}
+}
