@@ -33,9 +33,9 @@ import (
 //     byte a path cannot hold raw encoded. The origin receives what was
 //     judged.
 //   - Matched by deny rules under every spelling (loose matching): the
-//     path as decoded once and twice, each also after NFKC normalization,
-//     and each of those also with everything after an encoded '?' or '#'
-//     cut, path parameters (";...") dropped from every segment, trailing
+//     path as decoded once, decoded again and NFKC-normalized (in either
+//     order, since NFKC turns '％' into '%'), and each of those also with
+//     everything after an encoded '?' or '#' cut, path parameters (";...") dropped from every segment, trailing
 //     dots and spaces dropped from every segment and repeated slashes
 //     merged; each with its trailing slash dropped or added; compared to
 //     the rule with Unicode case folded. The method in any case, HEAD as
@@ -51,10 +51,10 @@ import (
 //     on a host whose default is deny it is refused (and the judgement's
 //     reason says why). A rule without a path (or method) condition has
 //     no path (or method) to be misread, and matches whatever the
-//     spelling of it. Allow rules match
-//     the path's case exactly, every value of a query key or header
-//     (whatever the case or the '_' of its name), and a JSON key only
-//     where no other key of its object differs from it in case alone.
+//     spelling of it. Allow rules match the path's case exactly, every
+//     value of a query key or header (whatever the case or the '_' of its
+//     name), and a JSON key only where no other key of its object differs
+//     from it in case alone.
 
 // maxDecodings is how many times a path may decode to something new
 // before it is refused: once is the rule, twice is what an origin that
@@ -115,12 +115,12 @@ func ParseTarget(target string) (Target, error) {
 }
 
 // NormalizePath is the loosest spelling of a percent-decoded path that
-// deny rules match (compared with the rule's path case-folded): decoded
-// again while that changes anything, NFKC-normalized, cut at an encoded
-// '?' or '#', path parameters and trailing dots and spaces of segments
-// dropped, repeated slashes merged, case folded. Two paths with the same
-// NormalizePath are one resource to some origin. A path refused outright
-// (see ParseTarget) normalizes all the same.
+// deny rules match (compared with the rule's path case-folded):
+// NFKC-normalized and decoded again while that changes anything, cut at
+// an encoded '?' or '#', path parameters and trailing dots and spaces of
+// segments dropped, repeated slashes merged, case folded. Two paths with
+// the same NormalizePath are one resource to some origin. A path refused
+// outright (see ParseTarget) normalizes all the same.
 func NormalizePath(path string) string {
 	p := path
 	for i := 0; i < 8; i++ { // bounded: the path is refused past maxDecodings anyway
