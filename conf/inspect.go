@@ -367,8 +367,10 @@ type Request struct {
 	parsed  any
 	parseOK bool
 	bodyErr error
-	// spellings caches the request's spellings (see spell).
-	spellings *spellings
+	// spellings caches the request's spellings (see spell), once
+	// spelled is set.
+	spellings spellings
+	spelled   bool
 }
 
 // json returns the request body as JSON, parsing it once.
@@ -453,9 +455,7 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 			for _, m := range sp.methods {
 				if slices.Contains(r.Methods, m.s) {
 					found = true
-					if m.how != "" {
-						hows = append(hows, m.how)
-					}
+					hows = append(hows, m.how...)
 					break
 				}
 			}
@@ -493,7 +493,7 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 	for _, h := range r.Header {
 		if !matchValues(h.Glob, loose, func(yield func(k string, vs []string) bool) {
 			for k, vs := range req.Header {
-				if headerKey(k) == headerKey(h.Key) && !yield(k, vs) {
+				if SameHeaderName(k, h.Key) && !yield(k, vs) {
 					return
 				}
 			}
@@ -505,21 +505,34 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 }
 
 // matchPathLoose reports whether the rule's path matches a spelling of
-// the request's path, case folded, and how that spelling differs.
+// the request's path (as it is, and with its trailing slash dropped or
+// added), case folded, and how that spelling differs from the one sent.
 func (r *Rule) matchPathLoose(req *Request) (bool, string) {
 	pattern := fold(r.Path)
+	// Only a pattern that ends in '/' or '*' can match a path with a
+	// slash added: the spelling is built only then.
+	addSlash := strings.HasSuffix(pattern, "/") || strings.HasSuffix(pattern, "*")
 	for _, p := range req.spell().paths {
-		if !matchPath(pattern, p.folded) {
+		s, folded, note := p.s, p.folded, ""
+		ok := matchPath(pattern, folded)
+		if !ok && len(s) > 1 && strings.HasSuffix(s, "/") {
+			s, folded, note = s[:len(s)-1], folded[:len(folded)-1], "trailing slash dropped"
+			ok = matchPath(pattern, folded)
+		} else if !ok && addSlash && !strings.HasSuffix(s, "/") {
+			s, folded, note = s+"/", folded+"/", "trailing slash added"
+			ok = matchPath(pattern, folded)
+		}
+		if !ok {
 			continue
 		}
-		how := p.how
-		if !matchPath(r.Path, p.s) {
-			if how != "" {
-				how += ", "
-			}
-			how += "case folded"
+		how := slices.Clone(p.how)
+		if note != "" {
+			how = append(how, note)
 		}
-		return true, how
+		if !matchPath(r.Path, s) {
+			how = append(how, "case folded")
+		}
+		return true, strings.Join(how, ", ")
 	}
 	return false, ""
 }

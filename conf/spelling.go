@@ -397,10 +397,10 @@ func oddPath(escaped string, forms []pathForm) string {
 }
 
 // spelled is one spelling of a request's path or method, and how it
-// differs from what the client sent ("" if it does not).
+// differs from what the client sent (nothing if it does not).
 type spelled struct {
 	s, folded string
-	how       string
+	how       []string
 }
 
 // spellings is what judging a request needs of its spellings, worked out
@@ -412,26 +412,55 @@ type spellings struct {
 	// not in their canonical spelling, which allow rules with a path or
 	// method condition need; "" if they are.
 	oddPath, oddMethod string
-	// paths and methods are the spellings deny rules match.
-	paths   []spelled
-	methods []spelled
+	// paths and methods are the spellings deny rules match: paths
+	// without toggling the trailing slash, which matchPathLoose does.
+	paths     []spelled
+	methods   []spelled
+	methodBuf [3]spelled
 }
 
 // methodOverrides are the headers with which frameworks let a request
-// name another method (compared by headerKey).
+// name another method (compared by SameHeaderName).
 var methodOverrides = []string{"x-http-method-override", "x-http-method", "x-method-override"}
 
-// headerKey is a header name as origins that map '_' to '-' (CGI, WSGI,
-// Rack, PHP) and ignore case read it.
-func headerKey(k string) string { return strings.ToLower(strings.ReplaceAll(k, "_", "-")) }
+// SameHeaderName reports whether two header names are one to origins
+// that ignore case and read '_' as '-' (CGI, WSGI, Rack, PHP), without
+// allocating: the relay calls it for every header of every request.
+func SameHeaderName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if headerByte(a[i]) != headerByte(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// HasHeaderPrefix is strings.HasPrefix for header names compared as
+// SameHeaderName compares them.
+func HasHeaderPrefix(name, prefix string) bool {
+	return len(name) >= len(prefix) && SameHeaderName(name[:len(prefix)], prefix)
+}
+
+func headerByte(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
+}
 
 // spell works out a request's spellings.
 func (r *Request) spell() *spellings {
-	if r.spellings != nil {
-		return r.spellings
+	sp := &r.spellings
+	if r.spelled {
+		return sp
 	}
-	sp := &spellings{}
-	r.spellings = sp
+	r.spelled = true
 	if r.Path != "" {
 		forms, why := pathForms(r.Path)
 		if why != "" {
@@ -442,11 +471,16 @@ func (r *Request) spell() *spellings {
 		sp.paths = pathSpellings(forms)
 	}
 	// Methods: as sent, upper case, HEAD as GET, overrides.
+	sp.methods = sp.methodBuf[:0]
 	addMethod := func(m, how string) {
 		if m == "" || slices.ContainsFunc(sp.methods, func(s spelled) bool { return s.s == m }) {
 			return
 		}
-		sp.methods = append(sp.methods, spelled{s: m, how: how})
+		sm := spelled{s: m}
+		if how != "" {
+			sm.how = []string{how}
+		}
+		sp.methods = append(sp.methods, sm)
 	}
 	addMethod(r.Method, "")
 	up := strings.ToUpper(r.Method)
@@ -471,7 +505,7 @@ func (r *Request) spell() *spellings {
 	}
 	for k, vs := range r.Header {
 		for _, o := range methodOverrides {
-			if headerKey(k) == o {
+			if SameHeaderName(k, o) {
 				for _, v := range vs {
 					override(k, v)
 				}
@@ -490,30 +524,19 @@ func (r *Request) spell() *spellings {
 
 // pathSpellings lists the spellings of a path that deny rules match, the
 // one sent first, each once: every reading of it, as it is and with
-// structural applied, each with its trailing slash as it is, dropped or
-// added.
+// structural applied (matchPathLoose adds the trailing slash's).
 func pathSpellings(forms []pathForm) []spelled {
 	out := make([]spelled, 0, 2*len(forms))
 	add := func(p string, how []string) {
 		if p == "" || slices.ContainsFunc(out, func(s spelled) bool { return s.s == p }) {
 			return
 		}
-		out = append(out, spelled{s: p, folded: fold(p), how: strings.Join(how, ", ")})
+		out = append(out, spelled{s: p, folded: fold(p), how: how})
 	}
 	for _, f := range forms {
-		s, sh := structural(f.s)
-		for _, c := range []struct {
-			p   string
-			how []string
-		}{{f.s, f.how}, {s, append(append([]string(nil), f.how...), sh...)}} {
-			add(c.p, c.how)
-			switch {
-			case c.p == "/":
-			case strings.HasSuffix(c.p, "/"):
-				add(strings.TrimSuffix(c.p, "/"), append(append([]string(nil), c.how...), "trailing slash dropped"))
-			default:
-				add(c.p+"/", append(append([]string(nil), c.how...), "trailing slash added"))
-			}
+		add(f.s, f.how)
+		if s, sh := structural(f.s); s != f.s {
+			add(s, append(slices.Clone(f.how), sh...))
 		}
 	}
 	return out

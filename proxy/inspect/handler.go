@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -141,6 +142,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.relay(sw, r, sc, rec, req.Body)
 }
 
+// proxyHeaders are what dropProxyHeaders drops, besides X-Forwarded-*.
+var proxyHeaders = []string{"forwarded", "x-original-url", "x-original-uri", "x-rewrite-url", "x-envoy-original-path"}
+
 // dropProxyHeaders removes what only a proxy in front of the origin may
 // say, however the client spelled its name ('_' for '-', which CGI, WSGI,
 // Rack and PHP read alike): Forwarded and X-Forwarded-* (the client's
@@ -150,9 +154,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // request to another path than the one the rules judged.
 func dropProxyHeaders(h http.Header) {
 	for k := range h {
-		switch key := strings.ToLower(strings.ReplaceAll(k, "_", "-")); {
-		case key == "forwarded", strings.HasPrefix(key, "x-forwarded-"),
-			key == "x-original-url", key == "x-original-uri", key == "x-rewrite-url", key == "x-envoy-original-path":
+		if conf.HasHeaderPrefix(k, "x-forwarded-") || slices.ContainsFunc(proxyHeaders, func(p string) bool { return conf.SameHeaderName(k, p) }) {
 			delete(h, k)
 		}
 	}
