@@ -126,7 +126,11 @@
 // every request. Deny rules are tried first, then allow rules, then the
 // default (deny if there are allow rules, else allow). A deny rule whose
 // body condition cannot be read (the body is not JSON, or repeats a key)
-// refuses the request. Rules do not admit a host; an entry must.
+// refuses the request. Deny rules match every spelling of a request an
+// origin may route to the same handler, allow rules only its canonical
+// spelling, and a target no rule can be trusted to judge is refused
+// (ParseTarget; see spelling.go, "One request, many spellings"). Rules do
+// not admit a host; an entry must.
 //
 // MarshalFile renders it with canonical entries and WriteFileAtomic
 // replaces a file with it atomically; the canonical form of every entry

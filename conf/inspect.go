@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -327,14 +328,22 @@ func checkGlobText(what, g string) error {
 }
 
 // NeedsBody reports whether judging a request of this host needs its
-// body: some rule with a JSON condition matches everything else about it.
-// The proxy reads the body (up to BodyLimit) only then.
+// body: some rule with a JSON condition matches everything else about it
+// (a deny rule in any spelling of the request, an allow rule in its
+// canonical one). The proxy reads the body (up to BodyLimit) only then.
 func (h *InspectHost) NeedsBody(r *Request) bool {
-	for _, rules := range [][]Rule{h.Deny, h.Allow} {
-		for i := range rules {
-			if len(rules[i].JSON) > 0 && rules[i].matchHead(r) {
-				return true
-			}
+	sp := r.spell()
+	if sp.refuse != "" {
+		return false
+	}
+	for i := range h.Deny {
+		if ok, _ := h.Deny[i].matchHead(r, true); ok && len(h.Deny[i].JSON) > 0 {
+			return true
+		}
+	}
+	for i := range h.Allow {
+		if ok, _ := h.Allow[i].matchHead(r, false); ok && len(h.Allow[i].JSON) > 0 {
+			return true
 		}
 	}
 	return false
@@ -344,9 +353,13 @@ func (h *InspectHost) NeedsBody(r *Request) bool {
 type Request struct {
 	Method string
 	// Path is the percent-decoded path.
-	Path   string
-	Query  map[string][]string
-	Header http.Header
+	Path string
+	// EscapedPath is the path as forwarded, percent-encoded (see
+	// Target); "" when not known, and then Path is taken as the client
+	// spelled it.
+	EscapedPath string
+	Query       map[string][]string
+	Header      http.Header
 	// Body is the request body, read by the proxy when NeedsBody said
 	// so; nil otherwise.
 	Body []byte
@@ -354,6 +367,10 @@ type Request struct {
 	parsed  any
 	parseOK bool
 	bodyErr error
+	// spellings caches the request's spellings (see spell), once
+	// spelled is set.
+	spellings spellings
+	spelled   bool
 }
 
 // json returns the request body as JSON, parsing it once.
@@ -369,78 +386,202 @@ func (r *Request) json() (any, error) {
 type Judgement struct {
 	Verdict string // VerdictAllow or VerdictDeny
 	// Rule names what decided: "deny POST /v1/messages json:...", "allow
-	// GET", or "default deny".
+	// GET", or "default deny"; "" for a request refused whatever the
+	// rules.
 	Rule string
-	// Reason adds why, when the rule alone does not say it (a body that
-	// is not JSON).
+	// Reason adds why, when the rule alone does not say it: a body that
+	// is not JSON, the spelling of the request a deny rule matched
+	// ("repeated slashes merged"), why a request is refused whatever
+	// the rules, or why a request that no allow rule matched is not in
+	// the canonical spelling allow rules need.
 	Reason string
 }
 
-// Judge decides one request: the first deny rule that matches refuses it,
-// else the first allow rule that matches passes it, else the default. A
+// Judge decides one request: the first deny rule that matches any
+// spelling of it refuses it, else the first allow rule that matches its
+// canonical spelling passes it, else the default. A request whose path
+// no rule can be trusted to judge (see ParseTarget) is refused first. A
 // deny rule whose JSON condition cannot be evaluated (the body is not
 // JSON, or has a key twice) refuses the request too: what doorman cannot
 // read it does not pass on a route it was told to read. An allow rule
-// that cannot be evaluated does not match.
+// that cannot be evaluated does not match; nor does one with a path or
+// method condition, of a request whose path or method is not in its
+// canonical spelling.
 func (h *InspectHost) Judge(r *Request) Judgement {
+	sp := r.spell()
+	if sp.refuse != "" {
+		return Judgement{Verdict: VerdictDeny, Reason: "ambiguous request: " + sp.refuse}
+	}
 	for i := range h.Deny {
-		ok, err := h.Deny[i].match(r)
+		ok, how, err := h.Deny[i].match(r, true)
 		if err != nil {
 			return Judgement{Verdict: VerdictDeny, Rule: "deny " + h.Deny[i].String(), Reason: "the body cannot be read as JSON: " + err.Error()}
 		}
 		if ok {
-			return Judgement{Verdict: VerdictDeny, Rule: "deny " + h.Deny[i].String()}
+			j := Judgement{Verdict: VerdictDeny, Rule: "deny " + h.Deny[i].String()}
+			if how != "" {
+				j.Reason = "matched another spelling of the request: " + how
+			}
+			return j
 		}
 	}
 	for i := range h.Allow {
-		if ok, _ := h.Allow[i].match(r); ok {
+		if ok, _, _ := h.Allow[i].match(r, false); ok {
 			return Judgement{Verdict: VerdictAllow, Rule: "allow " + h.Allow[i].String()}
 		}
 	}
 	d := h.EffectiveDefault()
-	return Judgement{Verdict: d, Rule: "default " + d}
+	j := Judgement{Verdict: d, Rule: "default " + d}
+	if odd := cmp.Or(sp.oddPath, sp.oddMethod); d == VerdictDeny && odd != "" {
+		j.Reason = "not the canonical spelling allow rules match: " + odd
+	}
+	return j
 }
 
-// matchHead reports whether everything but the body conditions holds.
-func (r *Rule) matchHead(req *Request) bool {
-	if len(r.Methods) > 0 && !slices.Contains(r.Methods, req.Method) {
-		return false
+// matchHead reports whether everything but the body conditions holds:
+// loose, in any spelling of the request (deny rules), else in its
+// spelling as sent (allow rules). how says which spelling matched, when
+// it is not the one sent.
+func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
+	var hows []string
+	sp := req.spell()
+	if len(r.Methods) > 0 {
+		if !loose {
+			if sp.oddMethod != "" || !slices.Contains(r.Methods, req.Method) {
+				return false, ""
+			}
+		} else {
+			found := false
+			for _, m := range sp.methods {
+				if slices.Contains(r.Methods, m.s) {
+					found = true
+					hows = append(hows, m.how...)
+					break
+				}
+			}
+			if !found {
+				return false, ""
+			}
+		}
 	}
-	if r.Path != "" && r.Path != "*" && !matchPath(r.Path, req.Path) {
-		return false
+	if r.Path != "" && r.Path != "*" {
+		if !loose {
+			if sp.oddPath != "" || !matchPath(r.Path, req.Path) {
+				return false, ""
+			}
+		} else {
+			ok, how := r.matchPathLoose(req)
+			if !ok {
+				return false, ""
+			}
+			if how != "" {
+				hows = append(hows, how)
+			}
+		}
 	}
 	for _, q := range r.Query {
-		if !anyGlob(q.Glob, req.Query[q.Key]) {
-			return false
+		if !matchValues(q.Glob, loose, func(yield func(k string, vs []string) bool) {
+			for k, vs := range req.Query {
+				if fold(k) == fold(q.Key) && !yield(k, vs) {
+					return
+				}
+			}
+		}, q.Key) {
+			return false, ""
 		}
 	}
 	for _, h := range r.Header {
-		if !anyGlob(h.Glob, req.Header.Values(h.Key)) {
-			return false
+		if !matchValues(h.Glob, loose, func(yield func(k string, vs []string) bool) {
+			for k, vs := range req.Header {
+				if SameHeaderName(k, h.Key) && !yield(k, vs) {
+					return
+				}
+			}
+		}, h.Key) {
+			return false, ""
 		}
 	}
-	return true
+	return true, strings.Join(hows, ", ")
 }
 
-// match reports whether r matches req; an error means a body condition
-// could not be evaluated.
-func (r *Rule) match(req *Request) (bool, error) {
-	if !r.matchHead(req) {
-		return false, nil
+// matchPathLoose reports whether the rule's path matches a spelling of
+// the request's path (as it is, and with its trailing slash dropped or
+// added), case folded, and how that spelling differs from the one sent.
+func (r *Rule) matchPathLoose(req *Request) (bool, string) {
+	pattern := fold(r.Path)
+	// Only a pattern that ends in '/' or '*' can match a path with a
+	// slash added: the spelling is built only then.
+	addSlash := strings.HasSuffix(pattern, "/") || strings.HasSuffix(pattern, "*")
+	for _, p := range req.spell().paths {
+		s, folded, note := p.s, p.folded, ""
+		ok := matchPath(pattern, folded)
+		if !ok && len(s) > 1 && strings.HasSuffix(s, "/") {
+			s, folded, note = s[:len(s)-1], folded[:len(folded)-1], "trailing slash dropped"
+			ok = matchPath(pattern, folded)
+		} else if !ok && addSlash && !strings.HasSuffix(s, "/") {
+			s, folded, note = s+"/", folded+"/", "trailing slash added"
+			ok = matchPath(pattern, folded)
+		}
+		if !ok {
+			continue
+		}
+		how := slices.Clone(p.how)
+		if note != "" {
+			how = append(how, note)
+		}
+		if !matchPath(r.Path, s) {
+			how = append(how, "case folded")
+		}
+		return true, strings.Join(how, ", ")
+	}
+	return false, ""
+}
+
+// matchValues matches a query or header condition against the values of
+// the keys that name it: loose, one value of any such key matching is
+// enough; strict, the key must be there as written and every value of
+// every key that names it must match (an origin may read any of them).
+func matchValues(glob string, loose bool, keys func(yield func(k string, vs []string) bool), exact string) bool {
+	some, all, present := false, true, false
+	for k, vs := range keys {
+		if k == exact && len(vs) > 0 {
+			present = true
+		}
+		for _, v := range vs {
+			if Glob(glob, v) {
+				some = true
+			} else {
+				all = false
+			}
+		}
+	}
+	if loose {
+		return some
+	}
+	return present && all
+}
+
+// match reports whether r matches req (loose: any spelling of it), and
+// how the spelling that matched differs from the one sent; an error
+// means a body condition could not be evaluated.
+func (r *Rule) match(req *Request, loose bool) (bool, string, error) {
+	ok, how := r.matchHead(req, loose)
+	if !ok {
+		return false, "", nil
 	}
 	if len(r.JSON) == 0 {
-		return true, nil
+		return true, how, nil
 	}
 	v, err := req.json()
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	for _, j := range r.JSON {
-		if !j.Path.Match(v, j.Glob) {
-			return false, nil
+		if !j.Path.match(v, j.Glob, loose) {
+			return false, "", nil
 		}
 	}
-	return true, nil
+	return true, how, nil
 }
 
 func matchPath(pattern, path string) bool {
@@ -448,15 +589,6 @@ func matchPath(pattern, path string) bool {
 		return pattern == path
 	}
 	return Glob(pattern, path)
-}
-
-func anyGlob(g string, values []string) bool {
-	for _, v := range values {
-		if Glob(g, v) {
-			return true
-		}
-	}
-	return false
 }
 
 // Glob reports whether s matches pattern, in which '*' stands for any run

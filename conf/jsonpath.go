@@ -112,11 +112,23 @@ func checkJSONKey(k string) error {
 // ParseStrictJSON returns it), a value glob matches: a string by its
 // text, a number by its JSON text, true, false and null by those words;
 // an object or array only the glob "*", which matches any value there is.
+// Keys match exactly, and only where no other key of the same object
+// differs from them in case alone (an origin that reads keys in any case
+// could read the other): allow rules match so.
 func (p JSONPath) Match(v any, glob string) bool {
-	return p.walk(v, 0, glob)
+	return p.walk(v, 0, glob, false)
 }
 
-func (p JSONPath) walk(v any, i int, glob string) bool {
+// MatchFold is Match with keys compared case-folded, every key of an
+// object that folds to the path's key tried: deny rules match so, since
+// origins such as Go's encoding/json read "TOOLS" or "toolſ" as "tools".
+func (p JSONPath) MatchFold(v any, glob string) bool {
+	return p.walk(v, 0, glob, true)
+}
+
+func (p JSONPath) match(v any, glob string, loose bool) bool { return p.walk(v, 0, glob, loose) }
+
+func (p JSONPath) walk(v any, i int, glob string, loose bool) bool {
 	if i == len(p.steps) {
 		return matchJSONValue(v, glob)
 	}
@@ -126,18 +138,36 @@ func (p JSONPath) walk(v any, i int, glob string) bool {
 		if !ok {
 			return false
 		}
-		child, ok := obj[st.key]
-		return ok && p.walk(child, i+1, glob)
+		if !loose {
+			child, ok := obj[st.key]
+			if !ok {
+				return false
+			}
+			want := fold(st.key)
+			for k := range obj {
+				if k != st.key && fold(k) == want {
+					return false
+				}
+			}
+			return p.walk(child, i+1, glob, loose)
+		}
+		want := fold(st.key)
+		for k, child := range obj {
+			if fold(k) == want && p.walk(child, i+1, glob, loose) {
+				return true
+			}
+		}
+		return false
 	}
 	arr, ok := v.([]any)
 	if !ok {
 		return false
 	}
 	if st.index >= 0 {
-		return st.index < len(arr) && p.walk(arr[st.index], i+1, glob)
+		return st.index < len(arr) && p.walk(arr[st.index], i+1, glob, loose)
 	}
 	for _, e := range arr {
-		if p.walk(e, i+1, glob) {
+		if p.walk(e, i+1, glob, loose) {
 			return true
 		}
 	}

@@ -35,8 +35,16 @@
 //     the rest of the connection into HTTP/2 that no rule reads); a
 //     WebSocket's frames are relayed as they are once its handshake passed
 //     the rules.
-//   - A path without dot segments or backslashes after percent-decoding,
-//     a query that parses: what a rule reads must be what the host reads.
+//   - A target that conf.ParseTarget accepts (no fragment, no dot
+//     segment, backslash, control character or broken UTF-8 once decoded,
+//     once or twice), and a query that parses: what a rule reads must be
+//     what the host reads. The path is forwarded as ParseTarget
+//     normalized it, which is what the rules judged. Deny rules match
+//     every spelling of a request an origin may route to the same
+//     handler, allow rules only its canonical spelling (see conf,
+//     "One request, many spellings"). What only a proxy in front of the
+//     origin may say is dropped, however its name is spelled: Forwarded,
+//     X-Forwarded-*, and the path overrides X-Original-URL and kin.
 //   - If a body rule applies, a body of at most the host's limit (413
 //     otherwise), not content-encoded.
 //

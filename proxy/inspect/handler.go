@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,12 +76,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		// the session), so the request passes with no rule to judge it.
 		h = &conf.InspectHost{Host: sess.Name}
 	}
-	query, err := url.ParseQuery(r.URL.RawQuery)
+	target, err := conf.ParseTarget(originForm(r))
+	if err != nil {
+		refuse(http.StatusForbidden, "", err.Error())
+		return
+	}
+	// What is judged is what is forwarded: the path as ParseTarget
+	// normalized it (net/url sends RawPath as it is), the query as sent.
+	r.URL.Opaque, r.URL.Path, r.URL.RawPath = "", target.Path, target.EscapedPath
+	query, err := url.ParseQuery(target.RawQuery)
 	if err != nil {
 		refuse(http.StatusForbidden, "", "the query does not parse: "+err.Error())
 		return
 	}
-	req := &conf.Request{Method: r.Method, Path: r.URL.Path, Query: query, Header: r.Header}
+	req := &conf.Request{Method: r.Method, Path: target.Path, EscapedPath: target.EscapedPath, Query: query, Header: r.Header}
 	if h.NeedsBody(req) {
 		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 			refuse(http.StatusForbidden, "", "a body rule applies and the body is encoded ("+logSafe(ce)+")")
@@ -129,7 +138,26 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
+	dropProxyHeaders(r.Header)
 	s.relay(sw, r, sc, rec, req.Body)
+}
+
+// proxyHeaders are what dropProxyHeaders drops, besides X-Forwarded-*.
+var proxyHeaders = []string{"forwarded", "x-original-url", "x-original-uri", "x-rewrite-url", "x-envoy-original-path"}
+
+// dropProxyHeaders removes what only a proxy in front of the origin may
+// say, however the client spelled its name ('_' for '-', which CGI, WSGI,
+// Rack and PHP read alike): Forwarded and X-Forwarded-* (the client's
+// address, the host, the prefix Spring puts before the path), and the
+// path overrides X-Original-URL, X-Original-URI, X-Rewrite-URL and
+// X-Envoy-Original-Path, with which IIS, Symfony and Zend route a
+// request to another path than the one the rules judged.
+func dropProxyHeaders(h http.Header) {
+	for k := range h {
+		if conf.HasHeaderPrefix(k, "x-forwarded-") || slices.ContainsFunc(proxyHeaders, func(p string) bool { return conf.SameHeaderName(k, p) }) {
+			delete(h, k)
+		}
+	}
 }
 
 // readBody reads at most limit+1 bytes of a request's body, in one
@@ -167,22 +195,33 @@ func checkRequest(r *http.Request, sess *Session) string {
 			return "upgrade to " + logSafe(up) + " (only WebSocket)"
 		}
 	}
-	p := r.URL.Path
-	if p == "" && r.Method == http.MethodOptions && r.RequestURI == "*" {
-		return ""
-	}
-	if !strings.HasPrefix(p, "/") {
-		return "a path that does not start with /"
-	}
-	if strings.ContainsAny(p, "\\\x00") {
-		return "a backslash or NUL in the path"
-	}
-	for seg := range strings.SplitSeq(p, "/") {
-		if seg == "." || seg == ".." {
-			return "a dot segment in the path (" + logSafe(p) + ")"
-		}
-	}
 	return ""
+}
+
+// originForm is the request's target as the client sent it (the
+// request line's, or HTTP/2's :path), in origin form: an absolute-form
+// target ("https://host/path?q", whose authority checkRequest has
+// checked) without its scheme and authority.
+func originForm(r *http.Request) string {
+	t := r.RequestURI
+	if strings.HasPrefix(t, "/") {
+		return t
+	}
+	scheme, rest, ok := strings.Cut(t, ":")
+	if !ok || scheme == "" || strings.ContainsAny(scheme, "/?#") {
+		return t // not absolute form: ParseTarget refuses it
+	}
+	if auth, ok := strings.CutPrefix(rest, "//"); ok {
+		i := strings.IndexAny(auth, "/?#")
+		if i < 0 {
+			return "/"
+		}
+		rest = auth[i:]
+	}
+	if strings.HasPrefix(rest, "?") {
+		return "/" + rest
+	}
+	return rest
 }
 
 // checkAuthority refuses an authority that is not the session's host on

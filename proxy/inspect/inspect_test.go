@@ -61,6 +61,7 @@ type seen struct {
 	headers []http.Header
 	protos  []string
 	hosts   []string
+	targets []string // method and request target, as the upstream read them
 }
 
 func (s *seen) last() (http.Header, string) {
@@ -141,6 +142,7 @@ func (b *bed) upstream(w http.ResponseWriter, r *http.Request) {
 	b.seen.headers = append(b.seen.headers, r.Header.Clone())
 	b.seen.protos = append(b.seen.protos, r.Proto)
 	b.seen.hosts = append(b.seen.hosts, r.Host)
+	b.seen.targets = append(b.seen.targets, r.Method+" "+r.RequestURI)
 	b.seen.mu.Unlock()
 	switch r.URL.Path {
 	case "/sse":

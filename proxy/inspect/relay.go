@@ -77,9 +77,6 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 	if trailers {
 		out.Header.Set("Te", "trailers")
 	}
-	for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-		delete(out.Header, k)
-	}
 	if _, ok := out.Header["User-Agent"]; !ok {
 		out.Header["User-Agent"] = []string{""} // not Go's default
 	}
