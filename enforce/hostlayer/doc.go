@@ -292,7 +292,14 @@
 //     own, which go through the output hook.
 //
 // Both sit in the runtime's namespace, which the workload cannot reach:
-// flushing its own rules changes neither.
+// flushing its own rules changes neither. They hold on every Linux bridge
+// the layer finds a sandbox's port on: the CNI bridge plugin's, Podman's
+// cni-podman0, docker0 and Docker's user-defined bridges (in dockerd's
+// namespace), the inner docker0 of Docker-in-Docker (in the outer
+// container's namespace, where the inner daemon's hook applies the
+// layer). A routed interface (a veth without a bridge, as the ptp plugin
+// and kindnet make) has no neighbour to isolate: its other end is the
+// host's.
 //
 // What reaches the host, and the bridge's ports that are not a sandbox's
 // (the pods of an excluded namespace, a container started without
