@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/proxy/sniff"
+	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
 // The defaults of Limits, chosen so that a normal workload never meets
@@ -37,7 +38,14 @@ const (
 	// DefaultLogMaxSize is where the decision log rotates: a sandbox's
 	// log takes at most twice that.
 	DefaultLogMaxSize = 64 << 20
+	// DefaultHeartbeatTimeout is how long a proxy worker may go without
+	// answering its supervisor's heartbeat before it is replaced.
+	DefaultHeartbeatTimeout = supervise.DefaultHeartbeatTimeout
 )
+
+// MinHeartbeatTimeout is the least heartbeatTimeout may be: below it a
+// worker that the host starves of CPU for a moment would be killed.
+const MinHeartbeatTimeout = supervise.MinHeartbeatTimeout
 
 // MinPendingBytes is the least pendingBytes may be: one ClientHello of
 // the largest size, in 1-byte records.
@@ -71,6 +79,10 @@ type Limits struct {
 	DNSQueriesPerSecond int `json:"dnsQueriesPerSecond,omitempty"`
 	// LogMaxSize is the size in bytes at which the decision log rotates.
 	LogMaxSize int64 `json:"logMaxSize,omitempty"`
+	// HeartbeatTimeout is how long the proxy's worker may go without
+	// answering its supervisor's heartbeat before the supervisor kills
+	// and replaces it (see package supervise).
+	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
 }
 
 // Validate reports the first value of l that is not a cap, naming its
@@ -97,6 +109,9 @@ func (l Limits) Validate() error {
 	if l.LogMaxSize != 0 && l.LogMaxSize < 64<<10 {
 		return fmt.Errorf("limits.logMaxSize: %d is less than 65536 bytes: the log would rotate away the lines it just wrote", l.LogMaxSize)
 	}
+	if d := time.Duration(l.HeartbeatTimeout); d != 0 && d < MinHeartbeatTimeout {
+		return fmt.Errorf("limits.heartbeatTimeout: %v is less than %v: a worker the host starves of CPU for a moment would be replaced", d, MinHeartbeatTimeout)
+	}
 	return nil
 }
 
@@ -121,6 +136,9 @@ func (l Limits) Or(o Limits) Limits {
 	if o.SniffTimeout != 0 {
 		l.SniffTimeout = o.SniffTimeout
 	}
+	if o.HeartbeatTimeout != 0 {
+		l.HeartbeatTimeout = o.HeartbeatTimeout
+	}
 	if o.IdleTimeout != nil {
 		d := *o.IdleTimeout
 		l.IdleTimeout = &d
@@ -133,7 +151,7 @@ func (l Limits) Or(o Limits) Limits {
 type Effective struct {
 	Connections, Pending, PerUpstream, DNSQueriesPerSecond int
 	PendingBytes, LogMaxSize                               int64
-	SniffTimeout, IdleTimeout                              time.Duration
+	SniffTimeout, IdleTimeout, HeartbeatTimeout            time.Duration
 }
 
 // Effective returns l's caps with the defaults in place of the values it
@@ -155,6 +173,7 @@ func (l Limits) Effective(portRange int) Effective {
 		LogMaxSize:          l.LogMaxSize,
 		SniffTimeout:        l.SniffTimeout.Or(DefaultSniffTimeout),
 		IdleTimeout:         DefaultIdleTimeout,
+		HeartbeatTimeout:    l.HeartbeatTimeout.Or(DefaultHeartbeatTimeout),
 	}
 	if e.PendingBytes == 0 {
 		e.PendingBytes = DefaultPendingBytes
