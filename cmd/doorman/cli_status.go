@@ -577,6 +577,12 @@ func (i showInfo) supervisionRows(row func(k, v string), now time.Time) {
 		l, u := p.Cgroup.Limits, p.Cgroup.Usage
 		v := fmt.Sprintf("%s (%s): memory %s of %s, %d of %s pids, cpu weight %d", p.Cgroup.Path, where,
 			formatBytes(u.Memory), formatLimit(l.Memory, formatBytes), u.Pids, formatLimit(l.Pids, func(n uint64) string { return fmt.Sprint(n) }), l.CPUWeight)
+		switch {
+		case l.SocketMemory != 0 && l.SocketMemory != cgroup.Max:
+			v += fmt.Sprintf(", sockets' buffers %s of %s", formatBytes(u.SocketMemory), formatBytes(l.SocketMemory))
+		case u.SocketMemory != 0:
+			v += fmt.Sprintf(", sockets' buffers %s (in memory)", formatBytes(u.SocketMemory))
+		}
 		if p.Cgroup.Unreadable != "" {
 			v = fmt.Sprintf("%s (%s): limits and usage not readable from here: %s", p.Cgroup.Path, where, p.Cgroup.Unreadable)
 		}

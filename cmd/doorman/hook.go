@@ -29,7 +29,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.UpstreamCAFile, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
 	otlpConfig := fs.String("otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
-	limitsConfig := fs.String("limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize, heartbeatTimeout); the defaults if absent")
+	limitsConfig := fs.String("limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize, bufferBytes, heartbeatTimeout); the defaults if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	var limits proxyLimitFlags
