@@ -40,7 +40,7 @@ const (
 	DefaultLogMaxSize = 64 << 20
 	// DefaultBufferBytes is what the proxy's TCP sockets may hold in
 	// their queues together. A relay that keeps up holds little, but
-	// one fast local stream into a busy proxy was seen to peak at 25
+	// one fast local stream into a busy proxy was seen to peak at 24
 	// MiB; 64 MiB lets a few such streams and slow readers fill their
 	// autotuned windows, and the host's TCP memory-pressure threshold
 	// (tcp_mem, some 1/16 of its memory: 1.5 GiB of 24) takes two dozen
