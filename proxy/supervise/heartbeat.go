@@ -3,8 +3,6 @@ package supervise
 import (
 	"fmt"
 	"os"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,75 +32,81 @@ func HeartbeatInterval(timeout time.Duration) time.Duration {
 // proxy.Proxy.AnswerHeartbeats), so a worker that is stopped (SIGSTOP),
 // deadlocked, or whose relay loop is wedged answers nothing, although it
 // runs and holds its listeners.
+//
+// Silence is counted from the first heartbeat sent that no answer has
+// followed, and the answers are read just before it is judged, on the
+// supervisor's one goroutine: a supervisor that was itself held up (a
+// stopped or starved process, a paused machine) sent nothing meanwhile,
+// and finds the answers to what it did send, so it never takes its own
+// pause for its worker's.
 type heartbeat struct {
-	own    *os.File // the supervisor's end
+	own    int      // the supervisor's end, non-blocking
 	worker *os.File // the worker's end, closed once it has started
-	// last is when the worker last answered (UnixNano), or when it
-	// began to serve.
-	last atomic.Int64
-	seq  byte
+	seq    byte
+	// pending is when the oldest heartbeat not answered yet was sent;
+	// zero if none is.
+	pending time.Time
+	closed  bool
 }
 
 // newHeartbeat makes the socket pair of one worker's heartbeat.
 func newHeartbeat() (*heartbeat, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: socketpair: %w", err)
 	}
-	// The supervisor's end goes to the runtime's poller, so that its
-	// reader parks rather than blocks a thread.
-	if err := unix.SetNonblock(fds[0], true); err != nil {
+	// The worker's end blocks, as an inherited descriptor should; the
+	// worker sets it as it needs.
+	if err := unix.SetNonblock(fds[1], false); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
 		return nil, fmt.Errorf("heartbeat: %w", err)
 	}
-	return &heartbeat{own: os.NewFile(uintptr(fds[0]), "heartbeat"), worker: os.NewFile(uintptr(fds[1]), "heartbeat-worker")}, nil
+	return &heartbeat{own: fds[0], worker: os.NewFile(uintptr(fds[1]), "heartbeat-worker")}, nil
 }
 
-// start begins to count the worker's silence from now, and reads its
-// answers until the socket is closed.
-func (h *heartbeat) start() {
-	h.last.Store(time.Now().UnixNano())
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			if _, err := h.own.Read(buf); err != nil {
-				return
-			}
-			h.last.Store(time.Now().UnixNano())
+// beat runs one heartbeat at now: it reads the answers that came, and
+// returns how long the worker has left a heartbeat unanswered (0 if it
+// answered everything it was sent), then sends the next without waiting
+// (a worker that reads none lets them pile up in the socket until it is
+// full, and then they are dropped, which is no different for its
+// silence).
+func (h *heartbeat) beat(now time.Time) (silence time.Duration) {
+	var buf [64]byte
+	for {
+		n, err := unix.Read(h.own, buf[:])
+		if err == unix.EINTR {
+			continue
 		}
-	}()
+		if err != nil || n <= 0 {
+			break
+		}
+		h.pending = time.Time{}
+	}
+	if !h.pending.IsZero() {
+		silence = now.Sub(h.pending)
+	} else {
+		h.pending = now
+	}
+	h.seq++
+	for {
+		if _, err := unix.Write(h.own, []byte{h.seq}); err != unix.EINTR {
+			break
+		}
+	}
+	return silence
 }
 
-// ping sends the next heartbeat without waiting: a worker that reads none
-// lets them pile up in the socket until it is full, and then they are
-// dropped, which is no different for its silence.
-func (h *heartbeat) ping() {
-	h.seq++
-	rc, err := h.own.SyscallConn()
-	if err != nil {
+// since is when the oldest heartbeat not answered yet was sent.
+func (h *heartbeat) since() time.Time { return h.pending.UTC() }
+
+// close closes both ends that are still open here. Only the supervisor's
+// goroutine calls it, once the worker has ended.
+func (h *heartbeat) close() {
+	if h.closed {
 		return
 	}
-	rc.Write(func(fd uintptr) bool {
-		for {
-			_, err := unix.Write(int(fd), []byte{h.seq})
-			if err != syscall.EINTR {
-				return true
-			}
-		}
-	})
-}
-
-// silence is how long the worker has not answered, as of now.
-func (h *heartbeat) silence(now time.Time) time.Duration {
-	return now.Sub(time.Unix(0, h.last.Load()))
-}
-
-// lastAnswer is when the worker last answered.
-func (h *heartbeat) lastAnswer() time.Time { return time.Unix(0, h.last.Load()).UTC() }
-
-// close closes both ends that are still open here.
-func (h *heartbeat) close() {
-	h.own.Close()
+	h.closed = true
+	unix.Close(h.own)
 	h.worker.Close()
 }

@@ -194,7 +194,6 @@ func Run(ctx context.Context, cfg Config) error {
 func (s *supervisor) serve(ctx context.Context, w *worker) (*worker, error) {
 	stable := time.NewTimer(s.cfg.StableAfter - time.Since(w.proc.Started))
 	defer stable.Stop()
-	w.hb.start()
 	beat := time.NewTicker(HeartbeatInterval(s.cfg.HeartbeatTimeout))
 	defer beat.Stop()
 	for {
@@ -211,29 +210,33 @@ func (s *supervisor) serve(ctx context.Context, w *worker) (*worker, error) {
 			s.ended(w, "")
 			return s.next(ctx)
 		case now := <-beat.C:
-			if why := s.checkHeartbeat(w, now); why != "" {
+			select {
+			case <-w.exited: // how it ended says more than its silence
+				s.ended(w, "")
+				return s.next(ctx)
+			default:
+			}
+			if why := s.checkHeartbeat(w, w.hb.beat(now)); why != "" {
 				kill(w)
 				s.ended(w, why)
 				return s.next(ctx)
 			}
-			w.hb.ping()
 		}
 	}
 }
 
-// checkHeartbeat looks at how long w has not answered a heartbeat, as of
-// now: past the timeout it returns why w is to be replaced; past two
-// heartbeats the status says w is unresponsive, and once it answers again
-// that it serves.
-func (s *supervisor) checkHeartbeat(w *worker, now time.Time) (why string) {
-	silence := w.hb.silence(now)
+// checkHeartbeat judges w by how long it has left a heartbeat
+// unanswered: past the timeout it returns why w is to be replaced; past
+// two heartbeats the status says w is unresponsive, and once it answers
+// again that it serves.
+func (s *supervisor) checkHeartbeat(w *worker, silence time.Duration) (why string) {
 	if silence >= s.cfg.HeartbeatTimeout {
 		return fmt.Sprintf("unresponsive: answered no heartbeat for %v", silence.Round(100*time.Millisecond))
 	}
 	late := silence > 2*HeartbeatInterval(s.cfg.HeartbeatTimeout)
 	switch {
 	case late && s.status.State == StateServing:
-		since := w.hb.lastAnswer()
+		since := w.hb.since()
 		s.status.State, s.status.Unresponsive = StateUnresponsive, &since
 		s.save()
 		s.logf("proxy (pid %d) has answered no heartbeat for %v: replaced if it answers none for %v", w.proc.PID, silence.Round(100*time.Millisecond), s.cfg.HeartbeatTimeout)
@@ -323,7 +326,6 @@ func (s *supervisor) start() (*worker, error) {
 	raiseOOMScore(pid)
 	go func() {
 		cmd.Wait()
-		hb.close()
 		close(w.exited)
 	}()
 	go func() {
@@ -378,6 +380,7 @@ func (s *supervisor) waitReady(ctx context.Context, w *worker) error {
 // its exit status says) and returns it.
 func (s *supervisor) ended(w *worker, why string) *Exit {
 	<-w.exited
+	w.hb.close()
 	ran := time.Since(w.proc.Started)
 	e := &Exit{Time: time.Now().UTC(), PID: w.proc.PID, Ran: Duration(ran.Round(time.Millisecond))}
 	e.Reason = why
@@ -441,6 +444,7 @@ func (s *supervisor) stopWorker(w *worker) {
 		kill(w)
 		<-w.exited
 	}
+	w.hb.close()
 	s.status.Worker = nil
 	s.save()
 }

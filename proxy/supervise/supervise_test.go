@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // envWorker makes this test binary a worker (see TestMain): "serve" says
@@ -409,7 +411,10 @@ func TestRunReplacesAnUnresponsiveWorker(t *testing.T) {
 	answered := make(chan int, 1)
 	go func() { answered <- h.ask() }()
 	u := h.waitStatus("unresponsive", func(s *Status) bool { return s.State == StateUnresponsive })
-	if u.Worker == nil || u.Worker.PID != first.Worker.PID || u.Unresponsive == nil || u.Unresponsive.After(stopped) {
+	// Unresponsive since the first heartbeat it left unanswered: one
+	// sent after the stop, or just before it.
+	if u.Worker == nil || u.Worker.PID != first.Worker.PID || u.Unresponsive == nil ||
+		u.Unresponsive.Before(stopped.Add(-2*HeartbeatInterval(time.Second))) {
 		t.Errorf("unresponsive status %+v", u)
 	}
 	s := h.waitStatus("serving a second worker", func(s *Status) bool {
@@ -466,5 +471,59 @@ func TestRunUnresponsiveWorkerRecovers(t *testing.T) {
 	}
 	if pid := h.ask(); pid != first.Worker.PID {
 		t.Errorf("answered by %d, want the first worker %d", pid, first.Worker.PID)
+	}
+}
+
+// A worker's silence counts from the first heartbeat it left unanswered,
+// judged once the answers that came are read: a supervisor held up for an
+// hour (as a stopped supervisor or a paused machine is) finds the answer
+// to what it sent before and does not take its own pause for the
+// worker's; a worker that stops answering is silent from the next
+// heartbeat on.
+func TestHeartbeatSilence(t *testing.T) {
+	hb, err := newHeartbeat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.close()
+	answering := make(chan bool, 1)
+	answering <- true
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := hb.worker.Read(buf)
+			if err != nil {
+				return
+			}
+			on := <-answering
+			answering <- on
+			if on {
+				hb.worker.Write(buf[:n])
+			}
+		}
+	}()
+	waitAnswered := func() {
+		fds := []unix.PollFd{{Fd: int32(hb.own), Events: unix.POLLIN}}
+		unix.Poll(fds, 5000)
+	}
+	t0 := time.Now()
+	if s := hb.beat(t0); s != 0 {
+		t.Errorf("first heartbeat: silence %v", s)
+	}
+	waitAnswered()
+	if s := hb.beat(t0.Add(time.Hour)); s != 0 {
+		t.Errorf("an hour later, its answer waiting: silence %v", s)
+	}
+	waitAnswered()
+	<-answering
+	answering <- false
+	if s := hb.beat(t0.Add(time.Hour + time.Second)); s != 0 {
+		t.Errorf("answered the last one: silence %v", s)
+	}
+	if s := hb.beat(t0.Add(time.Hour + 4*time.Second)); s != 3*time.Second {
+		t.Errorf("silent since the heartbeat 3s ago: silence %v", s)
+	}
+	if got := hb.since(); !got.Equal(t0.Add(time.Hour + time.Second).UTC()) {
+		t.Errorf("unresponsive since %v, want the first heartbeat it left unanswered", got)
 	}
 }
