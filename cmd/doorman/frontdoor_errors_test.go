@@ -644,6 +644,8 @@ var badValues = map[string]map[string][]badValue{
 		"limits.idleTimeout":                       {{value: `"an hour"`}, {value: `3600`}},
 		"limits.dnsQueriesPerSecond":               {{value: `-3`}, {value: `"fast"`}},
 		"limits.logMaxSize":                        {{value: `1024`}, {value: `"64MiB"`}},
+		"limits.bufferBytes":                       {{value: `65536`}, {value: `-1`}, {value: `"64MiB"`}},
+		"limits.heartbeatTimeout":                  {{value: `"100ms"`}, {value: `"-2s"`}, {value: `5`}},
 		"proxyLimits.memory":                       {{value: `"64"`}, {value: `"lots"`}, {value: `[]`}},
 		"proxyLimits.pids":                         {{value: `"4"`}, {value: `"many"`}},
 		"proxyLimits.cpuWeight":                    {{value: `0`}, {value: `20000`}, {value: `{}`}},

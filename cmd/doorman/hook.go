@@ -77,7 +77,7 @@ func (f *hookFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&opts.UpstreamCAFile, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
 	fs.StringVar(&f.otlpConfig, "otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
-	fs.StringVar(&f.limitsConfig, "limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize); the defaults if absent")
+	fs.StringVar(&f.limitsConfig, "limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize, bufferBytes, heartbeatTimeout); the defaults if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	f.limits.register(fs)

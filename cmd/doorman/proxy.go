@@ -30,7 +30,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type proxyFlags struct {
 	config, sandbox, policy, log, netns     string
 	sniffTimeout, drainTimeout              time.Duration
-	readyFD                                 int
+	readyFD, heartbeatFD                    int
 	listenFDs, listen, dnsUDPFDs, dnsTCPFDs listFlag
 	resolvers, dnsUpstreams, allowDirect    listFlag
 	otlpEndpoint, otlpConfig                string
@@ -39,13 +39,14 @@ type proxyFlags struct {
 }
 
 func (f *proxyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "config `file` (JSON) holding every setting below but --ready-fd, as the plugin and the hook start the proxy")
+	fs.StringVar(&f.config, "config", "", "config `file` (JSON) holding every setting below but --ready-fd and --heartbeat-fd, as the plugin and the hook start the proxy")
 	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox id, for logs and 403 pages (required; with --config, the file's)")
 	fs.StringVar(&f.policy, "policy", "", "policy file in the plain allowlist form, watched for changes (required)")
 	fs.StringVar(&f.log, "log", "-", "where decision lines go: a file (appended) or - for stderr")
 	fs.DurationVar(&f.sniffTimeout, "sniff-timeout", proxyconf.DefaultSniffTimeout, "how long to wait for the first bytes that carry a name")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", proxyconf.DefaultDrainTimeout, "on SIGTERM, how long open connections may finish before they are closed")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once serving")
+	fs.IntVar(&f.heartbeatFD, "heartbeat-fd", -1, "inherited socket `fd` on which a supervisor's heartbeats are answered (as `doorman supervise` starts the proxy)")
 	fs.Var(&f.listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
 	fs.Var(&f.listen, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
 	fs.Var(&f.dnsUDPFDs, "dns-udp-fd", "inherited UDP socket `fd` the DNS filter serves (repeatable)")
@@ -78,7 +79,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			if ready != nil {
 				ready()
 			}
-		})
+		}, f.heartbeatFD)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
@@ -106,7 +107,7 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 	if f.config != "" {
 		var others []string
 		fs.Visit(func(fl *flag.Flag) {
-			if fl.Name != "config" && fl.Name != "ready-fd" && fl.Name != "sandbox" {
+			if fl.Name != "config" && fl.Name != "ready-fd" && fl.Name != "heartbeat-fd" && fl.Name != "sandbox" {
 				others = append(others, "--"+fl.Name)
 			}
 		})

@@ -35,11 +35,13 @@ const hostResolvConf = "/etc/resolv.conf"
 // Run serves cfg until ctx is done or the process gets SIGTERM or SIGINT,
 // then stops accepting and lets open connections finish for the drain
 // timeout. ready, if not nil, is called once every listener is served.
-// What goes wrong before serving is the error; what goes wrong later (a
-// policy file that does not load, allowDirect flows that cannot be
-// watched) is logged and also written to stderr, and the proxy serves on:
-// a policy that does not load means deny-all.
-func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func()) error {
+// heartbeat, if not -1, is the descriptor of a supervisor's heartbeats,
+// answered from then on (see proxy.Proxy.AnswerHeartbeats). What goes
+// wrong before serving is the error; what goes wrong later (a policy file
+// that does not load, allowDirect flows that cannot be watched) is logged
+// and also written to stderr, and the proxy serves on: a policy that does
+// not load means deny-all.
+func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func(), heartbeat int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -66,6 +68,12 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 	socks.serve(&wg, p, filter)
 	if ready != nil {
 		ready()
+	}
+	if heartbeat >= 0 {
+		// Unanswered, the supervisor replaces this worker: say why.
+		if err := p.AnswerHeartbeats(heartbeat); err != nil {
+			fmt.Fprintf(stderr, "doorman proxy: heartbeats: %v\n", err)
+		}
 	}
 	// What the start touched of the binary need not stay mapped (see
 	// dropBinaryPages); a second later, so as not to compete with the

@@ -82,6 +82,10 @@ func TestConfigRefuses(t *testing.T) {
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"pendingBytes":1000}}`, "limits.pendingBytes: 1000 is less than"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"idleTimeout":"soon"}}`, `limits.idleTimeout "soon": want a duration`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"conections":5}}`, `limits "conections": unknown key`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"bufferBytes":-1}}`, "limits.bufferBytes: -1 is negative"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"bufferBytes":65536}}`, "limits.bufferBytes: 65536 is less than 1048576 bytes"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"heartbeatTimeout":"100ms"}}`, "limits.heartbeatTimeout: 100ms is less than 1s"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"heartbeatTimeout":"-2s"}}`, "negative duration"},
 	} {
 		if _, err := decode([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.json, err, tc.want)
@@ -101,14 +105,16 @@ func TestLimitsEffective(t *testing.T) {
 	e := Limits{}.Effective(28232)
 	want := Effective{Connections: DefaultConnections, Pending: DefaultPending, PerUpstream: 3529,
 		DNSQueriesPerSecond: DefaultDNSQueriesPerSecond, PendingBytes: DefaultPendingBytes, LogMaxSize: DefaultLogMaxSize,
-		SniffTimeout: DefaultSniffTimeout, IdleTimeout: DefaultIdleTimeout}
+		SniffTimeout: DefaultSniffTimeout, IdleTimeout: DefaultIdleTimeout,
+		BufferBytes: DefaultBufferBytes, HeartbeatTimeout: DefaultHeartbeatTimeout}
 	if e != want {
 		t.Errorf("defaults %+v, want %+v", e, want)
 	}
-	host := Limits{Connections: 10, IdleTimeout: new(Duration(time.Minute)), DNSQueriesPerSecond: 7}
-	net := Limits{Connections: 20, IdleTimeout: new(Duration(0))}
+	host := Limits{Connections: 10, IdleTimeout: new(Duration(time.Minute)), DNSQueriesPerSecond: 7, BufferBytes: 8 << 20}
+	net := Limits{Connections: 20, IdleTimeout: new(Duration(0)), HeartbeatTimeout: Duration(3 * time.Second)}
 	got := host.Or(net).Effective(0)
-	if got.Connections != 20 || got.IdleTimeout != 0 || got.DNSQueriesPerSecond != 7 || got.PerUpstream != 20 {
+	if got.Connections != 20 || got.IdleTimeout != 0 || got.DNSQueriesPerSecond != 7 || got.PerUpstream != 20 ||
+		got.BufferBytes != 8<<20 || got.HeartbeatTimeout != 3*time.Second {
 		t.Errorf("host.Or(network): %+v", got)
 	}
 	if *host.IdleTimeout != Duration(time.Minute) {
