@@ -34,6 +34,8 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	var limits proxyLimitFlags
 	limits.register(fs)
+	var nat64 listFlag
+	fs.Var(&nat64, "nat64-prefix", nat64Usage)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: doorman hook [FLAGS] createRuntime|prestart|poststop   (state JSON on stdin)")
 		fs.PrintDefaults()
@@ -56,6 +58,10 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if opts.ProxyLimits, err = limits.parse(); err != nil {
+		fmt.Fprintln(stderr, "doorman hook:", err)
+		return 2
+	}
+	if opts.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", nat64); err != nil {
 		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 2
 	}
@@ -91,6 +97,10 @@ func runRuntime(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "doorman: exec %s: %v\n", runc, err)
 	return 1
 }
+
+// nat64Usage is the usage of --nat64-prefix, which `doorman hook`,
+// `doorman run` and `doorman proxy` share.
+const nat64Usage = "`prefix` of a NAT64 translator the host reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (repeatable; /32, /40, /48, /56, /64 or /96): the proxy refuses its addresses that carry a refused IPv4 address"
 
 // proxyLimitFlags are the flags of the proxy's cgroup limits, which
 // `doorman hook` and `doorman run` share.

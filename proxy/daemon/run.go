@@ -124,7 +124,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
 func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
-	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames)})
+	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames), NAT64Prefixes: cfg.NAT64Prefixes})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
 	pc := proxy.Config{Sandbox: cfg.Sandbox, Logger: logger,
