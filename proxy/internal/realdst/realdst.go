@@ -13,11 +13,14 @@
 // A Table is one netlink socket kept open for the process's life. Each
 // lookup is one sendto and one recvfrom on it, made without the Go
 // runtime's system-call bookkeeping (the relay loop calls it), into a
-// buffer the Table owns, with the request and the reply encoded and read
-// here: the kernel answers a GET within the sendto, so the recvfrom never
-// waits. (ti-mo/conntrack's Conn.Get, which package directlog uses for
-// events, takes five or more system calls and a dozen allocations per
-// lookup through mdlayher/netlink; see BenchmarkLookup.)
+// buffer the Table owns, with no allocation, the request and the reply
+// encoded and read here: the kernel answers a GET within the sendto, so
+// the recvfrom never waits. ti-mo/conntrack, which package directlog uses
+// for events, has a Conn.Get, but it cannot serve here: it asks for an
+// acknowledgement, and the kernel (6.18 here) flags a GET's answer as part
+// of a multipart message, whose end mdlayher/netlink then waits for and
+// never gets, so the first lookup hangs; and each lookup would cost a
+// peek and a read per message through the Go runtime's netpoller.
 package realdst
 
 import (
