@@ -70,30 +70,6 @@ func rfc6052(a netip.Addr, bits int) netip.Addr {
 	return netip.AddrFrom4(v4)
 }
 
-// embed16 is the inverse of rfc6052: the address of prefix p (of one of
-// NAT64Lengths) carrying v4, with the u octet and the suffix zero. Tests
-// and the escape suite build addresses with it.
-func embed16(p netip.Prefix, v4 netip.Addr) netip.Addr {
-	b := p.Masked().Addr().As16()
-	v := v4.As4()
-	j := p.Bits() / 8
-	for i := range v {
-		if j == 8 {
-			j++
-		}
-		b[j] = v[i]
-		j++
-	}
-	return netip.AddrFrom16(b)
-}
-
-// EmbedNAT64 returns the IPv4-embedded IPv6 address of v4 under the
-// NAT64 prefix p in p's RFC 6052 layout, with the u octet and the suffix
-// zero, as a DNS64 server synthesizes it. p must pass ValidateNAT64Prefix
-// or be one of the built-in prefixes (64:ff9b::/96, a prefix inside
-// 64:ff9b:1::/48 of length 48, 56, 64 or 96).
-func EmbedNAT64(p netip.Prefix, v4 netip.Addr) netip.Addr { return embed16(p, v4.Unmap()) }
-
 // embeddedIPv4 returns the IPv4 addresses that a (an IPv6 address, not
 // IPv4-mapped) carries to a translator or a tunnel, each with its form,
 // in the order the guard judges them:

@@ -8,6 +8,23 @@ import (
 	"testing"
 )
 
+// embedNAT64 is the inverse of rfc6052: the address of prefix p (of one
+// of NAT64Lengths) carrying v4, with the u octet and the suffix zero, as a
+// DNS64 server synthesizes it.
+func embedNAT64(p netip.Prefix, v4 netip.Addr) netip.Addr {
+	b := p.Masked().Addr().As16()
+	v := v4.As4()
+	j := p.Bits() / 8
+	for i := range v {
+		if j == 8 {
+			j++
+		}
+		b[j] = v[i]
+		j++
+	}
+	return netip.AddrFrom16(b)
+}
+
 // configuredNAT64 are NAT64 prefixes an operator configured, one of each
 // length RFC 6052 lays out (in 3fff::/20, RFC 9637's documentation space,
 // which the test host is not connected to), and a ULA one.
@@ -92,7 +109,7 @@ func TestNAT64Layouts(t *testing.T) {
 	for _, c := range nat64Cases() {
 		for _, tt := range refused {
 			v4 := netip.MustParseAddr(tt.v4)
-			base := EmbedNAT64(c.prefix, v4)
+			base := embedNAT64(c.prefix, v4)
 			// What an attacker may set: the u octet and the suffix
 			// (none in a /96), spelling a public address where the
 			// old decoder looked.
@@ -116,7 +133,7 @@ func TestNAT64Layouts(t *testing.T) {
 			}
 		}
 		for _, s := range public {
-			a := EmbedNAT64(c.prefix, netip.MustParseAddr(s))
+			a := embedNAT64(c.prefix, netip.MustParseAddr(s))
 			if r := g.Check(p, a, 443); r != nil {
 				t.Errorf("%v (%s in %v): refused %v, want permitted", a, s, c.prefix, r)
 			}
@@ -237,7 +254,7 @@ func TestSingleLayoutForms(t *testing.T) {
 		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 		v4 := g.Check(p, a, 80)
 		for _, pfx := range prefixes {
-			form := EmbedNAT64(pfx, a)
+			form := embedNAT64(pfx, a)
 			r := g.Check(p, form, 80)
 			if (r == nil) != (v4 == nil) || (r != nil && r.Embedded != a) {
 				t.Fatalf("%v refused %v, its form %v in %v refused %+v", a, v4, form, pfx, r)
@@ -250,7 +267,7 @@ func TestSingleLayoutForms(t *testing.T) {
 			continue
 		}
 		for _, pfx := range []string{"64:ff9b:1::/48", "64:ff9b:1:ab00::/56", "64:ff9b:1:ab01::/64", "64:ff9b:1:ab01:0:cd00::/96"} {
-			form := EmbedNAT64(netip.MustParsePrefix(pfx), a)
+			form := embedNAT64(netip.MustParsePrefix(pfx), a)
 			if r := g.Check(p, form, 80); v4 != nil && r == nil {
 				t.Fatalf("%v refused %v, its form %v in %v permitted", a, v4, form, pfx)
 			}
