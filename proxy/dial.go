@@ -75,14 +75,17 @@ func (p *Proxy) checkRewrite(pol *conf.Policy, name string, local, to netip.Addr
 }
 
 // rewriteRefusal judges real, where the host rewrote the admitted
-// upstream to: nil if it may be reached. A rewrite of an address the
-// guard refuses by itself, which an address entry or a cluster's scope
-// opened (a service's address that kube-proxy sends to its pods), is
-// the operator's own translation and passes; a rewrite of any other
-// address (a public one) passes only if the guard admits real, as if it
-// had been dialed for name.
+// upstream to: nil if it may be reached. Two rewrites are the host's own
+// handling and pass: of an address the guard refuses by itself, which an
+// address entry or a cluster's scope opened (a service's address that
+// kube-proxy sends to its pods); and to the host itself (a REDIRECT to a
+// transparent proxy of the host, such as the enclosing sandbox's doorman
+// proxy when this one runs inside a sandbox: the connection goes to one of
+// the host's own processes, which decides where it goes next). A rewrite
+// of any other address (a public one) elsewhere passes only if the guard
+// admits real, as if it had been dialed for name.
 func (p *Proxy) rewriteRefusal(pol *conf.Policy, name string, to, real netip.AddrPort) *guard.Refusal {
-	if p.refusal(nil, "", to.Addr(), to.Port()) != nil {
+	if p.refusal(nil, "", to.Addr(), to.Port()) != nil || p.guard.Local(real.Addr()) {
 		return nil
 	}
 	return p.refusal(pol, name, real.Addr(), real.Port())

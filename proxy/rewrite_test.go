@@ -90,9 +90,9 @@ func TestRewriteRefused(t *testing.T) {
 }
 
 // The real destination of a rewrite passes as an upstream would: an
-// address entry for it admits it, and a public one needs none; an address
-// the guard refuses by itself that an entry opened is the operator's to
-// rewrite. A lookup that fails refuses the connection (an error line).
+// address entry for it admits it, and a public one needs none; a
+// redirect to the host itself passes. A lookup that fails refuses the
+// connection (an error line).
 func TestRewriteAdmitted(t *testing.T) {
 	e, f := rewriteEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test", "10.0.0.5"))
 	c := e.dial(netip.AddrPortFrom(evilAddr, e.tlsPort))
@@ -105,6 +105,16 @@ func TestRewriteAdmitted(t *testing.T) {
 	c = e.dial(netip.AddrPortFrom(evilAddr, e.tlsPort))
 	if _, line, err := e.tlsClient(c, "api.test"); err != nil || !strings.Contains(line, "server "+apiAddr.String()) {
 		t.Errorf("rewritten to a public address: %q, %v", line, err)
+	}
+
+	// A REDIRECT to the host itself (a transparent proxy of the host, an
+	// enclosing sandbox's doorman): the host's own process decides.
+	f.mu.Lock()
+	f.to = map[netip.Addr]netip.Addr{apiAddr: netip.MustParseAddr("127.0.0.1")}
+	f.mu.Unlock()
+	c = e.dial(netip.AddrPortFrom(evilAddr, e.tlsPort))
+	if _, line, err := e.tlsClient(c, "api.test"); err != nil || !strings.Contains(line, "server "+apiAddr.String()) {
+		t.Errorf("rewritten to the host itself: %q, %v", line, err)
 	}
 
 	f.mu.Lock()

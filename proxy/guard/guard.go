@@ -268,6 +268,21 @@ func (g *Guard) judge(p *conf.Policy, a netip.Addr, admits func(conf.Entry, neti
 	return r
 }
 
+// Local reports whether a is the proxy's host itself: a loopback address
+// or one of the host's own addresses. It is false when the host's
+// addresses cannot be read.
+func (g *Guard) Local(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	if a.IsLoopback() {
+		return true
+	}
+	host, err := g.hostView()
+	if err != nil {
+		return false
+	}
+	return slices.Contains(host.own, a)
+}
+
 // scoped reports whether a Scope of the guard opens a to name.
 func (g *Guard) scoped(name string, a netip.Addr) bool {
 	for _, s := range g.scopes {

@@ -399,3 +399,17 @@ func TestScopes(t *testing.T) {
 		t.Errorf("an address entry: %v", r)
 	}
 }
+
+// Local: loopback and the host's own addresses, nothing else.
+func TestLocal(t *testing.T) {
+	g := testHost()
+	for a, want := range map[string]bool{
+		"127.0.0.1": true, "127.1.2.3": true, "::1": true, "::ffff:127.0.0.1": true,
+		"198.51.100.2": true, "2001:db8:1::2": true, "fe80::1%eth0": true,
+		"198.51.100.3": false, "10.0.0.5": false, "198.51.100.130": false, "169.254.169.254": false, "::": false,
+	} {
+		if got := g.Local(netip.MustParseAddr(a)); got != want {
+			t.Errorf("Local(%s) = %v, want %v", a, got, want)
+		}
+	}
+}
