@@ -25,7 +25,7 @@ import (
 // same keys and is checked by ParseSettings).
 var Keys = []string{
 	"mode", "allowedHosts", "excludeNamespaces", "clusterDomain",
-	"serviceCIDRs", "podCIDRs", "allowDirect", "resolvers", "upstreamResolver",
+	"serviceCIDRs", "podCIDRs", "nat64Prefixes", "allowDirect", "resolvers", "upstreamResolver",
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
@@ -68,6 +68,10 @@ type Settings struct {
 	// domain: names under it may reach ServiceCIDRs and PodCIDRs.
 	ClusterDomain          string
 	ServiceCIDRs, PodCIDRs []netip.Prefix
+	// NAT64Prefixes are the prefixes of the NAT64 translators the node
+	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
+	// sandbox.Spec.NAT64Prefixes).
+	NAT64Prefixes []netip.Prefix
 	// AllowDirect are destinations reached without the proxy.
 	AllowDirect []conf.Direct
 	// Resolvers are the DNS servers containers may query; none means
@@ -166,6 +170,16 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	v := valueReader{raw: raw, errs: &errs}
 	s.parsePolicy(v)
 	s.parseCluster(v)
+	var nat64 []string
+	if v.strings("nat64Prefixes", &nat64) {
+		for i, n := range nat64 {
+			p, err := sandbox.ParseNAT64Prefixes(fmt.Sprintf("nat64Prefixes[%d]", i), []string{n})
+			if err != nil {
+				errs = append(errs, err)
+			}
+			s.NAT64Prefixes = append(s.NAT64Prefixes, p...)
+		}
+	}
 	s.parseDNS(v)
 	var direct []string
 	if v.strings("allowDirect", &direct) {

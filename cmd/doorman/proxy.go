@@ -33,6 +33,7 @@ type proxyFlags struct {
 	readyFD, heartbeatFD                    int
 	listenFDs, listen, dnsUDPFDs, dnsTCPFDs listFlag
 	resolvers, dnsUpstreams, allowDirect    listFlag
+	nat64                                   listFlag
 	otlpEndpoint, otlpConfig                string
 	otlpInsecure                            bool
 	otlpHeaders                             listFlag
@@ -54,6 +55,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.resolvers, "resolver", "DNS server (`addr[:port]`) the proxy resolves names admitted by name rules with (repeatable: tried in order, the next on a timeout or SERVFAIL); default: this host's /etc/resolv.conf")
 	fs.Var(&f.dnsUpstreams, "dns-upstream", "resolver `addr:port` the DNS filter forwards admitted queries to (repeatable)")
 	fs.Var(&f.allowDirect, "allow-direct", "allowDirect `entry` (IP or CIDR, optional port) the sandbox reaches without the proxy: its new flows are logged from conntrack (repeatable)")
+	fs.Var(&f.nat64, "nat64-prefix", nat64Usage)
 	fs.StringVar(&f.netns, "netns", "", "network namespace `path` whose allowDirect flows are logged; default: the namespace of the first listener (for --listen-fd, the sandbox's)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector to copy connection and DNS records to, as OTLP/HTTP logs: a URL (http://127.0.0.1:4318) or host:port (TLS unless --otlp-insecure); empty: the local log only")
 	fs.BoolVar(&f.otlpInsecure, "otlp-insecure", false, "plaintext HTTP to a host:port --otlp-endpoint")
@@ -130,6 +132,9 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 		SniffTimeout: proxyconf.Duration(f.sniffTimeout), DrainTimeout: proxyconf.Duration(f.drainTimeout)}
 	var err error
 	if cfg.AllowDirect, err = parseAllowDirect(f.allowDirect); err != nil {
+		return cfg, err
+	}
+	if cfg.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		return cfg, err
 	}
 	if cfg.Resolvers, err = parseResolvers(f.resolvers); err != nil {

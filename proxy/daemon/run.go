@@ -19,6 +19,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/guard"
+	"github.com/doorman-net/doorman/proxy/internal/realdst"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
@@ -132,11 +133,19 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
 func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
-	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames)})
+	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames), NAT64Prefixes: cfg.NAT64Prefixes})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
 	pc := proxy.Config{Sandbox: cfg.Sandbox, Logger: logger,
 		BatchWhileBulk: true, Guard: upstreamGuard, CADir: cfg.CADir, UpstreamCAFile: cfg.UpstreamCAFile}
+	// Where the host really sends each upstream connection: its
+	// conntrack entry, read in this process's namespace, where the
+	// proxy dials from. The table stays open for the process's life.
+	if table, err := realdst.Open(); err != nil {
+		logger.Warn(decisionlog.MsgRewritesUnchecked, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
+	} else {
+		pc.Destinations = table
+	}
 	caps := computeCaps(cfg)
 	caps.apply(&pc)
 	hasDNS := len(socks.dnsTCP)+len(socks.dnsUDP) > 0

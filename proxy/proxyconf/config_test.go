@@ -33,12 +33,13 @@ func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "proxy-config.json")
 	want := Config{
 		Sandbox: "team-a/web-0", PodUID: "0b1c2d3e-0000-4000-8000-000000000001", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
-		AllowDirect:  mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
-		OTLP:         &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
-		DrainTimeout: Duration(500 * time.Millisecond),
-		ClusterNames: []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
-		Limits:       Limits{Connections: 100, IdleTimeout: new(Duration(0)), DNSQueriesPerSecond: 50},
-		Listeners:    Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
+		AllowDirect:   mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
+		OTLP:          &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
+		DrainTimeout:  Duration(500 * time.Millisecond),
+		ClusterNames:  []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
+		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
+		Limits:        Limits{Connections: 100, IdleTimeout: new(Duration(0)), DNSQueriesPerSecond: 50},
+		Listeners:     Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
 	}
 	if err := want.WriteFile(path); err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestConfigFile(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	var raw map[string]any
 	json.Unmarshal(data, &raw)
-	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "limits", "listeners"} {
+	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "nat64Prefixes", "limits", "listeners"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("no key %q in %s", k, data)
 		}
@@ -78,6 +79,8 @@ func TestConfigRefuses(t *testing.T) {
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]}} {}`, "more than one JSON value"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"Cluster.Local","prefixes":["10.96.0.0/12"]}]}`, `clusterNames[0].domain "Cluster.Local"`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"cluster.local","prefixes":["10.96.0.1/12"]}]}`, `clusterNames[0].prefixes[0] "10.96.0.1/12"`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"nat64Prefixes":["2001:db8:64::/80"]}`, `nat64Prefixes[0] "2001:db8:64::/80": length /80`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"nat64Prefixes":["10.0.0.0/8"]}`, `nat64Prefixes[0] "10.0.0.0/8": not an IPv6 prefix`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"connections":-5}}`, "limits.connections: -5 is negative"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"pendingBytes":1000}}`, "limits.pendingBytes: 1000 is less than"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"idleTimeout":"soon"}}`, `limits.idleTimeout "soon": want a duration`},
