@@ -570,3 +570,74 @@ func (d *jsonDoc) walkStrings(v jval, depth int, fn func(string) bool) bool {
 	}
 	return true
 }
+
+// FoldKey folds a JSON key as rule sets compare keys (see looseKey).
+func FoldKey(k string) string { return looseKey(k) }
+
+// EvidenceField is what a response scanner knows of one member of an
+// object: its folded key, its text (a scalar's, "" for an object or
+// array) and whether it is there with something in it (not null, false,
+// "", {} or []).
+type EvidenceField struct {
+	Key     string
+	Text    string
+	Present bool
+}
+
+// EvidenceMatcher matches evidence lines against the members of one
+// object at a time, as a response streams by.
+type EvidenceMatcher struct {
+	rules []SetEvidence
+	keys  map[string]bool
+}
+
+// NewEvidenceMatcher compiles evidence lines; nil if there are none.
+func NewEvidenceMatcher(evs []SetEvidence) *EvidenceMatcher {
+	if len(evs) == 0 {
+		return nil
+	}
+	m := &EvidenceMatcher{rules: evs, keys: map[string]bool{}}
+	for _, e := range evs {
+		for _, c := range e.Conds {
+			m.keys[c.path.steps[0].key] = true
+		}
+	}
+	return m
+}
+
+// Wants reports whether evidence looks at members with the folded key.
+func (m *EvidenceMatcher) Wants(key string) bool { return m.keys[key] }
+
+// Match returns the first evidence line the fields satisfy. Before the
+// object is complete (final false) only lines without negated
+// conditions can be decided, and a field not seen yet holds no value.
+func (m *EvidenceMatcher) Match(fields []EvidenceField, final bool) (SetEvidence, bool) {
+next:
+	for _, e := range m.rules {
+		for _, c := range e.Conds {
+			if c.not && !final {
+				continue next
+			}
+			key := c.path.steps[0].key
+			found := false
+			for _, f := range fields {
+				if f.Key != key {
+					continue
+				}
+				if c.glob == "" {
+					found = f.Present
+				} else {
+					found = Glob(c.glob, strings.ToLower(f.Text))
+				}
+				if found {
+					break
+				}
+			}
+			if found == c.not {
+				continue next
+			}
+		}
+		return e, true
+	}
+	return SetEvidence{}, false
+}

@@ -237,10 +237,10 @@ func (s *Settings) parsePolicy(v valueReader) {
 			ok = false
 		}
 	}
-	var inspect []conf.InspectHost
+	var inspect conf.InspectRules
 	if raw, has := v.raw["inspect"]; has && string(raw) != "null" {
 		var err error
-		if inspect, err = conf.ParseInspectJSON(raw); err != nil {
+		if inspect, err = conf.ParseInspectRules(raw); err != nil {
 			*v.errs = append(*v.errs, fmt.Errorf("inspect: %w", err))
 			ok = false
 		}
@@ -250,7 +250,10 @@ func (s *Settings) parsePolicy(v valueReader) {
 	}
 	p, err := conf.NewPolicy(m, hosts)
 	if err == nil {
-		p, err = p.WithInspect(inspect)
+		p, err = p.WithInspect(inspect.Hosts)
+	}
+	if err == nil && len(inspect.RuleSets) > 0 {
+		p, err = p.WithRuleSets(inspect.RuleSets)
 	}
 	if err != nil {
 		// Every part was checked above.

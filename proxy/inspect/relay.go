@@ -96,6 +96,12 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 		return
 	}
 	defer resp.Body.Close()
+	body, why := rec.sets.armTripwire(resp)
+	if why != "" {
+		rec.verdict, rec.reason, rec.status = decisionlog.Deny, why, http.StatusBadGateway
+		http.Error(w, "doorman: "+why, http.StatusBadGateway)
+		return
+	}
 	rec.status = resp.StatusCode
 	removeHopByHop(resp.Header)
 	copyHeader(w.Header(), resp.Header)
@@ -108,7 +114,10 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 		w.Header().Add("Trailer", strings.Join(keys, ", "))
 	}
 	w.WriteHeader(resp.StatusCode)
-	if err := copyBody(w, resp.Body, streams(resp), &rec.down); err != nil {
+	if err := copyBody(w, body, streams(resp), &rec.down); err != nil {
+		if errors.Is(err, errTripped) {
+			rec.sets.tripped(w, rec, s.cfg.Sandbox)
+		}
 		// The status is sent: all that is left is to cut the
 		// response short, so the client cannot take it for whole.
 		panic(http.ErrAbortHandler)
