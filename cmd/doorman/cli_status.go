@@ -310,14 +310,14 @@ type showInfo struct {
 	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
 	// Inspect are the request rules, as the policy file's lines (the
 	// placeholders as their SHA-256), and CADir the network's CA.
-	Inspect []string               `json:"inspect,omitempty"`
-	CADir   string                 `json:"caDir,omitempty"`
+	Inspect []string `json:"inspect,omitempty"`
+	CADir   string   `json:"caDir,omitempty"`
 	// RuleSets are the rule sets in force, as "NAME@VERSION ACTION";
 	// Warnings what the policy leaves open (an allowed name beside an
 	// inspected one on a shared registrable domain).
-	RuleSets []string `json:"rulesets,omitempty"`
-	Warnings []string `json:"warnings,omitempty"`
-	Recent  []decisionlog.Decision `json:"recent"`
+	RuleSets []string               `json:"rulesets,omitempty"`
+	Warnings []string               `json:"warnings,omitempty"`
+	Recent   []decisionlog.Decision `json:"recent"`
 }
 
 // icmpSummary says what ICMP may leave sandbox s.
