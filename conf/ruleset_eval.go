@@ -98,7 +98,7 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 		return doc, docErr
 	}
 	refuse := func(rule, reason string) {
-		if j.Verdict == VerdictAllow {
+		if a.Action != SetProbe && j.Verdict == VerdictAllow {
 			j.Verdict, j.Rule, j.Reason = VerdictDeny, rule, reason
 		}
 	}
@@ -123,7 +123,6 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 				}
 				d, err := readDoc()
 				if err != nil {
-					j.Findings = append(j.Findings, SetFinding{ID: rule.ID, Refuse: true, What: "unreadable body", Line: rule.Line})
 					refuse(rule.Line, "the body cannot be read as JSON: "+err.Error())
 					continue
 				}

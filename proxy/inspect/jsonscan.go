@@ -55,6 +55,8 @@ type scanFrame struct {
 	// value of (-1 none); empty until its first element.
 	parent int
 	empty  bool
+	// hit: the object showed evidence already (reported once).
+	hit bool
 }
 
 // maxCapture bounds the text of a key or wanted value kept.
@@ -144,7 +146,7 @@ func (s *jsonScanner) Write(p []byte) ([]scanHit, error) {
 				if f.obj != (c == '}') || (s.st == stValue && !f.empty) || (f.obj && f.wantKey && !f.empty) {
 					return hits, s.fail() // a close after ',' or ':'
 				}
-				if f.obj && s.ev != nil && len(f.fields) > 0 {
+				if f.obj && s.ev != nil && len(f.fields) > 0 && !f.hit {
 					if ev, ok := s.ev.Match(f.fields, true); ok {
 						hits = append(hits, scanHit{ev: ev, start: f.start})
 					}
@@ -269,7 +271,11 @@ func (s *jsonScanner) setField(obj *scanFrame, i int, text string, present bool)
 		return nil
 	}
 	obj.fields[i].Text, obj.fields[i].Present = text, present
+	if obj.hit {
+		return nil
+	}
 	if ev, ok := s.ev.Match(obj.fields, false); ok {
+		obj.hit = true
 		return &scanHit{ev: ev, start: obj.start}
 	}
 	return nil

@@ -102,6 +102,17 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 		http.Error(w, "doorman: "+why, http.StatusBadGateway)
 		return
 	}
+	body, tripped, err := rec.sets.readWhole(resp, body)
+	if tripped {
+		reason := rec.sets.reason(rec)
+		rec.status = http.StatusForbidden
+		s.writeSetRefusal(w, r, sc.s.Name, http.StatusForbidden, rec.rule, reason, "")
+		return
+	}
+	if err != nil {
+		s.upstreamFailed(w, sc, rec, err)
+		return
+	}
 	rec.status = resp.StatusCode
 	removeHopByHop(resp.Header)
 	copyHeader(w.Header(), resp.Header)

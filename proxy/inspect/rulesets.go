@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"compress/zlib"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -255,10 +256,27 @@ func (sr *setRecord) armTripwire(resp *http.Response) (io.ReadCloser, string) {
 	return sr.tw, ""
 }
 
-// tripped finishes a response the tripwire cut: an event stream gets a
-// last event naming why (an error event the vendors' clients raise),
-// and the decision line says deny.
-func (sr *setRecord) tripped(w http.ResponseWriter, rec *requestRecord, sandbox string) {
+// readWhole reads a JSON response of known length, up to maxEvent,
+// whole through the tripwire before any of it is sent: evidence in it
+// then refuses the response cleanly (tripped), instead of cutting it.
+// Other responses are returned as they are, to stream.
+func (sr *setRecord) readWhole(resp *http.Response, body io.ReadCloser) (out io.ReadCloser, tripped bool, err error) {
+	if sr == nil || sr.tw == nil || sr.tw.kind != tripJSON || resp.ContentLength < 0 || resp.ContentLength > maxEvent {
+		return body, false, nil
+	}
+	data, err := io.ReadAll(sr.tw)
+	if errors.Is(err, errTripped) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return io.NopCloser(bytes.NewReader(data)), false, nil
+}
+
+// reason says why the tripwire refused or cut a response, and sets the
+// record's verdict, rule and reason.
+func (sr *setRecord) reason(rec *requestRecord) string {
 	tw := sr.tw
 	reason := tw.why
 	if len(tw.seen) > 0 {
@@ -268,6 +286,15 @@ func (sr *setRecord) tripped(w http.ResponseWriter, rec *requestRecord, sandbox 
 	if len(tw.lines) > 0 {
 		rec.rule = "ruleset " + strings.Join(sr.refs, ", ") + ": " + tw.lines[0]
 	}
+	return reason
+}
+
+// tripped finishes a response the tripwire cut: an event stream gets a
+// last event naming why (an error event the vendors' clients raise),
+// and the decision line says deny.
+func (sr *setRecord) tripped(w http.ResponseWriter, rec *requestRecord, sandbox string) {
+	tw := sr.tw
+	reason := sr.reason(rec)
 	if tw.kind != tripSSE {
 		return
 	}

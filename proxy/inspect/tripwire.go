@@ -201,8 +201,17 @@ func (t *tripwire) feedSSE(b []byte) {
 			t.line = 0
 			continue
 		}
-		// A blank line: the event is event[:i+1].
-		if !t.endEvent(i + 1) {
+		// A blank line: the event is event[:end], with the LF of a
+		// CRLF if it is here.
+		end := i + 1
+		if c == '\r' && end < len(t.event) && t.event[end] == '\n' {
+			end++
+			t.cr = false
+		}
+		if end > maxEvent {
+			break
+		}
+		if !t.endEvent(end) {
 			return
 		}
 		i = -1 // endEvent dropped the event's bytes
