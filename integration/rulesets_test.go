@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doorman-net/doorman/integration/testnet"
 )
@@ -298,5 +300,232 @@ func TestRuleSetSDKs(t *testing.T) {
 			}
 			e.assertNothingLeft(name)
 		})
+	}
+}
+
+// adversarialScript sends, with curl inside the sandbox, the shapes a
+// workload might use to slip a tool past a rule set. Each call prints
+// "C TAG STATUS".
+const adversarialScript = `
+a=https://` + anthropicName + `
+g=https://` + geminiName + `
+o=https://` + openAIName + `
+post() { tag=$1; url=$2; body=$3; shift 3
+  echo "C $tag $(printf '%s' "$body" | curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary @- "$@" "$url")"; }
+post ESC $a/v1/messages '{"model":"m","t\u006fols":[{"t\u0079pe":"web\u005fsearch_20250305","name":"w"}],"messages":[]}'
+post CASE $a/v1/messages '{"TOOLS":[{"Type":"WEB_SEARCH_20250305"}],"model":"case"}'
+post DUP $a/v1/messages '{"tools":[],"tools":[{"type":"web_search_20250305"}],"model":"dup"}'
+post BATCH $a/v1/messages/batches '{"requests":[{"custom_id":"a","params":{"model":"m","mcp_servers":[{"type":"url","url":"https://mcp.example.org"}],"tools":[{"type":"mcp_toolset","mcp_server_name":"x"},{"type":"web_search_20250305"}]}}]}'
+post H2 $a/v1/messages '{"tools":[{"type":"web_fetch_20250910","name":"web_fetch"}],"model":"h2"}' --http2
+post H1 $a/v1/messages '{"tools":[{"type":"web_fetch_20250910","name":"web_fetch"}],"model":"h1"}' --http1.1
+echo "C GZIP $(printf '%s' '{"tools":[{"type":"code_execution_20250825","name":"code_execution"}],"model":"gzip"}' | gzip | curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -H 'content-encoding: gzip' --data-binary @- $a/v1/messages)"
+echo "C CHUNKED $(printf '%s' '{"tools":[{"type":"web_search_20260209","name":"web_search"}],"model":"chunked"}' | curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -H 'transfer-encoding: chunked' -X POST -T - --http1.1 $a/v1/messages)"
+echo "C BR $(printf 'xx' | curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' -H 'content-encoding: br' --data-binary @- $a/v1/messages)"
+post URL $a/v1/messages '{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://example.org/a.png"}}]}],"model":"url"}'
+post CHOICE $a/v1/messages '{"tools":[{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"tool","name":"web_search"},"model":"choice"}'
+post SNAKE $g/v1beta/models/m:generateContent '{"tools":[{"google_search":{}}],"contents":[]}'
+post CAMEL $g/v1beta/models/m:streamGenerateContent?alt=sse '{"tools":[{"functionDeclarations":[{"name":"f"}],"googleSearch":{}},{"urlContext":{}}],"contents":[]}' --http2
+post OAIINC $o/v1/responses '{"model":"gpt","tools":[{"type":"web_search_preview"}],"include":["web_search_call.action.sources"],"input":"x"}'
+post FRONT https://` + storageName + `/v1beta/models/m:generateContent '{"tools":[{"googleSearch":{}}],"contents":[]}' -H 'host: ` + geminiName + `'
+`
+
+// TestRuleSetAdversarial: the shapes that might slip a tool past a rule
+// set (escapes in keys and values, a key in another case or given twice,
+// the tool in a batch, a gzip or chunked body, HTTP/1.1 and HTTP/2, both
+// key spellings, a request for the API inside a sibling's TLS session)
+// are refused (deny) or rewritten (strip), and what reaches the provider
+// never carries the tool.
+func TestRuleSetAdversarial(t *testing.T) {
+	requireInspectClients(t)
+	e := newRunEnv(t)
+	p := addProviders(e.net)
+	// What each request must be forwarded as under strip ("" refused
+	// in both actions, the provider getting nothing).
+	strip := map[string]string{
+		"ESC":     `{"model":"m","t\u006fols":[],"messages":[]}`,
+		"CASE":    `{"TOOLS":[],"model":"case"}`,
+		"DUP":     "",
+		"BATCH":   `{"requests":[{"custom_id":"a","params":{"model":"m","tools":[]}}]}`,
+		"H2":      `{"tools":[],"model":"h2"}`,
+		"H1":      `{"tools":[],"model":"h1"}`,
+		"GZIP":    `{"tools":[],"model":"gzip"}`,
+		"CHUNKED": `{"tools":[],"model":"chunked"}`,
+		"URL":     "",
+		"CHOICE":  "",
+		"SNAKE":   `{"tools":[],"contents":[]}`,
+		"CAMEL":   `{"tools":[{"functionDeclarations":[{"name":"f"}]}],"contents":[]}`,
+		"OAIINC":  `{"model":"gpt","tools":[],"include":[],"input":"x"}`,
+		"FRONT":   "",
+	}
+	for _, action := range []string{"deny", "strip"} {
+		t.Run(action, func(t *testing.T) {
+			p.reset()
+			dir := t.TempDir()
+			policy := filepath.Join(dir, "policy")
+			os.WriteFile(policy, []byte(strings.Join([]string{anthropicName, openAIName, geminiName, storageName, "ruleset closed-book " + action, ""}, "\n")), 0o644)
+			name := runName()
+			r := e.run(name, []string{"--policy", policy, "--ca-dir", filepath.Join(dir, "ca"), "--upstream-ca-file", e.caFile},
+				"sh", "-c", adversarialScript)
+			codes := map[string]string{}
+			for _, l := range strings.Split(r.stdout, "\n") {
+				if f := strings.Fields(l); len(f) == 3 && f[0] == "C" {
+					codes[f[1]] = f[2]
+				}
+			}
+			var got []string
+			for _, h := range []*testnet.Host{p.anthropic, p.openai, p.gemini, p.storage} {
+				for _, req := range h.ProviderRequests() {
+					got = append(got, req.Body)
+					if req.Header.Get("Content-Encoding") != "" {
+						t.Errorf("a body reached the provider with Content-Encoding %q", req.Header.Get("Content-Encoding"))
+					}
+				}
+			}
+			for tag, fwd := range strip {
+				want := "403"
+				if action == "strip" && fwd != "" {
+					want = "200"
+				}
+				if codes[tag] != want {
+					t.Errorf("%s: status %q, want %s", tag, codes[tag], want)
+				}
+				if action == "strip" && fwd != "" && !containsString(got, fwd) {
+					t.Errorf("%s: the provider did not get %s", tag, fwd)
+				}
+			}
+			if codes["BR"] != "415" {
+				t.Errorf("a br body: %q", codes["BR"])
+			}
+			for _, b := range got {
+				for _, mark := range []string{"web_search", "web_fetch", "code_execution", "mcp", "google", "Search", "urlContext", "example.org"} {
+					if strings.Contains(strings.ReplaceAll(b, `\u005f`, "_"), mark) {
+						t.Errorf("the provider got %s, with %s", b, mark)
+					}
+				}
+			}
+			if action == "deny" && len(got) != 0 {
+				t.Errorf("deny: the provider got %q", got)
+			}
+			log, _ := os.ReadFile(filepath.Join(e.logDir, name+"-eth0.log"))
+			if !bytes.Contains(log, []byte(`"proto":"h2"`)) || !bytes.Contains(log, []byte("request for another host inside the session: "+geminiName)) {
+				t.Errorf("the log lacks the HTTP/2 requests or the sibling's refusal")
+			}
+			if t.Failed() {
+				t.Logf("%v\nprovider got %q\n%s", r, got, log)
+			}
+			e.assertNothingLeft(name)
+		})
+	}
+}
+
+// TestRuleSetProbeReport: a CNI sandbox whose conflist names closed-book
+// in probe mode (in its inspect key) runs the vendors' clients with a
+// few tools; `doorman tools` then lists exactly the tools they sent, the
+// rule set that stops each, the declared tool types no set knows, and
+// the responses that showed tool use; `doorman show` names the set and
+// warns about an allowed name that shares an inspected host's domain.
+func TestRuleSetProbeReport(t *testing.T) {
+	requireInspectClients(t)
+	sdks := sdksDir(t)
+	script, _ := filepath.Abs("testdata/sdks/drive.cjs")
+	e := newCNIEnv(t)
+	addProviders(e.net)
+	caRoot := filepath.Join(t.TempDir(), "ca")
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(map[string]any{
+		"allowedHosts":   []string{apiName, otherName, anthropicName, openAIName, geminiName},
+		"caDir":          caRoot,
+		"upstreamCAFile": e.caFile,
+		"inspect": map[string]any{
+			"rulesets": []any{map[string]any{"name": "closed-book", "action": "probe"}},
+			apiName:    map[string]any{"deny": []any{map[string]any{"method": "DELETE"}}},
+		},
+	}))
+	id := c.rt.ContainerID
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := c.ns.Command(ctx, "env", "SDKS="+sdks, "NODE_EXTRA_CA_CERTS="+filepath.Join(caRoot, "dmnet", "ca.crt"),
+		"CASES=anthropic.plain,anthropic.web_search,openai.mcp,gemini.google_search,gemini.tool-use-stream", "node", script)
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Count(string(out), "\nR ")+strings.Count(string(out[:min(2, len(out))]), "R ") < 5 {
+		t.Fatalf("drive.cjs: %v\n%s", err, out)
+	}
+	calls := parseDrive(t, string(out))
+	for _, n := range []string{"anthropic.plain", "anthropic.web_search", "openai.mcp", "gemini.google_search"} {
+		if calls[n] == nil || calls[n].Text != testnet.PlainText {
+			t.Fatalf("%s: probe mode passes everything: %+v\n%s", n, calls[n], out)
+		}
+	}
+	var report struct {
+		Hosts []struct {
+			Host  string
+			Tools []struct {
+				ID        string
+				Requests  int
+				StoppedBy string
+			}
+			Declared []struct {
+				Type string
+				Tool string
+			}
+			Evidence []struct {
+				ID      string
+				Unasked int
+			}
+		}
+	}
+	r := e.mustCLI("tools", id, "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &report); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	tools := map[string][]string{}
+	declared := map[string]string{}
+	evidence := map[string]int{}
+	for _, h := range report.Hosts {
+		for _, tl := range h.Tools {
+			tools[h.Host] = append(tools[h.Host], tl.ID)
+			if tl.Requests != 1 || !strings.HasPrefix(tl.StoppedBy, "closed-book@1 (deny refuses it, strip removes it") {
+				t.Errorf("%s %s: %+v", h.Host, tl.ID, tl)
+			}
+		}
+		for _, d := range h.Declared {
+			declared[d.Type] = d.Tool
+		}
+		for _, ev := range h.Evidence {
+			evidence[ev.ID] = ev.Unasked
+		}
+	}
+	want := map[string][]string{anthropicName: {"anthropic.web_search"}, openAIName: {"openai.mcp"}, geminiName: {"google.google_search"}}
+	for h, ids := range want {
+		if strings.Join(tools[h], ",") != strings.Join(ids, ",") {
+			t.Errorf("%s: tools %q, want exactly %q", h, tools[h], ids)
+		}
+	}
+	if len(tools) != 3 {
+		t.Errorf("tools on other hosts: %q", tools)
+	}
+	if declared["web_search_20250305"] != "anthropic.web_search" || declared["mcp"] != "openai.mcp" || declared["googleSearch"] != "google.google_search" {
+		t.Errorf("declared: %q", declared)
+	}
+	if tool, ok := declared["functionDeclarations"]; !ok || tool != "" {
+		t.Errorf("function declarations are not reported as outside every set: %q", declared)
+	}
+	if unasked, ok := evidence["google.google_search"]; !ok || unasked != 1 {
+		// The stream that showed grounding asked for no tool: a tool
+		// ran that no request rule found.
+		t.Errorf("evidence: %v", evidence)
+	}
+	text := e.mustCLI("tools", id).stdout
+	for _, s := range []string{"anthropic.web_search", "closed-book@1", "not in any rule set", "functionDeclarations", "NOT COVERED"} {
+		if !strings.Contains(text, s) {
+			t.Errorf("doorman tools does not say %q:\n%s", s, text)
+		}
+	}
+	show := e.mustCLI("show", id).stdout
+	if !strings.Contains(show, "closed-book@1 probe") || !strings.Contains(show, otherName+" is allowed but not inspected") {
+		t.Errorf("doorman show:\n%s", show)
+	}
+	if err := e.del(c); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -87,9 +87,9 @@ type declaredTool struct {
 type evidenceSeen struct {
 	ID        string `json:"id"`
 	Responses int    `json:"responses"`
-	// Asked: a request on the host asked for a tool of this ID; false
-	// means a tool ran that no request rule found.
-	Asked bool `json:"asked"`
+	// Unasked counts the responses whose request asked for no tool of
+	// this ID: a tool ran that no request rule found.
+	Unasked int `json:"unasked"`
 }
 
 func runTools(args []string, stdout, stderr io.Writer) int {
@@ -173,9 +173,9 @@ read this.
 			fmt.Fprintf(stdout, "  declared, not in any rule set (runs in the sandbox, or unknown to doorman): %s\n", strings.Join(unknown, ", "))
 		}
 		for _, e := range r.Evidence {
-			note := "a request asked for it"
-			if !e.Asked {
-				note = "NOT COVERED: no request rule found the tool that ran"
+			note := "their requests asked for it"
+			if e.Unasked > 0 {
+				note = fmt.Sprintf("NOT COVERED in %d: the request asked for no such tool, a tool ran that no request rule found", e.Unasked)
 			}
 			fmt.Fprintf(stdout, "  evidence in %d responses: %s (%s)\n", e.Responses, e.ID, note)
 		}
@@ -241,14 +241,14 @@ func toolReports(ds []decisionlog.Decision) []*toolReport {
 				i = len(r.Evidence) - 1
 			}
 			r.Evidence[i].Responses++
+			if !slices.ContainsFunc(ids, func(id string) bool { return sameTool(id, e) }) {
+				r.Evidence[i].Unasked++
+			}
 		}
 	}
 	var out []*toolReport
 	for _, h := range order {
 		r := byHost[h]
-		for i, e := range r.Evidence {
-			r.Evidence[i].Asked = slices.ContainsFunc(r.Tools, func(t toolSeen) bool { return sameTool(t.ID, e.ID) })
-		}
 		if r.Tools == nil {
 			r.Tools = []toolSeen{}
 		}
