@@ -21,13 +21,29 @@ type jsonDoc struct {
 	b []byte
 	// What has been read, by the value's start: each object and array
 	// is read once however many rules look at it.
-	objs  map[int]objMemo
-	elems map[int][]jval
+	objs  []objMemo
+	elems []elemMemo
+	// Past memoScan entries, the memos are found through maps (a body
+	// with many objects a rule reads).
+	objIndex  map[int]int
+	elemIndex map[int]int
+	// scratch is reused for the candidates of one rule.
+	scratch []candidate
 }
 
+// memoScan is how many memos are searched in order before a map
+// indexes them.
+const memoScan = 16
+
 type objMemo struct {
+	at  int
 	ms  []jmember
 	err error
+}
+
+type elemMemo struct {
+	at int
+	es []jval
 }
 
 // jval is one value of a jsonDoc: the bytes b[s:e], without the
@@ -38,6 +54,7 @@ type jval struct{ s, e int }
 // the span of the key's string, and its value.
 type jmember struct {
 	key  string
+	fold string // looseKey(key)
 	keyS int
 	val  jval
 }
@@ -178,14 +195,30 @@ func (d *jsonDoc) str(v jval) string {
 // members returns the members of the object v, in order; an error if a
 // key is given twice (what would a server read?).
 func (d *jsonDoc) members(v jval) ([]jmember, error) {
-	if m, ok := d.objs[v.s]; ok {
-		return m.ms, m.err
+	// Few objects are read per document, mostly in order: look from
+	// the latest.
+	if d.objIndex != nil {
+		if i, ok := d.objIndex[v.s]; ok {
+			return d.objs[i].ms, d.objs[i].err
+		}
+	} else {
+		for i := len(d.objs) - 1; i >= 0; i-- {
+			if d.objs[i].at == v.s {
+				return d.objs[i].ms, d.objs[i].err
+			}
+		}
 	}
 	ms, err := d.readMembers(v)
-	if d.objs == nil {
-		d.objs = map[int]objMemo{}
+	d.objs = append(d.objs, objMemo{v.s, ms, err})
+	if len(d.objs) > memoScan {
+		if d.objIndex == nil {
+			d.objIndex = make(map[int]int, 2*memoScan)
+			for i, o := range d.objs {
+				d.objIndex[o.at] = i
+			}
+		}
+		d.objIndex[v.s] = len(d.objs) - 1
 	}
-	d.objs[v.s] = objMemo{ms, err}
 	return ms, err
 }
 
@@ -199,7 +232,7 @@ func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
 		j := skipWS(b, ke)
 		j = skipWS(b, j+1) // ':'
 		ve := d.skip(j)
-		out = append(out, jmember{key: key, keyS: i, val: jval{j, ve}})
+		out = append(out, jmember{key: key, fold: looseKey(key), keyS: i, val: jval{j, ve}})
 		i = skipWS(b, ve)
 		if i < v.e && b[i] == ',' {
 			i = skipWS(b, i+1)
@@ -235,14 +268,28 @@ func checkDuplicateKeys(ms []jmember) error {
 
 // elements returns the elements of the array v, in order.
 func (d *jsonDoc) elements(v jval) []jval {
-	if e, ok := d.elems[v.s]; ok {
-		return e
+	if d.elemIndex != nil {
+		if i, ok := d.elemIndex[v.s]; ok {
+			return d.elems[i].es
+		}
+	} else {
+		for i := len(d.elems) - 1; i >= 0; i-- {
+			if d.elems[i].at == v.s {
+				return d.elems[i].es
+			}
+		}
 	}
 	e := d.readElements(v)
-	if d.elems == nil {
-		d.elems = map[int][]jval{}
+	d.elems = append(d.elems, elemMemo{v.s, e})
+	if len(d.elems) > memoScan {
+		if d.elemIndex == nil {
+			d.elemIndex = make(map[int]int, 2*memoScan)
+			for i, m := range d.elems {
+				d.elemIndex[m.at] = i
+			}
+		}
+		d.elemIndex[v.s] = len(d.elems) - 1
 	}
-	d.elems[v.s] = e
 	return e
 }
 

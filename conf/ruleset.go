@@ -83,6 +83,9 @@ type SetProvider struct {
 	Rules         []SetRule
 	Evidence      []SetEvidence
 	Inventory     []SetInventory
+	// matcher holds the set's evidence lines and the provider's,
+	// compiled once.
+	matcher *EvidenceMatcher
 }
 
 // SetRule is a tool or refuse line.
@@ -150,9 +153,20 @@ func (c setCond) String() string {
 }
 
 // looseKey folds a key as rule sets compare keys: '_' and '-' dropped,
-// every rune folded to its smallest equivalent under simple case folding
-// (so "ſ" and "S" read as "s", the Kelvin sign as "k").
+// every rune folded under simple case folding to one of its orbit (the
+// lower-case ASCII letter where there is one, so "ſ" and "S" read as
+// "s", the Kelvin sign as "k").
 func looseKey(k string) string {
+	plain := true
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !('a' <= c && c <= 'z') && !('0' <= c && c <= '9') {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return k // already folded: most keys
+	}
 	var b strings.Builder
 	b.Grow(len(k))
 	for _, r := range k {
@@ -164,18 +178,20 @@ func looseKey(k string) string {
 	return b.String()
 }
 
-// foldRune is the smallest rune of r's simple case-folding orbit.
+// foldRune is the rune r's simple case-folding orbit folds to: its
+// lower-case ASCII letter if it has one, else its smallest rune.
 func foldRune(r rune) rune {
 	if r < utf8.RuneSelf {
 		if 'A' <= r && r <= 'Z' {
 			r += 'a' - 'A'
 		}
-		if r != 'k' && r != 's' {
-			return r
-		}
+		return r
 	}
 	min := r
 	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		if 'a' <= f && f <= 'z' {
+			return f
+		}
 		if f < min {
 			min = f
 		}
@@ -431,6 +447,7 @@ func ParseRuleSet(data []byte) (*RuleSet, error) {
 	}
 	seen := map[string]bool{}
 	for _, p := range s.Providers {
+		p.matcher = NewEvidenceMatcher(slices.Concat(s.Evidence, p.Evidence))
 		for _, h := range slices.Concat(p.Hosts, p.Fronts) {
 			if !seen[h] {
 				seen[h] = true
@@ -522,6 +539,9 @@ type setHead struct {
 // case, runs of '/' as one, no trailing '/', nothing from a ';' on: the
 // spellings an origin may route to one handler read as one.
 func setPathForm(p string) string {
+	if !strings.ContainsAny(p, ";ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !strings.Contains(p, "//") && (len(p) <= 1 || p[len(p)-1] != '/') {
+		return p // the common case: already in that form
+	}
 	if i := strings.IndexByte(p, ';'); i >= 0 {
 		p = p[:i]
 	}

@@ -2,10 +2,12 @@ package conf
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ActiveRuleSet is a rule set in force for one host: the policy's use of
@@ -59,7 +61,7 @@ type SetJudgement struct {
 	Removed []SetFinding
 	Body    []byte
 	// Inventory lists the tools the request declared ("tools[].type"
-	// values), for the probe report.
+	// values), for the probe report: in probe mode only.
 	Inventory []string
 }
 
@@ -129,21 +131,15 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 				if d == nil {
 					continue // no body: no tool in it
 				}
-				cands, err := d.candidates(root, rule.Anchor)
-				if err != nil {
-					refuse(rule.Line, "the body cannot be read: "+err.Error())
-					continue
-				}
-				for _, c := range cands {
-					ok, err := d.holds(c.v, rule.Conds)
-					if err != nil {
-						refuse(rule.Line, "the body cannot be read: "+err.Error())
-						break
-					}
-					if !ok {
+				cands, err := d.collect(d.scratch[:0], candidate{v: root}, rule.Anchor.steps)
+				d.scratch = cands[:0]
+				for ci := 0; err == nil && ci < len(cands); ci++ {
+					c := cands[ci]
+					var ok bool
+					if ok, err = d.holds(c.v, rule.Conds); !ok || err != nil {
 						continue
 					}
-					f := SetFinding{ID: rule.ID, Refuse: rule.Refuse, Where: c.where, What: d.what(c.v, rule), Line: rule.Line}
+					f := SetFinding{ID: rule.ID, Refuse: rule.Refuse, Where: c.where(), What: d.what(c.v, rule), Line: rule.Line}
 					if !rule.With {
 						j.Findings = append(j.Findings, f)
 					}
@@ -157,10 +153,13 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 						}
 					}
 				}
+				if err != nil {
+					refuse(rule.Line, "the body cannot be read: "+err.Error())
+				}
 			}
 		}
 	}
-	if docRead && doc != nil {
+	if a.Action == SetProbe && docRead && doc != nil {
 		j.Inventory = a.inventory(doc, root)
 	}
 	if a.Action != SetStrip || j.Verdict == VerdictDeny || len(plan.removed) == 0 {
@@ -177,8 +176,11 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 
 // candidate is one value an anchor found.
 type candidate struct {
-	v     jval
-	where string
+	v jval
+	// Its place, rendered only when a rule finds it (where): the
+	// place of its container, and its key or index there.
+	base string
+	key  string
 	// In an array: the array and the element's index.
 	inArr bool
 	arr   jval
@@ -187,6 +189,60 @@ type candidate struct {
 	// candidate is in: where tool_choice is looked for.
 	owner    jval
 	hasOwner bool
+}
+
+// where renders the candidate's place: "tools[1]", "requests[0].params".
+func (c *candidate) where() string {
+	switch {
+	case c.inArr:
+		return c.base + "[" + strconv.Itoa(c.idx) + "]"
+	case c.key == "":
+		return c.base
+	case c.base == "":
+		return c.key
+	}
+	return c.base + "." + c.key
+}
+
+// collect appends to dst every value steps find from c, in order.
+func (d *jsonDoc) collect(dst []candidate, c candidate, steps []setStep) ([]candidate, error) {
+	if len(steps) == 0 {
+		return append(dst, c), nil
+	}
+	st := steps[0]
+	if st.array {
+		if d.kind(c.v) != '[' {
+			return dst, nil
+		}
+		base := c.where()
+		for i, e := range d.elements(c.v) {
+			var err error
+			if dst, err = d.collect(dst, candidate{v: e, base: base, inArr: true, arr: c.v, idx: i, owner: c.owner, hasOwner: c.hasOwner}, steps[1:]); err != nil {
+				return dst, err
+			}
+		}
+		return dst, nil
+	}
+	if d.kind(c.v) != '{' {
+		return dst, nil
+	}
+	ms, err := d.members(c.v)
+	if err != nil {
+		return dst, err
+	}
+	var base string
+	for _, m := range ms {
+		if m.fold != st.key {
+			continue
+		}
+		if base == "" {
+			base = c.where()
+		}
+		if dst, err = d.collect(dst, candidate{v: m.val, base: base, key: m.key, owner: c.v, hasOwner: true}, steps[1:]); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
 }
 
 // candidates returns the values anchor finds from root (root itself for
@@ -201,9 +257,9 @@ func (d *jsonDoc) candidates(root jval, anchor setPath) ([]candidate, error) {
 				if d.kind(c.v) != '[' {
 					continue
 				}
+				base := c.where()
 				for i, e := range d.elements(c.v) {
-					next = append(next, candidate{v: e, where: c.where + "[" + strconv.Itoa(i) + "]",
-						inArr: true, arr: c.v, idx: i, owner: c.owner, hasOwner: c.hasOwner})
+					next = append(next, candidate{v: e, base: base, inArr: true, arr: c.v, idx: i, owner: c.owner, hasOwner: c.hasOwner})
 				}
 			default:
 				if d.kind(c.v) != '{' {
@@ -213,13 +269,13 @@ func (d *jsonDoc) candidates(root jval, anchor setPath) ([]candidate, error) {
 				if err != nil {
 					return nil, err
 				}
+				var base string
 				for _, m := range ms {
-					if looseKey(m.key) == st.key {
-						w := m.key
-						if c.where != "" {
-							w = c.where + "." + m.key
+					if m.fold == st.key {
+						if base == "" {
+							base = c.where()
 						}
-						next = append(next, candidate{v: m.val, where: w, owner: c.v, hasOwner: true})
+						next = append(next, candidate{v: m.val, base: base, key: m.key, owner: c.v, hasOwner: true})
 					}
 				}
 			}
@@ -229,32 +285,81 @@ func (d *jsonDoc) candidates(root jval, anchor setPath) ([]candidate, error) {
 	return cur, nil
 }
 
-// values returns the values path finds from v.
-func (d *jsonDoc) values(v jval, p setPath) ([]jval, error) {
-	cands, err := d.candidates(v, p)
+// anyMatch reports whether a value steps find from v matches glob (see
+// matchValue); it reads no more of the document than the path walks.
+func (d *jsonDoc) anyMatch(v jval, steps []setStep, glob string) (bool, error) {
+	if len(steps) == 0 {
+		return d.matchValue(v, glob), nil
+	}
+	st := steps[0]
+	if st.array {
+		if d.kind(v) != '[' {
+			return false, nil
+		}
+		for _, e := range d.elements(v) {
+			if ok, err := d.anyMatch(e, steps[1:], glob); ok || err != nil {
+				return ok, err
+			}
+		}
+		return false, nil
+	}
+	if d.kind(v) != '{' {
+		return false, nil
+	}
+	ms, err := d.members(v)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	out := make([]jval, len(cands))
-	for i, c := range cands {
-		out[i] = c.v
+	for _, m := range ms {
+		if m.fold == st.key {
+			if ok, err := d.anyMatch(m.val, steps[1:], glob); ok || err != nil {
+				return ok, err
+			}
+		}
 	}
-	return out, nil
+	return false, nil
+}
+
+// anyValue reports whether pred holds for a value steps find from v.
+func (d *jsonDoc) anyValue(v jval, steps []setStep, pred func(jval) bool) (bool, error) {
+	if len(steps) == 0 {
+		return pred(v), nil
+	}
+	st := steps[0]
+	if st.array {
+		if d.kind(v) != '[' {
+			return false, nil
+		}
+		for _, e := range d.elements(v) {
+			if ok, err := d.anyValue(e, steps[1:], pred); ok || err != nil {
+				return ok, err
+			}
+		}
+		return false, nil
+	}
+	if d.kind(v) != '{' {
+		return false, nil
+	}
+	ms, err := d.members(v)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range ms {
+		if m.fold == st.key {
+			if ok, err := d.anyValue(m.val, steps[1:], pred); ok || err != nil {
+				return ok, err
+			}
+		}
+	}
+	return false, nil
 }
 
 // holds reports whether every condition holds on v.
 func (d *jsonDoc) holds(v jval, conds []setCond) (bool, error) {
 	for _, c := range conds {
-		vals, err := d.values(v, c.path)
+		found, err := d.anyMatch(v, c.path.steps, c.glob)
 		if err != nil {
 			return false, err
-		}
-		found := false
-		for _, x := range vals {
-			if d.matchValue(x, c.glob) {
-				found = true
-				break
-			}
 		}
 		if found == c.not {
 			return false, nil
@@ -273,8 +378,57 @@ func (d *jsonDoc) matchValue(v jval, glob string) bool {
 	switch d.kind(v) {
 	case '{', '[':
 		return glob == "*"
+	case '"':
+		raw := d.b[v.s+1 : v.e-1]
+		if isPlainASCII(raw) {
+			return globFoldASCII(glob, raw)
+		}
 	}
 	return Glob(glob, strings.ToLower(d.text(v)))
+}
+
+// isPlainASCII reports whether a string's raw bytes are its text, all
+// ASCII: no escape to read.
+func isPlainASCII(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// globFoldASCII is Glob(pattern, lower(s)) for an ASCII s, without
+// making the lower-case copy.
+func globFoldASCII[T string | []byte](pattern string, s T) bool {
+	p, i := 0, 0
+	star, mark := -1, 0
+	lower := func(c byte) byte {
+		if 'A' <= c && c <= 'Z' {
+			return c + 'a' - 'A'
+		}
+		return c
+	}
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case p < len(pattern) && pattern[p] == lower(s[i]):
+			p++
+			i++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
 }
 
 // what names what a rule found in candidate v: the keys a key rule
@@ -287,7 +441,7 @@ func (d *jsonDoc) what(v jval, rule *SetRule) string {
 	ms, _ := d.members(v)
 	var names []string
 	for _, m := range ms {
-		if slices.Contains(keys, looseKey(m.key)) {
+		if slices.Contains(keys, m.fold) {
 			names = append(names, m.key)
 		}
 	}
@@ -306,7 +460,7 @@ func (d *jsonDoc) identity(v jval) string {
 		}
 		for _, want := range []string{"type", "id", "name", "serverlabel"} {
 			for _, m := range ms {
-				if looseKey(m.key) == want && d.kind(m.val) == '"' {
+				if m.fold == want && d.kind(m.val) == '"' {
 					return d.str(m.val)
 				}
 			}
@@ -327,7 +481,7 @@ func (d *jsonDoc) idents(v jval) []string {
 	}
 	ms, _ := d.members(v)
 	for _, m := range ms {
-		switch looseKey(m.key) {
+		switch m.fold {
 		case "type", "name", "serverlabel", "id":
 			if d.kind(m.val) == '"' {
 				out = append(out, d.str(m.val))
@@ -356,12 +510,12 @@ func (a *ActiveRuleSet) inventory(d *jsonDoc, root jval) []string {
 						}
 					}
 				} else {
-					vals, _ := d.values(c.v, inv.Key)
-					for _, v := range vals {
+					d.anyValue(c.v, inv.Key.steps, func(v jval) bool {
 						if s := d.text(v); s != "" {
 							names = append(names, s)
 						}
-					}
+						return false
+					})
 				}
 				for _, n := range names {
 					if len(n) > 128 {
@@ -418,7 +572,7 @@ func (p *stripPlan) add(d *jsonDoc, c candidate, rule *SetRule, f SetFinding) er
 	p.removed = append(p.removed, f)
 	if keys := rule.stripsKeys(); keys != nil {
 		if d.kind(c.v) != '{' {
-			return fmt.Errorf("%s: not an object, nothing to remove", c.where)
+			return fmt.Errorf("%s: not an object, nothing to remove", c.where())
 		}
 		od := p.keys[c.v.s]
 		if od == nil {
@@ -432,14 +586,14 @@ func (p *stripPlan) add(d *jsonDoc, c candidate, rule *SetRule, f SetFinding) er
 		}
 		ms, _ := d.members(c.v)
 		for _, m := range ms {
-			if slices.Contains(keys, looseKey(m.key)) {
+			if slices.Contains(keys, m.fold) {
 				od.idents = append(od.idents, m.key)
 			}
 		}
 		return nil
 	}
 	if !c.inArr {
-		return fmt.Errorf("%s: not in an array, cannot be removed", c.where)
+		return fmt.Errorf("%s: not in an array, cannot be removed", c.where())
 	}
 	ad := p.drop[c.arr.s]
 	if ad == nil {
@@ -463,7 +617,7 @@ func (p *stripPlan) apply(d *jsonDoc) (body []byte, rule, reason string) {
 		ms, _ := d.members(od.obj)
 		var drop []int
 		for i, m := range ms {
-			if slices.Contains(od.names, looseKey(m.key)) {
+			if slices.Contains(od.names, m.fold) {
 				drop = append(drop, i)
 			}
 		}
@@ -517,7 +671,7 @@ func (d *jsonDoc) checkToolChoice(owner jval, idents []string, emptied bool) str
 		return err.Error()
 	}
 	for _, m := range ms {
-		if looseKey(m.key) != "toolchoice" {
+		if m.fold != "toolchoice" {
 			continue
 		}
 		var found string
@@ -587,7 +741,11 @@ type EvidenceField struct {
 // object at a time, as a response streams by.
 type EvidenceMatcher struct {
 	rules []SetEvidence
-	keys  map[string]bool
+	keys  map[string]string // folded key -> itself
+	// byValue indexes the rules by a condition "KEY=LITERAL" they hold
+	// (key, NUL, literal); scan are the rules without one.
+	byValue map[string][]int
+	scan    []int
 }
 
 // NewEvidenceMatcher compiles evidence lines; nil if there are none.
@@ -595,27 +753,92 @@ func NewEvidenceMatcher(evs []SetEvidence) *EvidenceMatcher {
 	if len(evs) == 0 {
 		return nil
 	}
-	m := &EvidenceMatcher{rules: evs, keys: map[string]bool{}}
-	for _, e := range evs {
+	m := &EvidenceMatcher{rules: slices.Clone(evs), keys: map[string]string{}, byValue: map[string][]int{}}
+	for i, e := range evs {
+		indexed := false
 		for _, c := range e.Conds {
-			m.keys[c.path.steps[0].key] = true
+			k := c.path.steps[0].key
+			m.keys[k] = k
+			if !indexed && !c.not && c.glob != "" && !strings.Contains(c.glob, "*") {
+				m.byValue[k+"\x00"+c.glob] = append(m.byValue[k+"\x00"+c.glob], i)
+				indexed = true
+			}
+		}
+		if !indexed {
+			m.scan = append(m.scan, i)
 		}
 	}
 	return m
 }
 
 // Wants reports whether evidence looks at members with the folded key.
-func (m *EvidenceMatcher) Wants(key string) bool { return m.keys[key] }
+func (m *EvidenceMatcher) Wants(key string) bool { _, ok := m.keys[key]; return ok }
+
+// WantsRaw is Wants for a key as its raw bytes between the quotes,
+// escapes unread: the folded key if evidence looks at it. A plain ASCII
+// key is folded without allocating.
+func (m *EvidenceMatcher) WantsRaw(raw []byte) (string, bool) {
+	var buf [64]byte
+	n := 0
+	for _, c := range raw {
+		if c == '\\' || c >= utf8.RuneSelf || n == len(buf) {
+			var s string
+			if err := json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &s); err != nil {
+				return "", false
+			}
+			k, ok := m.keys[looseKey(s)]
+			return k, ok
+		}
+		switch {
+		case c == '_' || c == '-':
+			continue
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		buf[n] = c
+		n++
+	}
+	k, ok := m.keys[string(buf[:n])]
+	return k, ok
+}
 
 // Match returns the first evidence line the fields satisfy. Before the
 // object is complete (final false) only lines without negated
 // conditions can be decided, and a field not seen yet holds no value.
 func (m *EvidenceMatcher) Match(fields []EvidenceField, final bool) (SetEvidence, bool) {
-next:
-	for _, e := range m.rules {
+	// The rules a field's literal value indexes, then the others, in
+	// file order within each.
+	var buf [64]byte
+	for _, f := range fields {
+		if f.Text == "" {
+			continue
+		}
+		key := append(append(append(buf[:0], f.Key...), 0), f.Text...)
+		for i := range key[len(f.Key)+1:] {
+			if c := key[len(f.Key)+1+i]; 'A' <= c && c <= 'Z' {
+				key[len(f.Key)+1+i] = c + 'a' - 'A'
+			}
+		}
+		for _, i := range m.byValue[string(key)] {
+			if m.holds(m.rules[i], fields, final) {
+				return m.rules[i], true
+			}
+		}
+	}
+	for _, i := range m.scan {
+		if m.holds(m.rules[i], fields, final) {
+			return m.rules[i], true
+		}
+	}
+	return SetEvidence{}, false
+}
+
+// holds reports whether evidence line e holds on fields.
+func (m *EvidenceMatcher) holds(e SetEvidence, fields []EvidenceField, final bool) bool {
+	{
 		for _, c := range e.Conds {
 			if c.not && !final {
-				continue next
+				return false
 			}
 			key := c.path.steps[0].key
 			found := false
@@ -626,17 +849,16 @@ next:
 				if c.glob == "" {
 					found = f.Present
 				} else {
-					found = Glob(c.glob, strings.ToLower(f.Text))
+					found = globFoldASCII(c.glob, f.Text) || Glob(c.glob, strings.ToLower(f.Text))
 				}
 				if found {
 					break
 				}
 			}
 			if found == c.not {
-				continue next
+				return false
 			}
 		}
-		return e, true
+		return true
 	}
-	return SetEvidence{}, false
 }

@@ -251,6 +251,18 @@ func (p *Policy) RuleSetsFor(name string) []ActiveRuleSet {
 	return out
 }
 
+// Matcher returns the evidence lines that hold on the set's providers a
+// covers, compiled (nil if none).
+func (a *ActiveRuleSet) Matcher() *EvidenceMatcher {
+	switch len(a.Providers) {
+	case 0:
+		return nil
+	case 1:
+		return a.Providers[0].matcher
+	}
+	return NewEvidenceMatcher(a.Evidence())
+}
+
 // Evidence returns the evidence lines that hold on the set's providers
 // a covers: the set's own and theirs.
 func (a *ActiveRuleSet) Evidence() []SetEvidence {
@@ -267,8 +279,12 @@ func (a *ActiveRuleSet) Evidence() []SetEvidence {
 // ruleSetHostFor returns the inspected host of a rule set in use that
 // covers name, or nil.
 func (p *Policy) ruleSetHostFor(name string) *InspectHost {
-	for _, a := range p.activeSets() {
-		if h := a.Set.inspectHostFor(name); h != nil {
+	for _, u := range p.RuleSets {
+		s, err := LookupRuleSet(u.Name)
+		if err != nil {
+			continue
+		}
+		if h := s.inspectHostFor(name); h != nil {
 			return h
 		}
 	}

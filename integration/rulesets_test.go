@@ -287,10 +287,13 @@ func TestRuleSetSDKs(t *testing.T) {
 			}
 			log, _ := os.ReadFile(filepath.Join(e.logDir, name+"-eth0.log"))
 			for _, want := range []string{`"ruleset":"closed-book@1 ` + action + `"`, `"tools":["anthropic.web_search at tools[0] (web_search_20250305)"]`,
-				`"evidence":["anthropic.server_tool"`, `"evidence":["openai.web_search"`, `"evidence":["google.google_search"`, `"declared":["web_search_20250305"]`} {
+				`"evidence":["anthropic.server_tool"`, `"evidence":["openai.web_search"`, `"evidence":["google.google_search"`} {
 				if !bytes.Contains(log, []byte(want)) {
 					t.Errorf("the decision log lacks %s", want)
 				}
+			}
+			if action == "probe" && !bytes.Contains(log, []byte(`"declared":["web_search_20250305"]`)) {
+				t.Errorf("probe mode does not log the declared tool types")
 			}
 			if action == "strip" && !bytes.Contains(log, []byte(`"removed":["google.url_context at tools[0] (urlContext)","google.code_execution at tools[1] (codeExecution)"]`)) {
 				t.Errorf("the decision log does not say what strip removed:\n%s", log)

@@ -28,7 +28,7 @@ const (
 	ToolsKey    = "tools"    // array of strings: the provider-side tools the request asked for, "anthropic.web_search at tools[1] (web_search_20250305)"
 	RemovedKey  = "removed"  // array of strings: of those, what strip removed before forwarding
 	EvidenceKey = "evidence" // array of strings: evidence of provider-side tool use the response showed
-	DeclaredKey = "declared" // array of strings: every tool type the request declared ("bash_20250124", "googleSearch")
+	DeclaredKey = "declared" // array of strings: every tool type the request declared ("bash_20250124", "googleSearch"), in probe mode
 )
 
 // The reasons, and starts of reasons, of request lines.

@@ -290,9 +290,8 @@ func (s *jsonScanner) endString() *scanHit {
 	f := &s.stack[len(s.stack)-1]
 	if s.isKey {
 		f.key, f.want = "", false
-		if !s.overflow {
-			key := conf.FoldKey(decodeJSONString(s.raw))
-			if s.ev != nil && s.ev.Wants(key) {
+		if !s.overflow && s.ev != nil {
+			if key, ok := s.ev.WantsRaw(s.raw); ok {
 				f.key, f.want = key, true
 				f.fields = append(f.fields, conf.EvidenceField{Key: key})
 			}
@@ -329,6 +328,12 @@ func (s *jsonScanner) endScalar() *scanHit {
 	f.want = false
 	text := string(s.raw)
 	return s.setField(f, len(f.fields)-1, text, text != "null" && text != "false")
+}
+
+// reset makes s ready for another stream, its buffers kept.
+func (s *jsonScanner) reset() {
+	ev, stack, raw := s.ev, s.stack[:0], s.raw[:0]
+	*s = jsonScanner{ev: ev, stack: stack, raw: raw}
 }
 
 // end reports whether the stream ended where a value may: between

@@ -59,12 +59,20 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sess *Ses
 	}
 	sr := &setRecord{}
 	rec.sets = sr
-	var evidence []conf.SetEvidence
+	var ev *conf.EvidenceMatcher
 	enforce := false
 	for i := range sets {
 		sr.refs = append(sr.refs, sets[i].Set.Ref()+" "+sets[i].Action)
-		evidence = append(evidence, sets[i].Evidence()...)
 		enforce = enforce || sets[i].Action != conf.SetProbe
+	}
+	if len(sets) == 1 {
+		ev = sets[0].Matcher()
+	} else {
+		var evidence []conf.SetEvidence
+		for i := range sets {
+			evidence = append(evidence, sets[i].Evidence()...)
+		}
+		ev = conf.NewEvidenceMatcher(evidence)
 	}
 	refuse := func(status int, rule, reason, tool string) bool {
 		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status
@@ -116,7 +124,7 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sess *Ses
 			rec.up.Store(int64(len(j.Body)))
 		}
 	}
-	if ev := conf.NewEvidenceMatcher(evidence); ev != nil {
+	if ev != nil {
 		sr.ev, sr.probe = ev, !enforce
 		// What the tripwire reads must be what the client gets: no
 		// content coding it would have to undo.
@@ -144,7 +152,14 @@ func readSetBody(r *http.Request, limit int64) (body []byte, why string, status 
 	if r.ContentLength > limit {
 		return nil, fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit), http.StatusRequestEntityTooLarge
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var raw []byte
+	var err error
+	if r.ContentLength >= 0 {
+		raw = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, raw)
+	} else {
+		raw, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
 	if err != nil {
 		return nil, "reading the body: " + err.Error(), http.StatusBadRequest
 	}

@@ -31,7 +31,7 @@ import (
 // setBed is an inspected host a rule set covers, in front of a fake
 // provider that records what reached it and answers what the test says.
 type setBed struct {
-	t      *testing.T
+	t      testing.TB
 	name   string
 	srv    *Server
 	caDir  string
@@ -46,7 +46,7 @@ type setBed struct {
 	answer func(w http.ResponseWriter, r *http.Request)
 }
 
-func newSetBed(t *testing.T, name, policy string) *setBed {
+func newSetBed(t testing.TB, name, policy string) *setBed {
 	t.Helper()
 	b := &setBed{t: t, name: name, logs: lockedBuf{&sync.Mutex{}, &bytes.Buffer{}}}
 	p, err := conf.ParseFile([]byte(policy))

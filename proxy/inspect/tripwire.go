@@ -65,9 +65,10 @@ type tripwire struct {
 	line  int         // tripSSE: length of the current line so far
 	cr    bool        // tripSSE: the last byte was a CR
 
-	buf []byte
-	out []byte // released, not yet returned
-	err error  // returned once out is drained
+	out  []byte      // released events, not yet returned
+	evjs jsonScanner // tripSSE: scans each event's data
+	data []byte      // tripSSE: an event's data
+	err  error       // returned once out is drained
 
 	// seen are the evidence IDs found (all of them in probe mode; the
 	// one that tripped otherwise), what the ID's line said.
@@ -84,15 +85,23 @@ func newTripwire(src io.Reader, kind tripKind, ev *conf.EvidenceMatcher, probe b
 	return t
 }
 
-// Read returns the bytes scanned and found clean.
+// Read returns the bytes scanned and found clean. A JSON body is read
+// into p and scanned there; an event stream's events are held until
+// whole.
 func (t *tripwire) Read(p []byte) (int, error) {
 	for len(t.out) == 0 && t.err == nil {
-		if t.buf == nil {
-			t.buf = make([]byte, 32<<10)
-		}
-		n, err := t.src.Read(t.buf)
+		n, err := t.src.Read(p)
 		if n > 0 {
-			t.feed(t.buf[:n])
+			if t.kind != tripSSE {
+				if keep, ok := t.scanJSON(p[:n]); ok || keep > 0 {
+					if err != nil && t.err == nil {
+						t.err = err
+					}
+					return keep, nil
+				}
+			} else {
+				t.feedSSE(p[:n])
+			}
 		}
 		if err != nil && t.err == nil {
 			if err == io.EOF && t.kind == tripSSE && len(t.event) > 0 {
@@ -144,41 +153,28 @@ func (t *tripwire) cut(why string) {
 	}
 }
 
-func (t *tripwire) feed(b []byte) {
-	switch t.kind {
-	case tripJSON:
-		t.feedJSON(b)
-	case tripSSE:
-		t.feedSSE(b)
-	default:
-		t.out = append(t.out, b...)
-	}
-}
-
-func (t *tripwire) feedJSON(b []byte) {
+// scanJSON scans b, read into the caller's buffer: ok with all of it
+// clean, else the bytes before the object that tripped the wire (or none,
+// when the body is not JSON) with t.err set.
+func (t *tripwire) scanJSON(b []byte) (keep int, ok bool) {
 	start := t.off
 	t.off += int64(len(b))
-	if t.js.err != nil { // probe mode, after a body that is not JSON
-		t.out = append(t.out, b...)
-		return
+	if t.kind == tripNone || t.js.err != nil { // probe mode, after a body that is not JSON
+		return len(b), true
 	}
 	hits, err := t.js.Write(b)
 	for _, h := range hits {
 		if t.record(h) {
-			// Release what precedes the object that showed it.
-			if keep := h.start - start; keep > 0 {
-				t.out = append(t.out, b[:keep]...)
-			}
-			return
+			return int(max(h.start-start, 0)), false
 		}
 	}
 	if err != nil {
 		t.cut("the response is not JSON as it says")
 		if !t.probe {
-			return
+			return 0, false
 		}
 	}
-	t.out = append(t.out, b...)
+	return len(b), true
 }
 
 // feedSSE holds b with the event being read, and judges every event it
@@ -222,6 +218,8 @@ func (t *tripwire) feedSSE(b []byte) {
 		if t.probe {
 			t.out = append(t.out, t.event...)
 			t.event, t.scan, t.kind = nil, 0, tripNone
+		} else {
+			t.event = nil
 		}
 	}
 }
@@ -229,9 +227,11 @@ func (t *tripwire) feedSSE(b []byte) {
 // endEvent judges event[:n]: released if clean; false if it tripped.
 func (t *tripwire) endEvent(n int) bool {
 	ev := t.event[:n]
-	if data := sseData(ev); len(data) > 0 {
-		var js jsonScanner
+	t.data = sseData(t.data[:0], ev)
+	if data := t.data; len(data) > 0 {
+		js := &t.evjs
 		js.ev = t.ev
+		js.reset()
 		hits, err := js.Write(data)
 		if err == nil {
 			err = js.end()
@@ -250,11 +250,10 @@ func (t *tripwire) endEvent(n int) bool {
 	return true
 }
 
-// sseData returns the data of an event: its data fields' values, one
-// space after the colon dropped, joined by newlines; nil if it has none
-// or they do not hold a JSON object or array.
-func sseData(ev []byte) []byte {
-	var data []byte
+// sseData appends to data the data of an event: its data fields'
+// values, one space after the colon dropped, joined by newlines; data
+// empty if it has none or they do not hold a JSON object or array.
+func sseData(data, ev []byte) []byte {
 	has := false
 	for len(ev) > 0 {
 		i := bytes.IndexAny(ev, "\r\n")
@@ -280,7 +279,7 @@ func sseData(ev []byte) []byte {
 	}
 	t := bytes.TrimLeft(data, " \t\r\n")
 	if len(t) == 0 || (t[0] != '{' && t[0] != '[') {
-		return nil
+		return data[:0]
 	}
 	return data
 }
