@@ -72,6 +72,8 @@ type RuleSet struct {
 	// hosts are the names every provider inspects (hosts and fronts):
 	// InspectFor returns one of them for a name they cover.
 	hosts []InspectHost
+	// Ref and each action, rendered once for the log.
+	refDeny, refStrip, refProbe string
 }
 
 // SetProvider is one provider of a set: the hosts its rules hold for.
@@ -445,6 +447,7 @@ func ParseRuleSet(data []byte) (*RuleSet, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	s.refDeny, s.refStrip, s.refProbe = s.Ref()+" "+SetDeny, s.Ref()+" "+SetStrip, s.Ref()+" "+SetProbe
 	seen := map[string]bool{}
 	for _, p := range s.Providers {
 		p.matcher = NewEvidenceMatcher(slices.Concat(s.Evidence, p.Evidence))

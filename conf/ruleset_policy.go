@@ -251,6 +251,20 @@ func (p *Policy) RuleSetsFor(name string) []ActiveRuleSet {
 	return out
 }
 
+// RefAction is the set's reference and action as the log writes them:
+// "closed-book@1 strip".
+func (a *ActiveRuleSet) RefAction() string {
+	switch a.Action {
+	case SetDeny:
+		return a.Set.refDeny
+	case SetStrip:
+		return a.Set.refStrip
+	case SetProbe:
+		return a.Set.refProbe
+	}
+	return a.Set.Ref() + " " + a.Action
+}
+
 // Matcher returns the evidence lines that hold on the set's providers a
 // covers, compiled (nil if none).
 func (a *ActiveRuleSet) Matcher() *EvidenceMatcher {

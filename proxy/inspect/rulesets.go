@@ -62,7 +62,7 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sess *Ses
 	var ev *conf.EvidenceMatcher
 	enforce := false
 	for i := range sets {
-		sr.refs = append(sr.refs, sets[i].Set.Ref()+" "+sets[i].Action)
+		sr.refs = append(sr.refs, sets[i].RefAction())
 		enforce = enforce || sets[i].Action != conf.SetProbe
 	}
 	if len(sets) == 1 {
@@ -279,7 +279,21 @@ func (sr *setRecord) readWhole(resp *http.Response, body io.ReadCloser) (out io.
 	if sr == nil || sr.tw == nil || sr.tw.kind != tripJSON || resp.ContentLength < 0 || resp.ContentLength > maxEvent {
 		return body, false, nil
 	}
-	data, err := io.ReadAll(sr.tw)
+	data := make([]byte, 0, resp.ContentLength+1)
+	for {
+		n, rerr := sr.tw.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if rerr == io.EOF {
+			err = nil
+			break
+		}
+		if err = rerr; err != nil {
+			break
+		}
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+	}
 	if errors.Is(err, errTripped) {
 		return nil, true, nil
 	}
