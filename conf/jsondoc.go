@@ -25,8 +25,8 @@ type jsonDoc struct {
 	elems []elemMemo
 	// Past memoScan entries, the memos are found through maps (a body
 	// with many objects a rule reads).
-	objIndex  map[int]int
-	elemIndex map[int]int
+	objIndex  map[int]objMemo
+	elemIndex map[int][]jval
 	// scratch is reused for the candidates of one rule.
 	scratch []candidate
 }
@@ -116,16 +116,21 @@ func skipWS(b []byte, i int) int {
 // starts at b[i] (a valid document's).
 func stringEnd(b []byte, i int) int {
 	for j := i + 1; j < len(b); {
-		k := bytes.IndexAny(b[j:], `"\`)
+		k := bytes.IndexByte(b[j:], '"')
 		if k < 0 {
 			return len(b)
 		}
 		j += k
-		if b[j] == '\\' {
-			j += 2
-			continue
+		// The quote ends the string unless an odd run of backslashes
+		// escapes it.
+		n := 0
+		for p := j - 1; p > i && b[p] == '\\'; p-- {
+			n++
 		}
-		return j + 1
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
 	}
 	return len(b)
 }
@@ -198,8 +203,8 @@ func (d *jsonDoc) members(v jval) ([]jmember, error) {
 	// Few objects are read per document, mostly in order: look from
 	// the latest.
 	if d.objIndex != nil {
-		if i, ok := d.objIndex[v.s]; ok {
-			return d.objs[i].ms, d.objs[i].err
+		if m, ok := d.objIndex[v.s]; ok {
+			return m.ms, m.err
 		}
 	} else {
 		for i := len(d.objs) - 1; i >= 0; i-- {
@@ -209,15 +214,17 @@ func (d *jsonDoc) members(v jval) ([]jmember, error) {
 		}
 	}
 	ms, err := d.readMembers(v)
-	d.objs = append(d.objs, objMemo{v.s, ms, err})
-	if len(d.objs) > memoScan {
-		if d.objIndex == nil {
-			d.objIndex = make(map[int]int, 2*memoScan)
-			for i, o := range d.objs {
-				d.objIndex[o.at] = i
-			}
+	switch {
+	case d.objIndex != nil:
+		d.objIndex[v.s] = objMemo{v.s, ms, err}
+	case len(d.objs) < memoScan:
+		d.objs = append(d.objs, objMemo{v.s, ms, err})
+	default:
+		d.objIndex = make(map[int]objMemo, 16*memoScan)
+		for _, o := range d.objs {
+			d.objIndex[o.at] = o
 		}
-		d.objIndex[v.s] = len(d.objs) - 1
+		d.objIndex[v.s] = objMemo{v.s, ms, err}
 	}
 	return ms, err
 }
@@ -269,8 +276,8 @@ func checkDuplicateKeys(ms []jmember) error {
 // elements returns the elements of the array v, in order.
 func (d *jsonDoc) elements(v jval) []jval {
 	if d.elemIndex != nil {
-		if i, ok := d.elemIndex[v.s]; ok {
-			return d.elems[i].es
+		if e, ok := d.elemIndex[v.s]; ok {
+			return e
 		}
 	} else {
 		for i := len(d.elems) - 1; i >= 0; i-- {
@@ -280,15 +287,17 @@ func (d *jsonDoc) elements(v jval) []jval {
 		}
 	}
 	e := d.readElements(v)
-	d.elems = append(d.elems, elemMemo{v.s, e})
-	if len(d.elems) > memoScan {
-		if d.elemIndex == nil {
-			d.elemIndex = make(map[int]int, 2*memoScan)
-			for i, m := range d.elems {
-				d.elemIndex[m.at] = i
-			}
+	switch {
+	case d.elemIndex != nil:
+		d.elemIndex[v.s] = e
+	case len(d.elems) < memoScan:
+		d.elems = append(d.elems, elemMemo{v.s, e})
+	default:
+		d.elemIndex = make(map[int][]jval, 16*memoScan)
+		for _, m := range d.elems {
+			d.elemIndex[m.at] = m.es
 		}
-		d.elemIndex[v.s] = len(d.elems) - 1
+		d.elemIndex[v.s] = e
 	}
 	return e
 }

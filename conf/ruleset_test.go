@@ -12,7 +12,7 @@ import (
 
 // closedBook returns the policy "ruleset closed-book ACTION" admitting
 // every provider host the tests use.
-func closedBook(t *testing.T, action string) *Policy {
+func closedBook(t testing.TB, action string) *Policy {
 	t.Helper()
 	p, err := ParseFile([]byte("mode: open\nruleset closed-book " + action + "\n"))
 	if err != nil {
