@@ -57,7 +57,9 @@ type Loop struct {
 
 	// Only the loop's goroutine touches these.
 	events []unix.EpollEvent
-	nready int
+	// relook: the batch being handled woke a level-triggered watcher,
+	// so the set is looked at again before the loop parks.
+	relook bool
 	pipes  []*pipe // empty pipes for the next direction that needs one
 	inUse  int     // pipes held by directions
 	// waiting are the directions waiting for a pipe, oldest first.
@@ -265,34 +267,43 @@ func (l *Loop) post(c command) {
 	}
 }
 
-// run is the loop's goroutine.
+// run is the loop's goroutine. It runs inside one RawConn.Read of the
+// epoll descriptor for as long as the loop lives: Read clears what the
+// runtime's poller has reported when it starts, so a loop that returned
+// from it after each batch would have to call epoll_wait once more before
+// it parks, to find what arrived while the batch was handled. Inside one
+// Read, whatever arrives meanwhile is reported to the runtime's poller
+// (each new event in the loop's epoll set wakes the runtime's watch on
+// the set), and the park returns at once. A batch that filled the events
+// buffer, or woke a level-triggered watcher (whose readiness the set
+// keeps without waking anyone), is looked at again before it parks.
 func (l *Loop) run() {
 	defer close(l.done)
 	defer l.ep.Close()
 	defer unix.Close(l.wakefd)
-	for {
-		err := l.rc.Read(func(uintptr) bool {
-			for {
-				n, err := rawsys.EpollWait(l.epfd, l.events)
-				if err == unix.EINTR {
-					continue
-				}
-				l.nready = max(n, 0)
-				return n > 0
+	// Read returns once a stop was posted, or with an error if the
+	// descriptor was closed under it (only Close closes it, after a
+	// stop); either way every pair left is ended.
+	l.rc.Read(func(uintptr) bool {
+		for {
+			n, err := rawsys.EpollWait(l.epfd, l.events)
+			if err == unix.EINTR {
+				continue
 			}
-		})
-		if err != nil {
-			// The descriptor was closed under us: cannot happen but
-			// through Close, which posts a stop first.
-			l.stop()
-			return
+			if n <= 0 {
+				return false // park until the runtime's poller says more
+			}
+			l.relook = false
+			if l.dispatch(l.events[:n]) {
+				return true
+			}
+			l.serveWaiting()
+			if n < len(l.events) && !l.relook {
+				return false
+			}
 		}
-		if l.dispatch(l.events[:l.nready]) {
-			l.stop()
-			return
-		}
-		l.serveWaiting()
-	}
+	})
+	l.stop()
 }
 
 // dispatch handles one batch of events; it returns true when the loop must
@@ -315,6 +326,9 @@ func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
 				continue
 			}
 			if w.pair == nil {
+				if w.events&unix.EPOLLET == 0 {
+					l.relook = true
+				}
 				w.fn(w, ev.Events)
 				continue
 			}

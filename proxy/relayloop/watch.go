@@ -15,6 +15,7 @@ type Watcher struct {
 	id      uint32
 	fd      int
 	fn      func(w *Watcher, events uint32)
+	events  uint32 // what fd is watched for (Watch, Modify)
 	stopped bool
 	// pair and side: the pair whose side took the registration over
 	// (AddWatched); its events go there.
@@ -52,7 +53,7 @@ func (l *Loop) AddWatched(a, b *Watcher, done func(Result)) (*Pair, error) {
 // block: every pair waits meanwhile. The loop never reads, writes or closes
 // fd: the caller does, from fn or Run.
 func (l *Loop) Watch(fd int, events uint32, fn func(w *Watcher, events uint32)) (*Watcher, error) {
-	w := &Watcher{loop: l, fd: fd, fn: fn}
+	w := &Watcher{loop: l, fd: fd, fn: fn, events: events}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -75,7 +76,11 @@ func (l *Loop) Watch(fd int, events uint32, fn func(w *Watcher, events uint32)) 
 // goroutine (from fn or Run).
 func (w *Watcher) Modify(events uint32) error {
 	ev := unix.EpollEvent{Events: events, Fd: int32(w.id), Pad: padWatcher}
-	return rawsys.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_MOD, w.fd, &ev)
+	if err := rawsys.EpollCtl(w.loop.epfd, unix.EPOLL_CTL_MOD, w.fd, &ev); err != nil {
+		return err
+	}
+	w.events = events
+	return nil
 }
 
 // Stop takes w's descriptor out of the loop's epoll set; fn is not called
@@ -92,6 +97,10 @@ func (w *Watcher) Stop() {
 	delete(w.loop.watchers, w.id)
 	w.loop.mu.Unlock()
 }
+
+// Stopped reports whether Stop was called, or the pair that took w's
+// registration over has ended. Call it from the loop's goroutine.
+func (w *Watcher) Stopped() bool { return w.stopped }
 
 // Run runs fn on the loop's goroutine, soon, in the order Run was called.
 // After Close it never runs.
