@@ -329,6 +329,9 @@ func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
 				if w.events&unix.EPOLLET == 0 {
 					l.relook = true
 				}
+				if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+					w.input = true
+				}
 				w.fn(w, ev.Events)
 				continue
 			}

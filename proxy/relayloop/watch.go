@@ -11,11 +11,14 @@ import (
 // Watcher is a descriptor the loop watches for its caller, who keeps
 // owning it (see Watch).
 type Watcher struct {
-	loop    *Loop
-	id      uint32
-	fd      int
-	fn      func(w *Watcher, events uint32)
-	events  uint32 // what fd is watched for (Watch, Modify)
+	loop   *Loop
+	id     uint32
+	fd     int
+	fn     func(w *Watcher, events uint32)
+	events uint32 // what fd is watched for (Watch, Modify)
+	// input: an event said fd had bytes, an end or an error to read
+	// (see AddWatched).
+	input   bool
 	stopped bool
 	// pair and side: the pair whose side took the registration over
 	// (AddWatched); its events go there.
@@ -30,16 +33,20 @@ const PairEvents = eventsRead
 // AddWatched relays between the sockets a and b watch, as Add does, taking
 // over their registrations (with PairEvents): no epoll_ctl(2), and from now
 // on their events go to the pair, not to the watchers' functions. Bytes
-// queued on either are relayed at once: their readiness may have been
-// reported to the watcher already. Call it from the loop's goroutine (from
-// a watcher's fn or Run).
+// queued on a socket whose watcher was told of input are relayed at once
+// (that event will not come again); a socket whose watcher never was has
+// nothing queued that the pair will not hear of, edge-triggered, and is
+// not read until it does. Call it from the loop's goroutine (from a
+// watcher's fn or Run).
 func (l *Loop) AddWatched(a, b *Watcher, done func(Result)) (*Pair, error) {
 	p, err := l.newPair(a.fd, b.fd, done, a, b)
 	if err != nil {
 		return nil, err
 	}
-	l.move(p, 0)
-	if !p.ended {
+	if a.input {
+		l.move(p, 0)
+	}
+	if b.input && !p.ended {
 		l.move(p, 1)
 	}
 	l.endIfDone(p)
