@@ -60,6 +60,8 @@ type Loop struct {
 	// relook: the batch being handled woke a level-triggered watcher,
 	// so the set is looked at again before the loop parks.
 	relook bool
+	// batchBytes counts the bytes the batch being handled delivered.
+	batchBytes int64
 	pipes  []*pipe // empty pipes for the next direction that needs one
 	inUse  int     // pipes held by directions
 	// waiting are the directions waiting for a pipe, oldest first.
@@ -267,6 +269,10 @@ func (l *Loop) post(c command) {
 	}
 }
 
+// relookBytes: a batch that delivered this many bytes or more is followed
+// by another look at the set before the loop parks (see run).
+const relookBytes = 64 << 10
+
 // run is the loop's goroutine. It runs inside one RawConn.Read of the
 // epoll descriptor for as long as the loop lives: Read clears what the
 // runtime's poller has reported when it starts, so a loop that returned
@@ -274,9 +280,14 @@ func (l *Loop) post(c command) {
 // it parks, to find what arrived while the batch was handled. Inside one
 // Read, whatever arrives meanwhile is reported to the runtime's poller
 // (each new event in the loop's epoll set wakes the runtime's watch on
-// the set), and the park returns at once. A batch that filled the events
-// buffer, or woke a level-triggered watcher (whose readiness the set
-// keeps without waking anyone), is looked at again before it parks.
+// the set), and the park returns at once. A batch of a few events (new
+// connections, small exchanges) parks without another epoll_wait, which
+// would mostly find nothing. Another look is taken after a batch that
+// filled the events buffer, woke a level-triggered watcher (whose
+// readiness the set keeps without waking anyone), or moved bulk data
+// (relookBytes): while it spliced, more has most likely arrived, and one
+// epoll_wait finds it for less than a park and a wake through the
+// runtime's scheduler.
 func (l *Loop) run() {
 	defer close(l.done)
 	defer l.ep.Close()
@@ -293,12 +304,12 @@ func (l *Loop) run() {
 			if n <= 0 {
 				return false // park until the runtime's poller says more
 			}
-			l.relook = false
+			l.relook, l.batchBytes = false, 0
 			if l.dispatch(l.events[:n]) {
 				return true
 			}
 			l.serveWaiting()
-			if n < len(l.events) && !l.relook {
+			if n < len(l.events) && !l.relook && l.batchBytes < relookBytes {
 				return false
 			}
 		}

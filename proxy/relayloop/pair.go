@@ -90,6 +90,7 @@ func (l *Loop) move(p *Pair, src int) {
 			if n > 0 {
 				d.inPipe -= int(n)
 				d.written += n
+				l.batchBytes += n
 				if l.opts.Written != nil {
 					l.opts.Written(n)
 				}
