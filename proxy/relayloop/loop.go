@@ -62,8 +62,8 @@ type Loop struct {
 	relook bool
 	// batchBytes counts the bytes the batch being handled delivered.
 	batchBytes int64
-	pipes  []*pipe // empty pipes for the next direction that needs one
-	inUse  int     // pipes held by directions
+	pipes      []*pipe // empty pipes for the next direction that needs one
+	inUse      int     // pipes held by directions
 	// waiting are the directions waiting for a pipe, oldest first.
 	waiting []waiter
 	done    chan struct{}
