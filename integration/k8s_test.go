@@ -243,3 +243,50 @@ func randomSuffix(t *testing.T) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// TestK8sComponentsRestart: the harness stops and starts the cluster's
+// components as the node-agent tests need (the API server stopped while
+// pods run, the kubelet and containerd restarted): kubectl fails while the
+// API server is down and works again after, and a running pod survives
+// every restart (same container, no restart) and still reaches the fake
+// internet through doorman.
+func TestK8sComponentsRestart(t *testing.T) {
+	c := doormanCluster(t)
+	ns := c.Namespace(t, nil)
+	host := c.AddHost(t, ns+".restart.test")
+	startProbePod(t, c, ns, "survivor", map[string]string{"doorman.io/mode": "allowlist", "doorman.io/allowed-hosts": host.Name()})
+	containerID := func() string {
+		return c.MustKubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}")
+	}
+	before := containerID()
+
+	stop := time.Now()
+	c.StopComponent(t, k8scluster.APIServer)
+	t.Logf("the API server stopped %v after SIGTERM", time.Since(stop).Round(time.Millisecond))
+	if r := c.Kubectl(t, "get", "pods", "-n", ns, "--request-timeout=3s"); r.Exit == 0 {
+		t.Errorf("kubectl with the API server stopped: %v", r)
+	}
+	if r := c.Crictl(t, "ps", "--name", "probe", "--state", "running", "--quiet"); r.Exit != 0 || strings.TrimSpace(r.Stdout) == "" {
+		t.Errorf("the pod's container is not running with the API server stopped: %v", r)
+	}
+	c.StartComponent(t, k8scluster.APIServer)
+	// And a crash of it.
+	c.KillComponent(t, k8scluster.APIServer)
+	c.StartComponent(t, k8scluster.APIServer)
+
+	for _, comp := range []k8scluster.Component{k8scluster.Kubelet, k8scluster.Containerd} {
+		c.RestartComponent(t, comp)
+		c.WaitFor(t, time.Minute, "node Ready after restarting "+string(comp), func() (bool, string) {
+			r := c.Kubectl(t, "get", "node", c.NodeName(), "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			return r.Exit == 0 && r.Stdout == "True", r.Stdout + r.Stderr
+		})
+	}
+	c.WaitPodReady(t, ns, "survivor", time.Minute)
+	if after := containerID(); after != before {
+		t.Errorf("the pod's container after the restarts: %q, was %q", after, before)
+	}
+	assertK8sEnforced(t, c, ns, "survivor")
+	if r := probeGet(t, c, ns, "survivor", "https://"+host.Name()+"/restart"); !servedBy(r, host.Name()) {
+		t.Errorf("after the restarts: %v", r)
+	}
+}

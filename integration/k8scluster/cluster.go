@@ -363,16 +363,33 @@ func (c *Cluster) StartComponent(tb testing.TB, comp Component) {
 	}
 }
 
-// StopComponent stops comp (SIGTERM to its process group, SIGKILL after
-// 20 s) and waits for it to exit. Stopping containerd or the kubelet
-// leaves the pods running, as on a node. A component that is not running
-// is left alone.
+// StopComponent stops comp gracefully (SIGTERM to its process group,
+// SIGKILL after stopGrace) and waits for it to exit. Stopping containerd
+// or the kubelet leaves the pods running, as on a node. A component that
+// is not running is left alone.
 func (c *Cluster) StopComponent(tb testing.TB, comp Component) {
 	tb.Helper()
 	if err := c.stop(comp); err != nil {
 		tb.Errorf("k8scluster: %v", err)
 	}
 }
+
+// KillComponent kills comp at once (SIGKILL to its process group), as a
+// crash would, and waits for it to exit.
+func (c *Cluster) KillComponent(tb testing.TB, comp Component) {
+	tb.Helper()
+	c.mu.Lock()
+	p := c.procs[comp]
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL)
+	<-p.done
+}
+
+// stopGrace is how long StopComponent waits after SIGTERM.
+func stopGrace(comp Component) time.Duration { return 20 * time.Second }
 
 // RestartComponent stops comp and starts it again.
 func (c *Cluster) RestartComponent(tb testing.TB, comp Component) {
@@ -395,13 +412,14 @@ func (c *Cluster) stop(comp Component) error {
 	}
 	pgid := p.cmd.Process.Pid
 	unix.Kill(-pgid, unix.SIGTERM)
+	grace := stopGrace(comp)
 	select {
 	case <-p.done:
 		return nil
-	case <-time.After(20 * time.Second):
+	case <-time.After(grace):
 		unix.Kill(-pgid, unix.SIGKILL)
 		<-p.done
-		return fmt.Errorf("%s did not stop within 20s of SIGTERM; killed", comp)
+		return fmt.Errorf("%s did not stop within %v of SIGTERM; killed", comp, grace)
 	}
 }
 

@@ -366,6 +366,10 @@ func (c *Cluster) commandLine(comp Component) (string, []string) {
 			"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
 			"--service-account-key-file=" + pk.path("sa.pub"), "--service-account-signing-key-file=" + pk.path("sa.key"),
 			"--cert-dir=" + filepath.Join(d, "pki", "apiserver-generated"),
+			// A stop (StopComponent) drains the requests in flight and
+			// then closes the long-running ones within 2 s, rather than
+			// waiting for them up to the request timeout (a minute).
+			"--shutdown-send-retry-after=true",
 			"--profiling=false", "--v=1",
 		}
 	case ControllerManager:

@@ -33,9 +33,11 @@
 // (/var/lib/kubelet, /var/lib/cni, /var/log/pods, /var/log/containers,
 // /usr/libexec/kubernetes, /run/containerd) and the hostPath volumes of
 // DaemonSets (/opt/cni/bin, /run/doorman, /var/log/doorman) are the
-// node's own. /etc/cni/net.d is the cluster's net.d (none of the
-// machine's CNI files), /etc/resolv.conf names the fake internet's
-// resolver, and the kernel tunables the kubelet would set (kernel.panic,
+// node's own; /var/lib/kubelet is a bind of the cluster directory's
+// kubelet/ (a real filesystem: cAdvisor finds no device for an overlay,
+// and the node would report no ephemeral storage). /etc/cni/net.d is the
+// cluster's net.d (none of the machine's CNI files), /etc/resolv.conf
+// names the fake internet's resolver, and the kernel tunables the kubelet would set (kernel.panic,
 // kernel.panic_on_oops, vm.overcommit_memory, ...) are files with the
 // kubelet's values bound over /proc/sys. NodePath reads the node's files
 // from the test (/proc/<pid>/root), NodeRun runs a command on the node.
@@ -47,11 +49,11 @@
 //     PKI made with crypto/x509 (one CA; every component a client
 //     certificate), Node,RBAC authorization, NodeRestriction,
 //     service-account keys, --allow-privileged=true, services in
-//     ServiceCIDR.
-//   - kube-controller-manager and kube-scheduler with --leader-elect=false.
-//   - kube-proxy in iptables mode, so that the kubernetes service
-//     (APIServiceIP) reaches the API server from the node and its pods,
-//     as client-go's in-cluster configuration expects.
+//     ServiceCIDR, and --shutdown-send-retry-after (a stop takes about 2 s,
+//     not the minute long-running requests would otherwise get).
+//   - kube-controller-manager and kube-scheduler with --leader-elect=false
+//     (the controllers each with its service account's role,
+//     --use-service-account-credentials, as kubeadm sets it).
 //   - containerd 2 with restrict_oom_score_adj (this VM lacks
 //     CAP_SYS_RESOURCE), its own runc shim first on PATH, the native
 //     snapshotter, cgroupfs, and PauseImage (built from integration/pause)
@@ -60,6 +62,10 @@
 //     (CgroupRoot), failCgroupV1: false, failSwapOn: false, no eviction
 //     for the shared machine's disk or memory, and the fake internet's
 //     resolver as clusterDNS (there is no cluster DNS service).
+//   - kube-proxy in iptables mode, started once the kubelet has registered
+//     the node, so that the kubernetes service (APIServiceIP) reaches the
+//     API server from the node and its pods, as client-go's in-cluster
+//     configuration expects.
 //
 // The node's primary CNI network (PrimaryConflist in /etc/cni/net.d) is
 // what a CNI's DaemonSet would write: the reference bridge (cni0) and
@@ -97,6 +103,7 @@
 //	c.Kubectl(t, "-n", ns, "logs", "web")   // any kubectl command
 //	c.NodeRun(t, "/opt/cni/bin/doorman", "ls")
 //	os.ReadFile(c.NodePath("/etc/cni/net.d/" + k8scluster.PrimaryConflist))
-//	c.StopComponent(t, k8scluster.APIServer) // and StartComponent, RestartComponent
+//	c.StopComponent(t, k8scluster.APIServer) // SIGTERM; KillComponent: a crash
+//	c.StartComponent(t, k8scluster.APIServer) // waits until it serves; RestartComponent
 //	c.WaitFor(t, time.Minute, "what", func() (bool, string) { ... })
 package k8scluster
