@@ -45,7 +45,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.runDir, "run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
 	fs.StringVar(&f.limits, "limits", "", "`file` of the proxy's caps (JSON, the keys of /etc/doorman/limits.json); each key given wins over that file's")
 	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can write the host's files")
-	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file inspects, is <dir>/<bridge>")
+	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file or a --ruleset inspects, is <dir>/<bridge>")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
 	fs.Var(&f.sets, "ruleset", "shipped rule set in force, `NAME[:ACTION]` (repeatable; ACTION deny, strip or probe, default deny): closed-book:strip; added to the --policy file's (doorman rulesets lists them)")
