@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doorman-net/doorman/hook"
 )
@@ -17,9 +19,11 @@ import (
 const frontDoorScript = `
 a=https://` + anthropicName + `
 echo "C PLAIN $(printf '%s' '{"model":"plain","messages":[]}' | curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary @- $a/v1/messages)"
-code=$(printf '%s' '{"model":"web","tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[]}' | curl -sS -o /tmp/web.out -w '%{http_code}' -H 'content-type: application/json' --data-binary @- $a/v1/messages)
+out=$(mktemp)
+code=$(printf '%s' '{"model":"web","tools":[{"type":"web_search_20250305","name":"web_search"}],"messages":[]}' | curl -sS -o "$out" -w '%{http_code}' -H 'content-type: application/json' --data-binary @- $a/v1/messages)
 echo "C WEB $code"
-echo "B WEB $(tr -d '\n' < /tmp/web.out)"
+echo "B WEB $(tr -d '\n' < "$out")"
+rm -f "$out"
 `
 
 // frontDoorResult reads what frontDoorScript printed: the statuses by
@@ -153,5 +157,46 @@ func dockerRuleSets(t *testing.T, d *dockerEnv) {
 				t.Logf("decision log:\n%s", log)
 			}
 		})
+	}
+}
+
+// TestRuleSetPodAnnotation: a CNI sandbox whose pod annotations (the
+// runtimeConfig capability containerd and CRI-O fill) carry
+// doorman.io/rulesets=closed-book, on a network whose own policy has no
+// rule set: a plain Messages request passes, one that asks for the web
+// search tool is refused with a 403 naming it, nothing of it reaching the
+// provider; `doorman show` names the set.
+func TestRuleSetPodAnnotation(t *testing.T) {
+	requireInspectClients(t)
+	e := newCNIEnv(t)
+	p := addProviders(e.net)
+	caRoot := filepath.Join(t.TempDir(), "ca")
+	c := e.newContainer()
+	c.rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "ns"}, {"K8S_POD_NAME", "agent"}}
+	c.rt.CapabilityArgs = map[string]any{"io.kubernetes.cri.pod-annotations": map[string]string{"doorman.io/rulesets": "closed-book"}}
+	e.mustAdd(c, e.conflist(map[string]any{
+		"allowedHosts":   []string{anthropicName},
+		"caDir":          caRoot,
+		"upstreamCAFile": e.caFile,
+		"capabilities":   map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := c.ns.Command(ctx, "env", "CURL_CA_BUNDLE="+filepath.Join(caRoot, "dmnet", "ca.crt"), "sh", "-c", frontDoorScript).CombinedOutput()
+	codes, body := frontDoorResult(string(out))
+	got := received(p.anthropic, "/v1/messages")
+	if codes["PLAIN"] != "200" || !containsString(got, `{"model":"plain","messages":[]}`) {
+		t.Errorf("the plain request: status %q, provider got %q (%v: %s)", codes["PLAIN"], got, err, out)
+	}
+	if codes["WEB"] != "403" || !strings.Contains(body, "anthropic.web_search") || !strings.Contains(body, "closed-book@1") {
+		t.Errorf("the web tool request: status %q, answer %s; want a 403 naming the tool and the set", codes["WEB"], body)
+	}
+	for _, b := range got {
+		if strings.Contains(b, "web_search") {
+			t.Errorf("the provider got the web tool: %s", b)
+		}
+	}
+	if r := e.mustCLI("show", c.rt.ContainerID); !strings.Contains(r.stdout, "closed-book@1 deny") {
+		t.Errorf("doorman show does not name the set:\n%s", r.stdout)
 	}
 }
