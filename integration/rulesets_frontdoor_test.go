@@ -200,3 +200,37 @@ func TestRuleSetPodAnnotation(t *testing.T) {
 		t.Errorf("doorman show does not name the set:\n%s", r.stdout)
 	}
 }
+
+// TestRuleSetSet: `doorman set` puts a policy file with a ruleset line in
+// force on a running CNI sandbox that inspected nothing: the web search
+// request that passed before is then refused, the plain one still passes,
+// and `doorman show` names the set.
+func TestRuleSetSet(t *testing.T) {
+	requireInspectClients(t)
+	e := newCNIEnv(t)
+	p := addProviders(e.net)
+	caRoot := filepath.Join(t.TempDir(), "ca")
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(map[string]any{"allowedHosts": []string{anthropicName}, "caDir": caRoot, "upstreamCAFile": e.caFile}))
+	policy := filepath.Join(t.TempDir(), "closed.policy")
+	if err := os.WriteFile(policy, []byte(anthropicName+"\nruleset closed-book\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.cli("", "set", c.rt.ContainerID, "--file", policy); r.code != 0 {
+		t.Fatalf("doorman set: %+v", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := c.ns.Command(ctx, "env", "CURL_CA_BUNDLE="+filepath.Join(caRoot, "dmnet", "ca.crt"), "sh", "-c", frontDoorScript).CombinedOutput()
+	codes, body := frontDoorResult(string(out))
+	got := received(p.anthropic, "/v1/messages")
+	if codes["PLAIN"] != "200" || !containsString(got, `{"model":"plain","messages":[]}`) {
+		t.Errorf("the plain request: status %q, provider got %q (%v: %s)", codes["PLAIN"], got, err, out)
+	}
+	if codes["WEB"] != "403" || !strings.Contains(body, "anthropic.web_search") {
+		t.Errorf("the web tool request: status %q, answer %s; want a 403 naming the tool", codes["WEB"], body)
+	}
+	if r := e.mustCLI("show", c.rt.ContainerID); !strings.Contains(r.stdout, "closed-book@1 deny") {
+		t.Errorf("doorman show does not name the set:\n%s", r.stdout)
+	}
+}
