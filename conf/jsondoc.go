@@ -31,9 +31,10 @@ type jsonDoc struct {
 	// at is the container found last: reads go mostly forward.
 	at int
 	// mslab and eslab hold the members and elements read, each
-	// object's and array's a run of them (fewer, larger allocations).
-	mslab []jmember
-	eslab []jval
+	// object's and array's a run of them (fewer, larger allocations;
+	// see carve); mtmp and etmp are where they are read into first.
+	mslab, mtmp []jmember
+	eslab, etmp []jval
 	// keys are the keys read without escapes, with their folding, by
 	// their bytes: an agent's body repeats a few keys many times.
 	keys map[string]internedKey
@@ -253,7 +254,7 @@ func (d *jsonDoc) members(v jval) ([]jmember, error) {
 
 func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
 	b := d.b
-	start := len(d.mslab)
+	d.mtmp = d.mtmp[:0]
 	i := skipWS(b, v.s+1)
 	for i < v.e && b[i] != '}' {
 		ke := stringEnd(b, i)
@@ -261,21 +262,37 @@ func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
 		j := skipWS(b, ke)
 		j = skipWS(b, j+1) // ':'
 		ve := d.skip(j)
-		d.mslab = append(d.mslab, jmember{key: key, fold: fold, keyS: i, val: jval{j, ve}})
+		d.mtmp = append(d.mtmp, jmember{key: key, fold: fold, keyS: i, val: jval{j, ve}})
 		i = skipWS(b, ve)
 		if i < v.e && b[i] == ',' {
 			i = skipWS(b, i+1)
 		}
 	}
-	out := d.mslab[start:len(d.mslab):len(d.mslab)]
-	if len(out) == 0 {
+	if len(d.mtmp) == 0 {
 		return nil, nil
 	}
-	if err := checkDuplicateKeys(out); err != nil {
-		d.mslab = d.mslab[:start]
+	if err := checkDuplicateKeys(d.mtmp); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return carve(&d.mslab, d.mtmp), nil
+}
+
+// maxSlab is how many members or elements a new slab is made for at
+// most, unless one object or array needs more: slabs start small (a
+// small body reads a few objects) and double.
+const maxSlab = 1024
+
+// carve copies src (not empty) into the slab, starting a new one when
+// it has no room left: the runs carved before stay where they are.
+func carve[T any](slab *[]T, src []T) []T {
+	c := *slab
+	if cap(c)-len(c) < len(src) {
+		c = make([]T, 0, max(len(src), min(2*cap(c), maxSlab), 8))
+	}
+	start := len(c)
+	c = append(c, src...)
+	*slab = c
+	return c[start:len(c):len(c)]
 }
 
 // key decodes the key k and folds it (looseKey).
@@ -337,20 +354,20 @@ func (d *jsonDoc) elements(v jval) []jval {
 
 func (d *jsonDoc) readElements(v jval) []jval {
 	b := d.b
-	start := len(d.eslab)
+	d.etmp = d.etmp[:0]
 	i := skipWS(b, v.s+1)
 	for i < v.e && b[i] != ']' {
 		e := d.skip(i)
-		d.eslab = append(d.eslab, jval{i, e})
+		d.etmp = append(d.etmp, jval{i, e})
 		i = skipWS(b, e)
 		if i < v.e && b[i] == ',' {
 			i = skipWS(b, i+1)
 		}
 	}
-	if len(d.eslab) == start {
+	if len(d.etmp) == 0 {
 		return nil
 	}
-	return d.eslab[start:len(d.eslab):len(d.eslab)]
+	return carve(&d.eslab, d.etmp)
 }
 
 // span is a run of bytes a rewrite deletes.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -137,6 +138,9 @@ func FuzzRuleSetOnePass(f *testing.F) {
 // walk of the body (Judge, impl=onepass) and a walk per rule (judgeRef,
 // impl=perrule): a small Messages request by closed-book and by a set of
 // one rule, and a 500 KB agent request (agentBody) by closed-book.
+// cpu-ns/op is the process's user and system CPU time per request (the
+// collector's included), which a loaded machine does not inflate as it
+// does the wall-clock ns/op.
 func BenchmarkRuleSetOnePass(b *testing.B) {
 	one, err := ParseRuleSet([]byte("ruleset one\nversion 1\nprovider anthropic api.anthropic.com\n" +
 		"tool anthropic.web_search POST /v1/messages* in:tools[] type=web_search_*\n"))
@@ -167,12 +171,14 @@ func BenchmarkRuleSetOnePass(b *testing.B) {
 				body := []byte(c.body)
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
+				cpu0 := processCPU(b)
 				for b.Loop() {
 					r := &Request{Method: "POST", Path: "/v1/messages", Body: body}
 					if j := judge(r); j.Verdict != VerdictAllow {
 						b.Fatal(j.Verdict, j.Reason)
 					}
 				}
+				b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
@@ -217,4 +223,14 @@ func checkIndex(t *testing.T, body []byte) {
 			t.Fatalf("%q: container %d indexed as [%d,%d), is [%d,%d)", body, k, c.s, c.e, s, end)
 		}
 	}
+}
+
+// processCPU is the user and system CPU time the process has used, in
+// nanoseconds.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
