@@ -199,7 +199,7 @@ func newState(r Request) (*State, error) {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
 	s := &State{
-		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
+		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, RuntimeKind: r.RuntimeKind, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
@@ -362,9 +362,26 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 			return nil, fmt.Errorf("find the doorman binary: %w", err)
 		}
 	}
+	var host *sockets
+	if s.HostLayerWanted || s.HostLayer {
+		if host, err = listenHost(filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false)); err != nil {
+			return nil, err
+		}
+		defer host.close()
+	}
 	tcp, dnsUDP, dnsTCP, err := socks.files()
 	if err != nil {
 		return nil, err
+	}
+	if host != nil {
+		htcp, hUDP, hTCP, err := host.files()
+		if err != nil {
+			closeFiles(slices.Concat(tcp, dnsUDP, dnsTCP))
+			return nil, err
+		}
+		// The sandbox's own listeners first: the proxy finds the
+		// sandbox's namespace through its first listener.
+		tcp, dnsUDP, dnsTCP = append(tcp, htcp...), append(dnsUDP, hUDP...), append(dnsTCP, hTCP...)
 	}
 	// Descriptors 3 and up: the listeners, then the DNS filter's sockets
 	// (the readiness pipe follows).
@@ -383,6 +400,13 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	s.DNSPort4, s.DNSPort6 = 0, 0
 	if len(cfg.DNSUpstreams) > 0 {
 		s.DNSPort4, s.DNSPort6 = socks.dns4.port, socks.dns6.port
+	}
+	s.HostPort4, s.HostPort6, s.HostDNSPort4, s.HostDNSPort6 = 0, 0, 0, 0
+	if host != nil {
+		s.HostPort4, s.HostPort6 = host.tcp4.port, host.tcp6.port
+		if len(cfg.DNSUpstreams) > 0 {
+			s.HostDNSPort4, s.HostDNSPort6 = host.dns4.port, host.dns6.port
+		}
 	}
 	path := filepath.Join(s.Dir, proxyConfigFile)
 	if err := cfg.WriteFile(path); err != nil {
@@ -482,6 +506,9 @@ func reenforce(s *State, r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	s.Mode, s.AllowICMP, s.BaseLabel = r.Policy.Mode, r.AllowICMP, r.Label
+	if r.RuntimeKind != "" {
+		s.RuntimeKind = r.RuntimeKind
+	}
 	if s.NetNSIno == 0 {
 		// Recorded by an older doorman: the caller's path names the
 		// sandbox's namespace now, so record which one it is.

@@ -166,6 +166,7 @@ func (s *State) enterNone(p *conf.Policy) error {
 	// still ends it.
 	stopErr := s.stopProxy()
 	s.Mode, s.Port4, s.Port6, s.DNSPort4, s.DNSPort6 = conf.ModeNone, 0, 0, 0, 0
+	s.HostPort4, s.HostPort6, s.HostDNSPort4, s.HostDNSPort6 = 0, 0, 0, 0
 	s.Stopped = false // mode none has no proxy to stop
 	s.relabel()
 	if err := s.save(); err != nil {

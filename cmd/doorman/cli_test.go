@@ -139,10 +139,10 @@ func TestCLIListAndShow(t *testing.T) {
 	}
 	// No supervisor ("-" restarts), connections allowed and denied,
 	// then the queries the DNS filter refused, "-" without the filter.
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down - 1 2 4 full" {
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni unknown allowlist 2 down - 1 2 4 full" {
 		t.Errorf("ls row %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down - 0 0 - n/a" {
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni unknown open 0 down - 0 0 - n/a" {
 		t.Errorf("ls row %q", lines[2])
 	}
 
