@@ -84,6 +84,7 @@ bench:
 			if pidof -q $$s && [ -x /etc/init.d/$$s ]; then /etc/init.d/$$s stop; fi; \
 		done; true; }
 	$(GO) test -run='^$$' -bench=. -benchmem ./proxy/sniff
+	$(GO) test -run='^$$' -bench=. -benchtime=30x ./enforce/hostlayer
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 30m ./integration
 
 # The binary; its CNI plugin name in CNI_BIN_DIR; doorman-runtime, the runc

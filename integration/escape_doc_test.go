@@ -52,7 +52,11 @@ from the advertisements (routes, addresses in the attacker's prefix), and, while
 keeps sending the neighbour UDP datagrams and echo requests (and, for ~ip-spoof~, opening connections to
 it), whether its neighbour table ever gives a neighbour's address the attacker's MAC, how many of those
 packets its packet socket on the attacker's host-side veth sees go out towards the attacker, and how many
-connections the attacker answered. **0 bytes** means none of these moved beyond what the policy admits
+connections the attacker answered. They and the other neighbour rows (~icmp-lan~, ~arp-trailer~,
+~mld-aux~, ~nd-options~, ~l2-flood~) also count frames, not only packets: packet sockets on the
+neighbour's interface and on every other port of the bridge count the frames from the attacker's MAC that
+reach them, and their bytes, beyond what address resolution with the gateway needs (an ARP request or reply,
+or a neighbour solicitation, in its plain shape, for one of the bridge's addresses). **0 bytes** means none of these moved beyond what the policy admits
 during the attempt (the allowed host answering a spoofed SNI or the first request of a keep-alive
 connection, the runtime's own traffic reaching the neighbour, say). **escaped (…)** says what arrived. The label is doorman's own account of the sandbox's
 enforcement (~full~, ~partial (<the uncovered path>)~): an escape is honest when the label admits the path it
@@ -109,8 +113,11 @@ These cannot be closed by doorman's design, whatever the tables say:
 - **What the host side lets through.** DNS to the sandbox's resolvers (only when the DNS filter is turned off), small echoes if allowed and allowDirect
   entries leave the sandbox, with its own MAC and addresses only: the host-side layer pins the identity
   IPAM gave it, so it can neither forge its source nor answer ARP or neighbour discovery for a neighbour.
-  ARP and neighbour discovery with its own identity still reach the other containers on the same bridge,
-  and their broadcasts and multicasts reach it.
+  No frame of it reaches another sandbox on the same bridge (port isolation, and a drop rule in the
+  bridge's forward hook); its ARP, neighbour discovery and MLD reach the host and the bridge's ports that
+  are not sandboxes' in the shapes address resolution needs, which leave free only the fields the
+  protocols leave free (an ARP request's target, a solicitation's target and nonce, an MLD record's
+  group): a few bytes a frame, for those receivers only. The host's own broadcasts reach every sandbox.
 - **Timing and volume.** Admitted connections can signal by their timing and size.
 - Kernel exploits and escapes to the host are out of scope.
 `))

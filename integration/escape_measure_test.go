@@ -68,7 +68,7 @@ type counters map[counterKey]int
 
 // Units in the order a table cell lists them, and their singulars.
 var (
-	counterUnits    = []string{"bytes", "connections", "datagrams", "packets", "queries", "requests", "entries", "routes", "addresses"}
+	counterUnits    = []string{"bytes", "connections", "datagrams", "packets", "frames", "queries", "requests", "entries", "routes", "addresses"}
 	counterSingular = map[string]string{"entries": "entry", "addresses": "address"}
 )
 

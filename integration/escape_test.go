@@ -101,14 +101,23 @@ var escapeAttempts = []escapeAttempt{
 	{id: "ipv4-mapped", title: "IPv4-mapped IPv6 (::ffff:a.b.c.d) to a non-allowed IP"},
 	{id: "proxy-port", title: "connection straight to the proxy's listener port"},
 	{id: "icmp", title: "ICMP requests with 1000-byte payloads (echo, timestamp, information, address mask; raw and ping sockets; ICMPv6 echo)"},
-	{id: "icmp-lan", title: "the same ICMP to the host's LAN and to a neighbour sandbox on the bridge"},
+	{id: "icmp-lan", title: "the same ICMP to the host's LAN and to a neighbour sandbox on the bridge",
+		watch: withFrames(nil)},
 	{id: "router-advert", title: "IPv6 router advertisements to the link (default route, autonomous prefix)", needs: "CAP_NET_RAW",
-		watch: routerAdvertWatch},
+		watch: withFrames(routerAdvertWatch)},
 	{id: "rebind", title: "an allowed wildcard name whose DNS answers private addresses (LAN, neighbour, CGNAT, metadata, ULA)"},
 	{id: "arp-spoof", title: "ARP and neighbour advertisements claiming a neighbour's addresses", needs: "CAP_NET_RAW",
-		allowed: spoofAllowed, watch: spoofWatch(false)},
+		allowed: spoofAllowed, watch: withFrames(spoofWatch(false))},
 	{id: "ip-spoof", title: "a neighbour's IP taken, answering the runtime's connections to it", needs: "CAP_NET_ADMIN",
-		allowed: spoofAllowed, watch: spoofWatch(true)},
+		allowed: spoofAllowed, watch: withFrames(spoofWatch(true))},
+	{id: "arp-trailer", title: "ARP requests and gratuitous replies with 1000 bytes after the ARP packet, broadcast and to a neighbour's MAC",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
+	{id: "mld-aux", title: "MLD reports carrying 1000 bytes (MLDv2 auxiliary data, bytes after an MLDv1 report)",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
+	{id: "nd-options", title: "neighbour and router solicitations and advertisements to all nodes and routers with a 1000-byte unknown option",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
+	{id: "l2-flood", title: "frames of an unknown ethertype broadcast, multicast and to a neighbour's MAC; well-formed neighbour solicitations carrying data, to all nodes and to the neighbour",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
 	{id: "http-desync", title: "a response body line `HTTP/1.1 101` while a WebSocket upgrade is outstanding, then another Host", allowed: func(w escapeWorld) counters {
 		// The first two requests, for the allowed name, are admitted.
 		return counters{tcpKey(w.api, testnet.PortHTTP, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTP, "connections"): unlimited,
@@ -476,6 +485,9 @@ func escapeProbeArgs(w escapeWorld, s *sandbox.State, marks []uint32) []string {
 		}
 		if w.nbr.addr6.IsValid() {
 			args = append(args, "-neighbour6", w.nbr.addr6.String())
+		}
+		if w.nbr.mac != nil {
+			args = append(args, "-neighbour-mac", w.nbr.mac.String())
 		}
 	}
 	return args

@@ -27,7 +27,8 @@
 //	tcp, sni-spoof, h2c, keepalive-host, absolute-uri, connect, udp, quic,
 //	dns-rogue, dns-tunnel, raw-ip, af-packet, so-mark, ipv6, ipv4-mapped,
 //	proxy-port, icmp, icmp-lan, router-advert, rebind, arp-spoof, ip-spoof,
-//	http-desync, h2c-upgrade, silent
+//	arp-trailer, mld-aux, nd-options, l2-flood, http-desync, h2c-upgrade,
+//	silent
 //
 // Other commands:
 //
@@ -51,6 +52,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -80,13 +82,14 @@ type config struct {
 	proxyPort4, proxyPort6 uint16   // the proxy's listener ports inside the sandbox (0: none)
 	marks                  []uint32 // SO_MARK values to try
 
-	neighbour4, neighbour6 netip.Addr    // a neighbour sandbox on the same bridge (icmp-lan, arp-spoof, ip-spoof)
-	lan                    []netip.Addr  // private addresses of the host's LAN (icmp-lan)
-	rebind                 []string      // allowed names whose DNS answers private addresses (rebind)
-	redisPort              uint16        // a recorder port behind the rebound names (rebind)
-	spoofPort              uint16        // the port ip-spoof listens on as the neighbour
-	raPrefix               netip.Prefix  // the prefix router-advert advertises
-	spoofTime              time.Duration // how long arp-spoof, ip-spoof and router-advert keep at it
+	neighbour4, neighbour6 netip.Addr       // a neighbour sandbox on the same bridge (icmp-lan, arp-spoof, ip-spoof)
+	neighbourMAC           net.HardwareAddr // its MAC (the layer-2 attempts send to it too)
+	lan                    []netip.Addr     // private addresses of the host's LAN (icmp-lan)
+	rebind                 []string         // allowed names whose DNS answers private addresses (rebind)
+	redisPort              uint16           // a recorder port behind the rebound names (rebind)
+	spoofPort              uint16           // the port ip-spoof listens on as the neighbour
+	raPrefix               netip.Prefix     // the prefix router-advert advertises
+	spoofTime              time.Duration    // how long arp-spoof, ip-spoof and router-advert keep at it
 
 	silentConns int           // how many silent connections to hold
 	hold        time.Duration // how long to hold them (longer than the proxy's sniff timeout)
@@ -215,6 +218,14 @@ func parseFlags(args []string) (*config, string, []string, error) {
 	var neighbour4, neighbour6, lan, rebind, raPrefix string
 	fs.StringVar(&neighbour4, "neighbour4", "", "IPv4 address of a neighbour sandbox on the same bridge")
 	fs.StringVar(&neighbour6, "neighbour6", "", "its IPv6 address")
+	fs.Func("neighbour-mac", "its MAC address", func(v string) error {
+		mac, err := net.ParseMAC(v)
+		if err != nil || len(mac) != 6 {
+			return fmt.Errorf("%q: not an Ethernet address", v)
+		}
+		cfg.neighbourMAC = mac
+		return nil
+	})
 	fs.StringVar(&lan, "lan", "", "comma-separated private addresses on the host's LAN")
 	fs.StringVar(&rebind, "rebind", "", "comma-separated allowed names whose DNS answers private addresses")
 	fs.StringVar(&raPrefix, "ra-prefix", "2001:db8:bad::/64", "the prefix the router-advert attempt advertises")
