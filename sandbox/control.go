@@ -116,6 +116,11 @@ func Start(stateDir, key string) (*ProxyChange, error) {
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}
+		if err := next.reapplyHostLayer(); err != nil {
+			enforce.Apply(old.NetNS, old.spec())
+			next.stopProxy()
+			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
+		}
 		// Stop the old proxy by its own record. Its cgroup is another
 		// than the new one's where it still held processes; one it left
 		// empty may have been made anew for the new proxy, and is the

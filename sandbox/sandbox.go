@@ -306,6 +306,18 @@ func (s *State) applyHostSpec(ifaces []string, ipam map[string][]netip.Addr) err
 	return nil
 }
 
+// reapplyHostLayer applies the host-side layer of s again, where it holds
+// one, after its proxy's ports changed (a new proxy, mode none).
+func (s *State) reapplyHostLayer() error {
+	if !s.HostLayer {
+		return nil
+	}
+	if err := s.applyHostSpec(s.HostIfaces, nil); err != nil {
+		return fmt.Errorf("host-side layer: %w", err)
+	}
+	return nil
+}
+
 // hostSpec is the host-side layer's spec for the sandbox on ifaces. With
 // the DNS filter on, the sandbox's own DNS never leaves by its veth (the
 // filter forwards from the proxy's namespace), so the resolvers get no
@@ -315,6 +327,13 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 	spec := hostlayer.Spec{Key: s.Key, SandboxNetNS: s.NetNS, HostIfaces: ifaces, AllowICMP: s.AllowICMP}
 	if !s.DNSFilter {
 		spec.Resolvers = s.Resolvers
+	}
+	// What the sandbox sends past its own ruleset (a runtime with a
+	// network stack of its own) goes to the proxy's host-side listeners:
+	// its TCP, and its DNS to the resolvers where the filter is on.
+	spec.Redirect = hostlayer.Redirect{TCP4: s.HostPort4, TCP6: s.HostPort6, DNS4: s.HostDNSPort4, DNS6: s.HostDNSPort6}
+	if s.DNSFilter && (s.HostDNSPort4 != 0 || s.HostDNSPort6 != 0) {
+		spec.Redirect.DNSResolvers = s.Resolvers
 	}
 	for _, d := range s.AllowDirect {
 		spec.AllowDirect = append(spec.AllowDirect, d.Entry())

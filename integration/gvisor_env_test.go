@@ -1,0 +1,51 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// runscBinEnv names the directory holding runsc and
+// containerd-shim-runsc-v1 (.ci/build-runsc builds them into
+// /opt/doorman-ci/gvisor-<version>/bin, where the tests look by default).
+const runscBinEnv = "DOORMAN_RUNSC_BIN"
+
+// runscDir returns the directory of the runsc binary, or skips t.
+func runscDir(t *testing.T) string {
+	t.Helper()
+	dirs := []string{os.Getenv(runscBinEnv)}
+	found, _ := filepath.Glob("/opt/doorman-ci/gvisor-*/bin")
+	dirs = append(dirs, found...)
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(d, "runsc")); err == nil && !fi.IsDir() {
+			return d
+		}
+	}
+	t.Skipf("runsc is not built (.ci/build-runsc; or set %s to its directory)", runscBinEnv)
+	return ""
+}
+
+// runscFlags are runsc's flags on these machines: its own network stack
+// on the container's interface, and a platform that needs no KVM.
+var runscFlags = []string{"--network=sandbox", "--platform=systrap"}
+
+// newRunscEnv is newRuncEnv with runsc as the runtime: the same rootfs,
+// bundles, hooks and fake internet, the workload on gVisor.
+func newRunscEnv(t *testing.T) *runcEnv {
+	t.Helper()
+	dir := runscDir(t)
+	r := newRuncEnv(t)
+	r.runtime = append([]string{filepath.Join(dir, "runsc")}, runscFlags...)
+	return r
+}
+
+// withNoCgroup leaves the container's cgroup to the runtime's default.
+func withNoCgroup() specOption {
+	return func(s *specs.Spec) { s.Linux.CgroupsPath = "" }
+}
