@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+
+	"github.com/containernetworking/cni/libcni"
 	"os"
 	"strings"
 	"testing"
@@ -61,7 +63,7 @@ func TestGVisorHook(t *testing.T) {
 func gvisorRows(t *testing.T, r *runcEnv, g *runcContainer, decision func(func(map[string]any) bool) map[string]any, dnsDecision func(name, verdict string)) {
 	t.Helper()
 	if res := r.exec(g, "/probe", "get", "https://"+apiName+"/", "--ca", "/ca.pem", "--timeout", "10s"); res.exit != 0 || !strings.HasPrefix(res.stdout, "status: 200") {
-		if os.Getenv("DOORMAN_DEBUG_GVISOR") != "" {
+		if os.Getenv("DOORMAN_DEBUG_GVISOR") != "" { // what the runtime's namespace holds, for debugging
 			t.Log(r.exec(g, "/probe", "dns", r.net.DNS.String(), apiName, "--timeout", "3s"))
 			t.Log(r.exec(g, "/probe", "get", "https://"+apiName+"/", "--ca", "/ca.pem", "--resolve="+apiName+":"+apiAddr4.String(), "--timeout", "3s"))
 			out, _ := r.net.HostCommand(context.Background(), "nft", "list", "ruleset").CombinedOutput()
@@ -87,5 +89,70 @@ func gvisorRows(t *testing.T, r *runcEnv, g *runcContainer, decision func(func(m
 	}
 	if n := r.evil.UDPDatagrams(testnet.PortUDPEcho); n != before {
 		t.Errorf("UDP from gVisor reached the fake internet (%d datagrams)", n-before)
+	}
+}
+
+// previousGVisorRelease is main before the host-side redirect: it
+// labelled a runsc sandbox full while none of its TCP reached the proxy.
+const previousGVisorRelease = "8feb24a0848883375a1dac75813d736f8282143f"
+
+// TestGVisorRowsFailOnThePreviousRelease runs a runsc container on a CNI
+// netns enforced by the doorman of previousGVisorRelease and shows what
+// TestGVisorCNI would have measured there: with the defaults the label
+// says full while the allowed request gets nowhere (the host-side layer
+// drops the TCP that no rule redirected: the label lies about a sandbox
+// with no network); with the host-side layer off a denied host is
+// reached straight from gVisor, under a label that blames only
+// capabilities. Against this release the first is relayed (TestGVisorCNI)
+// and the second is labelled for what it is (TestGVisorCNIWithoutHostLayer).
+func TestGVisorRowsFailOnThePreviousRelease(t *testing.T) {
+	pluginDir := buildPreviousDoorman(t, previousGVisorRelease)
+	r := newRunscEnv(t)
+	r.cniEnv.cni = libcni.NewCNIConfig([]string{pluginDir}, nil)
+
+	c := r.cniEnv.newContainer()
+	r.mustAdd(c, r.conflist(map[string]any{"allowedHosts": []string{apiName}}))
+	g := r.newContainer("gvp", withNetNS(c.ns.Path()), withoutHooks(), withNoCgroup())
+	r.runDetached(g)
+	label := r.cniEnv.state(c).Label
+	res := r.exec(g, "/probe", "get", "https://"+apiName+"/", "--ca", "/ca.pem", "--resolve="+apiName+":"+apiAddr4.String(), "--timeout", "5s")
+	if label != "full" || res.exit == 0 {
+		t.Errorf("defaults: label %q, allowed request %v: want the label full and the request to get nowhere", label, res)
+	} else {
+		t.Logf("defaults against %s: label %q, the allowed request: %s", previousGVisorRelease[:7], label, strings.TrimSpace(res.stderr))
+	}
+
+	c2 := r.cniEnv.newContainer()
+	r.mustAdd(c2, r.conflist(map[string]any{"allowedHosts": []string{apiName}, "hostLayer": false, "dnsFilter": false}))
+	g2 := r.newContainer("gvp", withNetNS(c2.ns.Path()), withoutHooks(), withNoCgroup())
+	r.runDetached(g2)
+	label = r.cniEnv.state(c2).Label
+	before := r.evil.Connections(testnet.PortHTTPS)
+	res = r.exec(g2, "/probe", "get", "https://"+evilName+"/", "--ca", "/ca.pem", "--resolve="+evilName+":"+evilAddr4.String(), "--timeout", "5s")
+	reached := r.evil.Connections(testnet.PortHTTPS) - before
+	if reached == 0 || strings.Contains(label, "gVisor") {
+		t.Errorf("host-side layer off: %d connections reached %s, label %q: want an escape under a label that does not name gVisor", reached, evilName, label)
+	} else {
+		t.Logf("host-side layer off against %s: %d connection(s) reached %s (probe exit %d), label %q", previousGVisorRelease[:7], reached, evilName, res.exit, label)
+	}
+}
+
+// TestGVisorCNIWithoutHostLayer: a runsc sandbox whose host-side layer is
+// off is enforced by nothing doorman can see, and its label says so once
+// doorman sees gVisor in the namespace (the CNI plugin cannot tell the
+// runtime at ADD, and says that too).
+func TestGVisorCNIWithoutHostLayer(t *testing.T) {
+	r := newRunscEnv(t)
+	c := r.cniEnv.newContainer()
+	r.mustAdd(c, r.conflist(map[string]any{"allowedHosts": []string{apiName}, "hostLayer": false}))
+	if l := r.cniEnv.state(c).Label; !strings.Contains(l, "a runtime with a network stack of its own (gVisor, a microVM) sends past them") {
+		t.Errorf("label at ADD %q: want it to say a runtime with its own stack sends past the rules", l)
+	}
+	g := r.newContainer("gvn", withNetNS(c.ns.Path()), withoutHooks(), withNoCgroup())
+	r.runDetached(g)
+	st := r.cniEnv.state(c)
+	st.DetectRuntimeKind()
+	if st.RuntimeKind != string(runtimekind.Runsc) || !strings.HasPrefix(st.Label, "partial (the workload runs on gVisor's network stack (runsc)") {
+		t.Errorf("kind %q, label %q: want runsc, partial naming gVisor", st.RuntimeKind, st.Label)
 	}
 }
