@@ -698,6 +698,7 @@ var badValues = map[string]map[string][]badValue{
 		"proxyLimits.memory":    {{value: `"64"`}, {value: `true`}},
 		"proxyLimits.pids":      {{value: `"4"`}},
 		"proxyLimits.cpuWeight": {{value: `0`}},
+		"runtimes":              {{value: `["runsc"]`}, {value: `{"runsc": {"path": "bin/runsc"}}`, shown: "bin/runsc"}, {value: `{"runsc": {"path": "runsc", "args": ["systrap"]}}`, shown: "systrap"}},
 	},
 	"installer config": {
 		"mode":              {{value: `"permissive"`}},

@@ -1,6 +1,8 @@
 package runtimekind
 
 import (
+	"net"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -57,6 +59,32 @@ func redirects(f netlink.Filter) bool {
 	}
 	for _, a := range actions {
 		if m, ok := a.(*netlink.MirredAction); ok && (m.MirredAction == netlink.TCA_EGRESS_REDIR || m.MirredAction == netlink.TCA_INGRESS_REDIR) {
+			return true
+		}
+	}
+	return false
+}
+
+// HasLink reports whether the network namespace at nsPath has an
+// interface other than loopback: a way out that something must hold. A
+// namespace it cannot read counts as having one.
+func HasLink(nsPath string) bool {
+	h, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return true
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return true
+	}
+	defer nl.Close()
+	links, err := nl.LinkList()
+	if err != nil {
+		return true
+	}
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagLoopback == 0 {
 			return true
 		}
 	}
