@@ -16,6 +16,15 @@ const runscBinEnv = "DOORMAN_RUNSC_BIN"
 // runscDir returns the directory of the runsc binary, or skips t.
 func runscDir(t *testing.T) string {
 	t.Helper()
+	d := runscDirIfBuilt()
+	if d == "" {
+		t.Skipf("runsc is not built (.ci/build-runsc; or set %s to its directory)", runscBinEnv)
+	}
+	return d
+}
+
+// runscDirIfBuilt is the directory of the runsc binary, "" if none.
+func runscDirIfBuilt() string {
 	dirs := []string{os.Getenv(runscBinEnv)}
 	found, _ := filepath.Glob("/opt/doorman-ci/gvisor-*/bin")
 	dirs = append(dirs, found...)
@@ -27,7 +36,6 @@ func runscDir(t *testing.T) string {
 			return d
 		}
 	}
-	t.Skipf("runsc is not built (.ci/build-runsc; or set %s to its directory)", runscBinEnv)
 	return ""
 }
 

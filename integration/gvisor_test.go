@@ -2,12 +2,16 @@ package integration
 
 import (
 	"context"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/containernetworking/cni/libcni"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/internal/runtimekind"
 )
@@ -155,4 +159,37 @@ func TestGVisorCNIWithoutHostLayer(t *testing.T) {
 	if st.RuntimeKind != string(runtimekind.Runsc) || !strings.HasPrefix(st.Label, "partial (the workload runs on gVisor's network stack (runsc)") {
 		t.Errorf("kind %q, label %q: want runsc, partial naming gVisor", st.RuntimeKind, st.Label)
 	}
+}
+
+// TestDockerGVisor runs a container with `docker run --runtime
+// doorman-runsc`: dockerd calls doorman's wrapper with
+// --doorman-runtime=runsc (daemon.json runtimeArgs), the wrapper adds
+// doorman's hooks and execs runsc as runtime.json names it, and the
+// container's gVisor stack gets the same decisions as a runc one.
+func TestDockerGVisor(t *testing.T) {
+	runscDir(t)
+	d := newDockerEnv(t)
+	// runsc bind-mounts an empty network namespace of its own under its
+	// root (dockerd's exec root) and leaves it when the container goes.
+	t.Cleanup(func() {
+		unix.Unmount(filepath.Join(d.execRoot, "runtime-runc", "moby", "null-netns"), unix.MNT_DETACH)
+	})
+	labels := []string{"--label", hook.AnnotationMode + "=allowlist", "--label", hook.AnnotationAllowedHosts + "=" + apiName}
+	id := d.startProbe("dm-gvisor-"+d.id, append([]string{"--runtime", "doorman-runsc"}, labels...)...)
+	s := d.state(id)
+	if s.Label != "full" || s.RuntimeKind != string(runtimekind.Runsc) || !s.HostLayer || s.HostPort4 == 0 {
+		t.Fatalf("label %q, kind %q, host layer %v, host-side port %d: want full, runsc, the layer and a port", s.Label, s.RuntimeKind, s.HostLayer, s.HostPort4)
+	}
+	if r := d.probe(id, "get", "https://"+apiName+"/", "--ca", "/ca.pem", "--timeout", "10s"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200") {
+		t.Fatalf("allowed HTTPS from gVisor under Docker: %v", r)
+	}
+	if r := d.probe(id, "get", "https://"+evilName+"/", "--ca", "/ca.pem", "--resolve="+evilName+":"+evilAddr4.String(), "--timeout", "5s"); r.exit != 3 {
+		t.Errorf("denied HTTPS by address from gVisor under Docker: want the TLS alert (exit 3), got %v", r)
+	}
+	before := d.evil.UDPDatagrams(testnet.PortUDPEcho)
+	d.probe(id, "udp", evilAddr4.String()+":"+itoa(testnet.PortUDPEcho), "--send", "x", "--timeout", "2s")
+	if n := d.evil.UDPDatagrams(testnet.PortUDPEcho) - before; n != 0 {
+		t.Errorf("UDP from gVisor under Docker reached the fake internet (%d datagrams)", n)
+	}
+	d.mustDocker("rm", "--force", id)
 }
