@@ -193,3 +193,32 @@ func TestDockerGVisor(t *testing.T) {
 	}
 	d.mustDocker("rm", "--force", id)
 }
+
+// TestCRIGVisor runs a pod with a runsc RuntimeClass handler through
+// containerd's CRI (containerd 2, gVisor's shim containerd-shim-runsc-v1):
+// the pod's sandbox joins the same CNI chain, doorman chained after the
+// primary network, and its gVisor stack gets the same decisions.
+func TestCRIGVisor(t *testing.T) {
+	skipUnlessCRI(t)
+	skipUnlessContainerd2(t)
+	dir := runscDir(t)
+	if _, err := os.Stat(filepath.Join(dir, "containerd-shim-runsc-v1")); err != nil {
+		t.Skipf("gVisor's containerd shim is not built (.ci/build-runsc): %v", err)
+	}
+	e := newCNIEnv(t)
+	c := newCRIEnv(t, e, withCRIContainerd(criContainerd2Dir), withCRINetworks(criDefaultNetwork,
+		criNetwork{handler: "runsc", name: "dm-cri-gv", lan: lanB, doorman: true, runsc: dir}))
+	p := c.mustRunPod(criPodSpec{handler: "runsc", annotations: map[string]string{"doorman.io/allowed-hosts": apiName}})
+	ctr := c.startProbe(p)
+	// (Its kind is detected where the CLI runs, in the node's mount
+	// namespace; the pod's netns path is the host session's own here.)
+	if s := e.state(&container{key: p.key}); s.Label != "full" || s.HostPort4 == 0 {
+		t.Errorf("label %q, host-side port %d: want full and a port", s.Label, s.HostPort4)
+	}
+	if r := c.probe(ctr, "get", "https://"+apiName+"/", "--ca", "/ca.pem", "--timeout", "10s"); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200") {
+		t.Fatalf("allowed HTTPS from a gVisor pod: %v", r)
+	}
+	if r := c.probe(ctr, "get", "https://"+evilName+"/", "--ca", "/ca.pem", "--resolve="+evilName+":"+evilAddr4.String(), "--timeout", "5s"); r.exit != 3 {
+		t.Errorf("denied HTTPS by address from a gVisor pod: want the TLS alert (exit 3), got %v", r)
+	}
+}
