@@ -14,7 +14,7 @@ import (
 const runscBinEnv = "DOORMAN_RUNSC_BIN"
 
 // runscDir returns the directory of the runsc binary, or skips t.
-func runscDir(t *testing.T) string {
+func runscDir(t testing.TB) string {
 	t.Helper()
 	d := runscDirIfBuilt()
 	if d == "" {
