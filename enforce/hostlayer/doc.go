@@ -433,12 +433,14 @@
 //     after createRuntime (see WaitHostPeers). Check reports later changes.
 //   - A connection the sandbox accepted is a channel by design: whoever
 //     connects to it gets its replies.
-//   - A workload on a stack of its own (gVisor, a microVM) reaches its
-//     neighbours on the bridge only through the proxy where the runtime
-//     routes to them through the host: frames it sends to a neighbour's
-//     MAC are bridged, not routed, and the layer drops its TCP there (as
-//     the bridge's port isolation does), where a runc workload's goes to
-//     its proxy inside its namespace.
+//   - A workload on a stack of its own (gVisor, a microVM) resolves its
+//     neighbours' addresses itself: the bridge's port isolation keeps a
+//     neighbour sandbox's from it, so it cannot reach one even where its
+//     policy names the address (a runc workload's proxy can, dialing from
+//     the runtime's namespace). TCP it bridges to a port that is not a
+//     sandbox's takes the redirect only where br_netfilter passes bridged
+//     frames to the inet hooks; elsewhere the layer drops it. (Neither
+//     case is covered by the tests.)
 //   - ARP and neighbour discovery, in their shapes, still reach the host
 //     and the ports of the bridge that are not sandboxes', with the
 //     sandbox's own identity; the host's own broadcasts and multicasts
