@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"net/netip"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -37,6 +38,12 @@ func TestGVisorCNI(t *testing.T) {
 	r.runDetached(g)
 	gvisorRows(t, r, g, func(pred func(map[string]any) bool) map[string]any { return r.waitDecision(c, pred) },
 		func(name, verdict string) { r.waitDNSDecision(c, name, verdict) })
+	// The proxy's host-side listener serves the sandbox's redirected
+	// connections only: the runtime's own processes (and its LAN) get
+	// nowhere when they dial it straight.
+	if err := tcpSendRecv(r.net.HostNS(), netip.AddrPortFrom(netip.MustParseAddr("198.51.100.129"), st.HostPort4), "GET / HTTP/1.0\r\nHost: "+apiName+"\r\n\r\n"); err == nil {
+		t.Errorf("a connection straight to the proxy's host-side listener %d was answered", st.HostPort4)
+	}
 	st = r.cniEnv.state(c)
 	st.DetectRuntimeKind()
 	if st.RuntimeKind != string(runtimekind.Runsc) || st.Label != "full" {
@@ -221,4 +228,19 @@ func TestCRIGVisor(t *testing.T) {
 	if r := c.probe(ctr, "get", "https://"+evilName+"/", "--ca", "/ca.pem", "--resolve="+evilName+":"+evilAddr4.String(), "--timeout", "5s"); r.exit != 3 {
 		t.Errorf("denied HTTPS by address from a gVisor pod: want the TLS alert (exit 3), got %v", r)
 	}
+}
+
+// TestGVisorHookRefusedWithoutHostLayer: with the host-side layer off,
+// nothing doorman installs sees a runsc container's traffic, and the OCI
+// hook refuses it (the container does not start) rather than enforce
+// nothing under a label.
+func TestGVisorHookRefusedWithoutHostLayer(t *testing.T) {
+	r := newRunscEnv(t)
+	sbx := r.net.NewSandbox(t)
+	g := r.newContainer("gvoff", withNetNS(sbx.Path()), allowAPI(), withNoCgroup(), withHookFlags("--host-layer=false"))
+	res := r.runc("run", "--detach", "--bundle", g.bundle, g.id)
+	if res.exit == 0 || !strings.Contains(res.stdout+res.stderr, "gVisor") {
+		t.Fatalf("runsc run with the host-side layer off: %v; want it refused, naming gVisor", res)
+	}
+	r.assertNoSandbox(g)
 }
