@@ -67,7 +67,7 @@ func BenchmarkRuntimeStacks(b *testing.B) {
 		// runsc's do: what moving runc to that one path would cost.
 		hostSide bool
 		id       string
-		root    string
+		root     string
 	}
 	paths := []*path{
 		{name: "runc", runtime: []string{"runc"}},
