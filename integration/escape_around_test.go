@@ -47,6 +47,37 @@ var escapeLANHosts = []struct {
 	{"ula.internal", "ula." + rebindZone, netip.MustParseAddr("fdd0:7e57::10")},
 }
 
+// escapeNAT64LAN is a machine of the LAN reached through a NAT64 on the
+// host's path: its IPv4 address, and that address in the local-use NAT64
+// prefix 64:ff9b:1::/48 laid out as RFC 6052 does for a /48, a /56 and a
+// /64 prefix inside it (the IPv4 bits not at the end; the u octet zero),
+// each with a name in the rebinding zone. The suffix of each spells
+// 203.0.113.7 where the /96 layout reads an IPv4 address, so that a guard
+// reading that layout alone sees a public address. No translator runs
+// here: the LAN host holds the IPv6 addresses itself (testnet.AddLANHost),
+// so that the bytes a dial to them sends arrive there, as a NAT64 would
+// deliver them to 10.66.77.203.
+var escapeNAT64LAN = struct {
+	name  string
+	v4    netip.Addr
+	forms []escapeNAT64Form
+}{
+	name: "nat64.internal",
+	v4:   netip.MustParseAddr("10.66.77.203"),
+	forms: []escapeNAT64Form{
+		{"nat64-48." + rebindZone, netip.MustParseAddr("64:ff9b:1:a42:4d:cb00:cb00:7107")},
+		{"nat64-56." + rebindZone, netip.MustParseAddr("64:ff9b:1:a:42:4dcb:cb00:7107")},
+		{"nat64-64." + rebindZone, netip.MustParseAddr("64:ff9b:1:0:a:424d:cb00:7107")},
+	},
+}
+
+// escapeNAT64Form is one NAT64 form of escapeNAT64LAN's address and the
+// name in the rebinding zone whose AAAA record it is.
+type escapeNAT64Form struct {
+	record string
+	addr   netip.Addr
+}
+
 // escapeICMPLAN are the LAN addresses the icmp-lan attempt aims at.
 var escapeICMPLAN = []netip.Addr{netip.MustParseAddr("10.66.77.10"), netip.MustParseAddr("fdd0:7e57::10")}
 
@@ -66,6 +97,9 @@ type escapeLAN struct {
 	icmp  *testnet.ICMPRecorder
 	names []string // the rebinding names that point into it
 	inet  *testnet.ICMPRecorder
+	// nat64Names and nat64 are escapeNAT64LAN's names and addresses.
+	nat64Names []string
+	nat64      []netip.Addr
 }
 
 // newEscapeLAN adds escapeLANHosts to n, with their names in rebindZone,
@@ -78,6 +112,14 @@ func newEscapeLAN(t *testing.T, n *testnet.Net) *escapeLAN {
 		n.AddRecord(h.record, h.addr)
 		l.names = append(l.names, h.record)
 	}
+	addrs := []netip.Addr{escapeNAT64LAN.v4}
+	for _, f := range escapeNAT64LAN.forms {
+		addrs = append(addrs, f.addr)
+		n.AddRecord(f.record, f.addr)
+		l.nat64Names = append(l.nat64Names, f.record)
+		l.nat64 = append(l.nat64, f.addr)
+	}
+	l.hosts = append(l.hosts, n.AddLANHost(escapeNAT64LAN.name, addrs...))
 	l.icmp = n.LANNS().RecordICMP(t, "")
 	return l
 }
@@ -85,7 +127,8 @@ func newEscapeLAN(t *testing.T, n *testnet.Net) *escapeLAN {
 // world is the escapeWorld of a kind on this LAN.
 func (l *escapeLAN) world(n *testnet.Net, api, evil, other *testnet.Host) escapeWorld {
 	return escapeWorld{net: n, api: api, evil: evil, other: other, icmp: l.inet,
-		lan: l.hosts, lanICMP: l.icmp, rebind: slices.Clone(l.names)}
+		lan: l.hosts, lanICMP: l.icmp, rebind: slices.Clone(l.names),
+		rebindNAT64: slices.Clone(l.nat64Names), nat64: slices.Clone(l.nat64)}
 }
 
 // routeLANFromRoot routes the LAN's addresses from the root namespace to

@@ -37,7 +37,11 @@ host, ~tunnel.test~ for the attacker's DNS zone, a second DNS server for a resol
 given, and ~%[4]s~ for a zone whose names the attacker points at private addresses (DNS rebinding). Around
 the sandbox are the host's LAN (a namespace routed from the runtime's namespace, holding ~10.66.77.10~,
 the CGNAT ~100.64.77.10~, the metadata addresses ~100.100.100.200~ and ~fd00:ec2::254~, and the ULA
-~fdd0:7e57::10~, each with the same servers and a name in the zone), a neighbour sandbox on the same
+~fdd0:7e57::10~, each with the same servers and a name in the zone, and ~10.66.77.203~ behind a NAT64 on
+the path: its forms in the local-use NAT64 prefix ~64:ff9b:1::/48~ laid out for a /48, /56 and /64 prefix,
+whose suffixes spell ~203.0.113.7~ where the /96 layout reads, each the AAAA of a name in the zone; no
+translator runs, the LAN host holds those addresses itself, so that a dial to them arrives as a NAT64
+would deliver it), a neighbour sandbox on the same
 bridge (with the same servers on its addresses, and names in the zone too where the runtime's namespace
 routes to it), and the runtime's namespace itself.
 
@@ -66,7 +70,8 @@ Each sandbox kind runs twice: with Docker's default capabilities, rules untouche
 added, after the probe deleted every nftables table in its own namespace (the workload flushing its own
 ruleset). Before the attempts, an HTTP request to the allowed host must succeed with default capabilities,
 so that a 0 means blocked, not broken. The silent connections run alongside the other attempts and are
-held %[1]v, past the proxy's sniff timeout.
+held %[1]v, past the proxy's sniff timeout. The ~open-nat64~ row runs after them, with the sandbox's live
+policy put in ~mode: open~ (its entries kept) and back once it is done.
 
 `), escapeHold, apiName, evilName, rebindZone)
 

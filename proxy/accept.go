@@ -442,7 +442,7 @@ func (p *Proxy) decideOnLoop(s *sniffing, sn sniffed) {
 // dialThenRelay dials the upstream of a spliced connection whose client
 // socket is fd, and relays the two on the loop.
 func (p *Proxy) dialThenRelay(fd int, rec Record, s sniffed, d decision, pol *conf.Policy) {
-	up, slot, err := p.dialFor(pol, d, rec.Dst)
+	up, rt, err := p.dialFor(pol, d, rec.Dst)
 	if err != nil {
 		c, cerr := fileConn(fd)
 		if cerr == nil {
@@ -452,8 +452,8 @@ func (p *Proxy) dialThenRelay(fd int, rec Record, s sniffed, d decision, pol *co
 		return
 	}
 	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
-	t := p.trackRelayed(&tracked{upstream: up, dst: rec.Dst, upAddr: rec.Upstream, name: s.name}, pol)
-	p.relayRaw(t, fd, rec, slot)
+	t := p.trackRelayed(&tracked{upstream: up, dst: rec.Dst, upAddr: rec.Upstream, realAddr: rt.real, name: s.name}, pol)
+	p.relayRaw(t, fd, rec, rt.slot)
 }
 
 // fileConn makes fd, a connected TCP socket detached from the runtime, a

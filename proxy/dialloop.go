@@ -152,9 +152,14 @@ func (p *Proxy) connectReady(cn *connecting) {
 	}
 	cn.done = true
 	cn.timer.Stop()
+	real, err := p.checkRewriteFD(cn)
+	if err != nil {
+		p.rewriteRefused(cn, err)
+		return
+	}
 	rec := cn.rec
 	rec.Upstream = cn.to
-	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, name: cn.s.name}, cn.client.pol)
+	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, realAddr: real, name: cn.s.name}, cn.client.pol)
 	cw, uw := cn.client.watch, cn.watch
 	p.pairUp(t, rec, cn.to, func(done func(relayloop.Result)) (*relayloop.Pair, error) {
 		return p.relayLoop().AddWatched(cw, uw, done)
@@ -164,6 +169,39 @@ func (p *Proxy) connectReady(cn *connecting) {
 		closeFD(cn.client.fd)
 		closeFD(cn.ufd)
 	})
+}
+
+// checkRewriteFD is checkRewrite for cn's connected socket; without a
+// Destinations it makes no system call.
+func (p *Proxy) checkRewriteFD(cn *connecting) (netip.AddrPort, error) {
+	if p.realDst == nil {
+		return cn.to, nil
+	}
+	sa, err := unix.Getsockname(cn.ufd)
+	if err != nil {
+		return cn.to, fmt.Errorf("cannot tell where the host sends the connection to %v: getsockname: %w", cn.to, err)
+	}
+	var local netip.AddrPort
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		local = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		local = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
+	}
+	return p.checkRewrite(cn.client.pol, cn.d.dialName, local, cn.to)
+}
+
+// rewriteRefused closes cn's connected upstream, which the host sends
+// where the guard refuses (or cannot tell where), and refuses the client
+// as dialFailed does with err.
+func (p *Proxy) rewriteRefused(cn *connecting, err error) {
+	cn.watch.Stop()
+	rawsys.Close(cn.ufd)
+	cn.ufd = -1
+	p.upstreams.release(cn.to, true, time.Now())
+	rec, s := cn.rec, cn.s
+	cn.client.unwatch()
+	p.onGoroutine(cn.client.fd, func(c *net.TCPConn) bool { p.dialFailed(c, rec, s, err); return false })
 }
 
 // attemptFailed ends cn's attempt at cn.to.

@@ -9,7 +9,7 @@ var attemptOrder = []string{
 	"udp", "quic", "dns-rogue", "dns-tunnel", "raw-ip", "af-packet", "so-mark",
 	"ipv6", "ipv4-mapped", "proxy-port", "icmp", "icmp-lan", "router-advert",
 	"rebind", "arp-spoof", "ip-spoof", "arp-trailer", "mld-aux", "nd-options", "l2-flood",
-	"http-desync", "h2c-upgrade", "silent",
+	"http-desync", "h2c-upgrade", "rebind-nat64", "open-nat64", "silent",
 }
 
 // attempts maps each attempt's name to its code:
@@ -78,6 +78,11 @@ var attemptOrder = []string{
 //	                then a request with Host: the denied name
 //	h2c-upgrade     an Upgrade: h2c request to the allowed host, then an
 //	                HTTP/2 request with :authority the denied name
+//	rebind-nat64    rebind for the names whose DNS answers a LAN address
+//	                embedded in the local-use NAT64 prefix 64:ff9b:1::/48
+//	                (-rebind-nat64)
+//	open-nat64      HTTP and Redis commands straight to those addresses
+//	                (-nat64), as a workload in mode open names them
 //	silent          many connections to a recorder port of the denied host
 //	                that send nothing, held past the proxy's sniff timeout,
 //	                then one byte on each
@@ -110,5 +115,7 @@ var attempts = map[string]attempt{
 	"l2-flood":       tryL2Flood,
 	"http-desync":    tryHTTPDesync,
 	"h2c-upgrade":    tryH2CUpgrade,
+	"rebind-nat64":   tryRebindNAT64,
+	"open-nat64":     tryOpenNAT64,
 	"silent":         trySilent,
 }

@@ -28,7 +28,7 @@
 //	dns-rogue, dns-tunnel, raw-ip, af-packet, so-mark, ipv6, ipv4-mapped,
 //	proxy-port, icmp, icmp-lan, router-advert, rebind, arp-spoof, ip-spoof,
 //	arp-trailer, mld-aux, nd-options, l2-flood, http-desync, h2c-upgrade,
-//	silent
+//	rebind-nat64, open-nat64, silent
 //
 // Other commands:
 //
@@ -86,6 +86,8 @@ type config struct {
 	neighbourMAC           net.HardwareAddr // its MAC (the layer-2 attempts send to it too)
 	lan                    []netip.Addr     // private addresses of the host's LAN (icmp-lan)
 	rebind                 []string         // allowed names whose DNS answers private addresses (rebind)
+	rebindNAT64            []string         // allowed names whose DNS answers NAT64 forms of a LAN address (rebind-nat64)
+	nat64                  []netip.Addr     // NAT64 forms of a LAN address (open-nat64)
 	redisPort              uint16           // a recorder port behind the rebound names (rebind)
 	spoofPort              uint16           // the port ip-spoof listens on as the neighbour
 	raPrefix               netip.Prefix     // the prefix router-advert advertises
@@ -215,7 +217,7 @@ func parseFlags(args []string) (*config, string, []string, error) {
 	fs.DurationVar(&cfg.hold, "hold", 11*time.Second, "how long the silent attempt holds its connections")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "deadline of each connect, read and query")
 	fs.StringVar(&caps, "caps", "", "docker[,CAP...]: reduce capabilities to Docker's defaults (plus CAPs) first")
-	var neighbour4, neighbour6, lan, rebind, raPrefix string
+	var neighbour4, neighbour6, lan, rebind, rebindNAT64, nat64, raPrefix string
 	fs.StringVar(&neighbour4, "neighbour4", "", "IPv4 address of a neighbour sandbox on the same bridge")
 	fs.StringVar(&neighbour6, "neighbour6", "", "its IPv6 address")
 	fs.Func("neighbour-mac", "its MAC address", func(v string) error {
@@ -228,6 +230,8 @@ func parseFlags(args []string) (*config, string, []string, error) {
 	})
 	fs.StringVar(&lan, "lan", "", "comma-separated private addresses on the host's LAN")
 	fs.StringVar(&rebind, "rebind", "", "comma-separated allowed names whose DNS answers private addresses")
+	fs.StringVar(&rebindNAT64, "rebind-nat64", "", "comma-separated allowed names whose DNS answers a LAN address in an IPv6 NAT64 prefix")
+	fs.StringVar(&nat64, "nat64", "", "comma-separated NAT64 forms of a LAN address (open-nat64)")
 	fs.StringVar(&raPrefix, "ra-prefix", "2001:db8:bad::/64", "the prefix the router-advert attempt advertises")
 	fs.DurationVar(&cfg.spoofTime, "spoof-time", 3*time.Second, "how long arp-spoof, ip-spoof and router-advert keep at it")
 	if err := fs.Parse(args); err != nil {
@@ -260,6 +264,10 @@ func parseFlags(args []string) (*config, string, []string, error) {
 		cfg.lan = append(cfg.lan, parseAddr("lan", s, true))
 	}
 	cfg.rebind = splitList(rebind)
+	cfg.rebindNAT64 = splitList(rebindNAT64)
+	for _, s := range splitList(nat64) {
+		cfg.nat64 = append(cfg.nat64, parseAddr("nat64", s, true))
+	}
 	if err != nil {
 		return nil, "", nil, err
 	}
