@@ -53,6 +53,7 @@ func escapeGVisor(t *testing.T, bin string, writeDoc bool) *escapeKind {
 	s := &escapeSandbox{
 		mode:      modeDefaultCaps,
 		state:     st,
+		logFile:   st.LogFile,
 		nsPath:    c.ns.Path(),
 		runtimeNS: []string{r.net.HostPath()},
 		probe: func(_ context.Context, args ...string) (string, error) {
