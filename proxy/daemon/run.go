@@ -108,7 +108,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 	}
 	otlpCfg := cfg.OTLP.Config()
 	otlpCfg.Sandbox = cfg.Sandbox
-	handler, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(out, nil), otlpCfg)
+	handler, shutdown, err := otlplog.NewHandler(decisionlog.NewJSONHandler(out), otlpCfg)
 	if err != nil {
 		closeFile()
 		return nil, nil, err
