@@ -13,12 +13,14 @@ import (
 // /opt/doorman-ci/gvisor-<version>/bin, where the tests look by default).
 const runscBinEnv = "DOORMAN_RUNSC_BIN"
 
-// runscDir returns the directory of the runsc binary, or skips t.
+// runscDir returns the directory of the runsc binary, or fails t: CI
+// builds it (.ci/run calls .ci/build-runsc), so a missing one is a broken
+// machine, as a missing cluster or SDK fixture is, not a test to skip.
 func runscDir(t testing.TB) string {
 	t.Helper()
 	d := runscDirIfBuilt()
 	if d == "" {
-		t.Skipf("runsc is not built (.ci/build-runsc; or set %s to its directory)", runscBinEnv)
+		t.Fatalf("runsc is not built: run .ci/build-runsc (it builds runsc into /opt/doorman-ci/gvisor-<version>/bin), or set %s to its directory", runscBinEnv)
 	}
 	return d
 }

@@ -210,7 +210,7 @@ func TestCRIGVisor(t *testing.T) {
 	skipUnlessContainerd2(t)
 	dir := runscDir(t)
 	if _, err := os.Stat(filepath.Join(dir, "containerd-shim-runsc-v1")); err != nil {
-		t.Skipf("gVisor's containerd shim is not built (.ci/build-runsc): %v", err)
+		t.Fatalf("gVisor's containerd shim is not built (.ci/build-runsc builds it beside runsc): %v", err)
 	}
 	e := newCNIEnv(t)
 	c := newCRIEnv(t, e, withCRIContainerd(criContainerd2Dir), withCRINetworks(criDefaultNetwork,
