@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -409,5 +410,32 @@ func TestCLILogsAndLearn(t *testing.T) {
 	}
 	if r := doorman(stateDir, "learn", "db"); r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "nothing to learn from") {
 		t.Errorf("learn without decisions: %+v", r)
+	}
+}
+
+func TestOCIRuntimeFlag(t *testing.T) {
+	if rt, err := ociRuntime("", nil); err != nil || rt != nil {
+		t.Errorf("no --runtime: %v %v", rt, err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"", []string{"--platform=systrap"}, "--runtime-arg without --runtime"},
+		{"runc", nil, `--runtime "runc": doorman run runs gVisor's runsc`},
+		{"/nonexistent/runsc", nil, `--runtime "/nonexistent/runsc"`},
+	} {
+		if _, err := ociRuntime(tc.name, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--runtime %q %v: %v, want an error containing %q", tc.name, tc.args, err, tc.want)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := ociRuntime(bin, []string{"--platform=systrap"})
+	if err != nil || !slices.Equal(rt, []string{bin, "--network=sandbox", "--ignore-cgroups", "--overlay2=none", "--platform=systrap"}) {
+		t.Errorf("--runtime %s: %v %v", bin, rt, err)
 	}
 }
