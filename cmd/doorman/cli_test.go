@@ -422,7 +422,8 @@ func TestOCIRuntimeFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"", []string{"--platform=systrap"}, "--runtime-arg without --runtime"},
+		{"", []string{"--platform=systrap"}, `--runtime-arg "--platform=systrap": given without --runtime`},
+		{"runsc", []string{"systrap"}, `--runtime-arg "systrap": not a flag`},
 		{"runc", nil, `--runtime "runc": doorman run runs gVisor's runsc`},
 		{"/nonexistent/runsc", nil, `--runtime "/nonexistent/runsc"`},
 	} {

@@ -748,6 +748,8 @@ var badValues = map[string]map[string][]badValue{
 		"--run-dir":           {{value: "run"}},
 		"--limits":            {{value: "/nonexistent/limits.json"}},
 		"--user":              {{value: "no-such-user-doorman"}},
+		"--runtime":           {{value: "runc"}, {value: "/nonexistent/runsc"}},
+		"--runtime-arg":       {{value: "platform"}, {value: "--platform=systrap"}},
 		"--ca-dir":            {{value: "ca"}},
 		"--upstream-ca-file":  {{value: "roots.pem"}},
 		"--allow":             {{value: "https://api.example.com/"}},

@@ -217,10 +217,15 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 // the sandbox's own ruleset by: the host-side layer, which every run
 // network has, holds it.
 func ociRuntime(name string, args []string) ([]string, error) {
-	if name == "" {
-		if len(args) > 0 {
-			return nil, errors.New("--runtime-arg without --runtime")
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return nil, fmt.Errorf("--runtime-arg %q: not a flag of the runtime (such as --platform=systrap)", a)
 		}
+		if name == "" {
+			return nil, fmt.Errorf("--runtime-arg %q: given without --runtime", a)
+		}
+	}
+	if name == "" {
 		return nil, nil
 	}
 	if runtimekind.OfProcess(name, "") != runtimekind.Runsc {
