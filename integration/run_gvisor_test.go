@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,6 +88,20 @@ func TestRunGVisor(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("doorman ls lists no %s:\n%s", running, out)
+	}
+	// The table's KIND column says it too.
+	table, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(s.cmd.Process.Pid), "-m", "-n", "--",
+		doormanBin(), "ls", "--state-dir", e.stateDir).Output()
+	if err != nil {
+		t.Fatalf("doorman ls: %v", err)
+	}
+	lines := strings.Split(string(table), "\n")
+	kind := slices.Index(strings.Fields(lines[0]), "KIND")
+	if kind < 0 || !slices.ContainsFunc(lines[1:], func(l string) bool {
+		f := strings.Fields(l)
+		return len(f) > kind && strings.HasPrefix(f[0], running) && f[kind] == "runsc"
+	}) {
+		t.Errorf("doorman ls: no row for %s with KIND runsc:\n%s", running, table)
 	}
 	s.cmd.Process.Signal(os.Interrupt)
 	if code, _ := s.wait(t); code != 130 {
