@@ -534,9 +534,16 @@ func TestCNIHostLayer(t *testing.T) {
 			t.Errorf("after flushing its own rules, %d bytes reached evil:%d", n, port)
 		}
 	}
+	deniedBefore := e.ls(c).Denied
 	udpEcho(c.ns, netip.AddrPortFrom(evilAddr4, testnet.PortUDPEcho))
 	if n := e.evil.UDPDatagrams(testnet.PortUDPEcho); n != 0 {
 		t.Errorf("after flushing its own rules, %d UDP datagrams reached evil", n)
+	}
+	// The host-side layer dropped it: a denials line says so and why,
+	// and the sandbox's DENIED count holds it.
+	e.waitHostDrop(c, "host-layer: udp not to a resolver")
+	if d := e.ls(c).Denied; d <= deniedBefore {
+		t.Errorf("ls: denied %d after the host-side layer dropped UDP, was %d: want it to rise", d, deniedBefore)
 	}
 	// DNS to the resolver never leaves unfiltered: with the DNS filter
 	// on, the host-side layer redirects it to the filter's host-side

@@ -383,6 +383,9 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	}
 	var host *sockets
 	if s.HostLayerWanted || s.HostLayer {
+		// The proxy runs in this namespace, the layer's: it logs what
+		// the layer drops for the sandbox from its counters.
+		cfg.HostLayerKey = s.Key
 		if host, err = listenHost(filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false)); err != nil {
 			return nil, err
 		}

@@ -186,7 +186,7 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 	}
 	ch := c.AddChain(l.sandboxChain(s.Key))
 	c.FlushChain(ch)
-	for _, r := range l.rules(s, ifaces) {
+	for _, r := range l.sandboxRules(s, ifaces) {
 		nft.AddRule(c, ch, r)
 	}
 	return n.stageElements(l, sets, current, ch.Name, l.elements(ch.Name, s, ifaces))

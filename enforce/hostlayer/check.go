@@ -117,7 +117,7 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 	if ch.Hooknum != nil {
 		return fmt.Errorf("chain %q is a base chain, want a regular one", name)
 	}
-	if err := nft.CompareRules(n.Conn, ch, l.rules(s, ifaces), "layer"); err != nil {
+	if err := nft.CompareRules(n.Conn, ch, l.sandboxRules(s, ifaces), "layer"); err != nil {
 		return err
 	}
 

@@ -81,6 +81,7 @@
 //	        ip6 daddr PREFIX icmpv6 type echo-request ip6 length 8-72 accept
 //	                                                         only if AllowICMP, one per IPv6 allowDirect prefix
 //	        ip[6] daddr PREFIX tcp|udp [dport PORTS] accept  one pair per allowDirect entry
+//	        meta l4proto udp drop                            udp not to a resolver
 //	        drop
 //	table bridge doorman-host
 //	    map sandboxes { type iface_index : verdict }         bridge port -> jump sbx-<key>
@@ -141,6 +142,13 @@
 //	        icmpv6 type {nd-router-advert, nd-redirect} drop
 //	        ether type ip6 accept                            judged by table inet doorman-host
 //	        drop                                             VLAN-tagged, PPPoE, any other type
+//
+// Every drop in a sbx-<key> chain has a counter in front of its verdict
+// (`counter drop`; the sketch leaves it out): ReadDrops reads them, and the
+// sandbox's proxy logs what they count as denials lines (package
+// proxy/droplog). Check ignores the counters' values. The drops of the
+// shared chains (prerouting, forward, output, the shape chains) are not
+// counted: they are nobody's in particular.
 //
 // (One rule per type or address where the sketch shows a set: the rules
 // name each type on its own. In the bridge table's accepts, accept ends

@@ -71,7 +71,7 @@ func TestLayerGolden(t *testing.T) {
 			}
 			chain := chainName(s.Key)
 			fmt.Fprintf(&b, "chain %s\n", chain)
-			for _, r := range l.rules(s, sp.ifaces) {
+			for _, r := range l.sandboxRules(s, sp.ifaces) {
 				fmt.Fprintf(&b, "  rule %q\n", r.Comment)
 				nfttest.WriteExprs(t, &b, l.table.Family, r.Exprs)
 			}

@@ -87,6 +87,28 @@ func (l *lab) apply(t testing.TB, s Spec) {
 	}
 }
 
+// dropCount is the packets sandbox key's drop rule of the given comment
+// in the table whose name begins with table has dropped.
+func (l *lab) dropCount(t testing.TB, key, table, rule string) uint64 {
+	t.Helper()
+	drops, err := ReadDrops(l.runtime.path, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	found := false
+	for _, d := range drops {
+		if strings.HasPrefix(d.Table, table) && d.Rule == rule {
+			n += d.Packets
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("ReadDrops(%s) has no rule %q in %s: %+v", key, rule, table, drops)
+	}
+	return n
+}
+
 // mac returns the hardware address of dev in n.
 func mac(t *testing.T, n *testNS, dev string) net.HardwareAddr { return n.link(t, dev).HardwareAddr }
 
@@ -104,12 +126,20 @@ func TestLayerOnBridgePort(t *testing.T) {
 		expectTCPBlocked(t, a, "", l.notDirect4)
 	})
 	t.Run("a changed address gets nothing out either", func(t *testing.T) {
+		spoofed := l.dropCount(t, "ctr-a", "table bridge", "ipv4 not from the sandbox's addresses is dropped")
 		a.ip(t, "addr add 198.51.100.11/25 dev eth0")
 		expectTCPBlocked(t, a, "198.51.100.11", l.web4)
+		if n := l.dropCount(t, "ctr-a", "table bridge", "ipv4 not from the sandbox's addresses is dropped"); n <= spoofed {
+			t.Errorf("spoofed source: the drop counter stayed at %d", n)
+		}
 	})
 	t.Run("udp is dropped but dns to the resolvers", func(t *testing.T) {
+		udp := l.dropCount(t, "ctr-a", "table inet", "udp not to a resolver is dropped")
 		expectUDPBlocked(t, a, l.udpOther4)
 		expectUDPBlocked(t, a, l.udpOther6)
+		if n := l.dropCount(t, "ctr-a", "table inet", "udp not to a resolver is dropped"); n < udp+2 {
+			t.Errorf("udp not to a resolver: the drop counter went from %d to %d, want at least 2 more", udp, n)
+		}
 		expectUDPWorks(t, a, hostPort(resolver4, 53))
 		expectUDPWorks(t, a, hostPort(resolver6, 53))
 		expectTCPWorks(t, a, hostPort(resolver4, 53), "resolver")

@@ -118,6 +118,12 @@ func layouts() []layout {
 	return []layout{inetLayout(), bridgeLayout(), redirectLayout(), listenLayout()}
 }
 
+// sandboxRules is the sandbox chain of l for s, every drop counting what
+// it drops (see counted).
+func (l layout) sandboxRules(s Spec, ifaces []hostIface) []nft.RuleSpec {
+	return counted(l.rules(s, ifaces))
+}
+
 func (l layout) String() string {
 	if l.table.Family == nftables.TableFamilyBridge {
 		return "table bridge " + l.table.Name
@@ -350,7 +356,9 @@ func inetRules(s Spec, ifaces []hostIface) []nft.RuleSpec {
 		rules = append(rules, directRules(e)...)
 	}
 	rules = append(rules, redirectedRules(s)...)
-	return append(rules, nft.Rule("everything else from the sandbox is dropped", nft.Drop()))
+	return append(rules,
+		nft.Rule("udp not to a resolver is dropped", nft.UDP(), nft.Drop()),
+		nft.Rule("everything else from the sandbox is dropped", nft.Drop()))
 }
 
 // routedPins pins the sandbox's addresses on a routed interface: the

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
+	"github.com/doorman-net/doorman/proxy/droplog"
 	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/internal/realdst"
 	"github.com/doorman-net/doorman/proxy/otlplog"
@@ -66,6 +68,7 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 
 	var wg sync.WaitGroup
 	watchDirect(ctx, &wg, cfg, socks.tcp[0], logger, stderr)
+	watchHostDrops(ctx, &wg, cfg, logger)
 	socks.serve(&wg, p, filter)
 	if ready != nil {
 		ready()
@@ -204,6 +207,43 @@ func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, 
 		}
 	}()
 }
+
+// watchHostDrops logs what the sandbox's host-side layer drops, from its
+// counters in this process's namespace, where the layer lives. Failing
+// to read them costs those lines, not the proxy.
+func watchHostDrops(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, logger *slog.Logger) {
+	if cfg.HostLayerKey == "" {
+		return
+	}
+	p := droplog.New(droplog.Config{Sandbox: cfg.Sandbox, Reader: hostDrops{cfg.HostLayerKey}, Logger: logger})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := p.Run(ctx); err != nil {
+			logger.Error(decisionlog.MsgHostDropsNotLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
+		}
+	}()
+}
+
+// hostDrops reads the counters of sandbox key's drop rules in the
+// host-side layer of this process's namespace.
+type hostDrops struct{ key string }
+
+// ReadDrops implements droplog.Reader.
+func (h hostDrops) ReadDrops() ([]droplog.Count, error) {
+	drops, err := hostlayer.ReadDrops(ownNetNS, h.key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]droplog.Count, len(drops))
+	for i, d := range drops {
+		out[i] = droplog.Count{Table: d.Table, Rule: d.Rule, Packets: d.Packets}
+	}
+	return out, nil
+}
+
+// ownNetNS is the namespace of the calling thread: the process's.
+const ownNetNS = "/proc/thread-self/ns/net"
 
 // openDirectLog opens the watcher of the sandbox's allowDirect flows in
 // the namespace cfg.NetNS or, if that is empty, the one ln was created in.

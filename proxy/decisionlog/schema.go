@@ -62,6 +62,10 @@ const (
 	// flows' watcher could not start, or stopped (sandbox, err).
 	MsgDirectNotLogged      = "allowDirect flows are not logged"
 	MsgDirectNoLongerLogged = "allowDirect flows are no longer logged"
+	// MsgHostDropsNotLogged: the host-side layer's drop counters could
+	// not be read (the error says why), so some of its drops are not
+	// logged.
+	MsgHostDropsNotLogged = "host-layer drops are not logged"
 	// MsgRewritesUnchecked: at start, the proxy cannot read the
 	// conntrack table of its namespace, so it cannot tell where a nat
 	// OUTPUT rule of the host sends its upstream connections (sandbox,

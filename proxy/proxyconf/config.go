@@ -70,6 +70,11 @@ type Config struct {
 	// "" means the one the first listener was created in (the sandbox's,
 	// for an inherited listener).
 	NetNS string `json:"netns,omitempty"`
+	// HostLayerKey is the sandbox's key in the host-side layer (package
+	// enforce/hostlayer) of the proxy's own namespace: what that layer
+	// drops for it is logged from the layer's counters. "" means the
+	// sandbox has no such layer.
+	HostLayerKey string `json:"hostLayerKey,omitempty"`
 	// OTLP, if set, also exports the decision and DNS records.
 	OTLP *OTLP `json:"otlp,omitempty"`
 	// SniffTimeout bounds the wait for the first bytes that carry a
