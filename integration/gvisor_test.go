@@ -38,6 +38,13 @@ func TestGVisorCNI(t *testing.T) {
 	r.runDetached(g)
 	gvisorRows(t, r, g, func(pred func(map[string]any) bool) map[string]any { return r.waitDecision(c, pred) },
 		func(name, verdict string) { r.waitDNSDecision(c, name, verdict) })
+	// gVisor's UDP to the fake internet, which the rows saw not arrive,
+	// was dropped by the host-side layer: a denials line says so, and the
+	// sandbox's DENIED count holds it.
+	r.cniEnv.waitHostDrop(c, "host-layer: udp not to a resolver")
+	if d := r.cniEnv.ls(c).Denied; d == 0 {
+		t.Error("ls: denied 0 after the host-side layer dropped gVisor's UDP")
+	}
 	// The proxy's host-side listener serves the sandbox's redirected
 	// connections only: the runtime's own processes (and its LAN) get
 	// nowhere when they dial it straight.
