@@ -51,7 +51,11 @@ func ReadDrops(nsPath, key string) ([]Drop, error) {
 }
 
 func readDrops(nsPath, key string) ([]Drop, error) {
-	n, err := openRuntimeNS(nsPath, false)
+	// Without the layer's lock: a listing sees each batch whole or not
+	// at all, and the proxy, which calls this, must never wait for a
+	// change of the layer that may itself be waiting for the proxy to
+	// stop.
+	n, err := nft.OpenNetNS(nsPath)
 	if err != nil {
 		return nil, err
 	}
