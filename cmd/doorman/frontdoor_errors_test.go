@@ -796,6 +796,7 @@ var badValues = map[string]map[string][]badValue{
 		"clusterNames[].domain":   {{value: `"Cluster.Local"`}},
 		"clusterNames[].prefixes": {{value: `["10.96.0.1/12"]`}, {value: `"10.96.0.0/12"`}},
 		"netns":                   {{value: `1`}},
+		"hostLayerKey":            {{value: `1`}, {value: `"../x"`}},
 		"otlp":                    {{value: `"http://127.0.0.1:4318"`}},
 		"otlp.endpoint":           {{value: `"ftp://collector.example.com"`}},
 		"otlp.insecure":           {{value: `"yes"`}},

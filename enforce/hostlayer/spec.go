@@ -216,6 +216,10 @@ func pinAddrs(addrs []netip.Addr) ([]netip.Addr, error) {
 	return slices.Compact(out), nil
 }
 
+// CheckKey returns an error naming key unless it may name a sandbox in
+// the layer (what Spec.Key must be).
+func CheckKey(key string) error { return checkKey(key) }
+
 func checkKey(key string) error {
 	if !validKey(key) {
 		return fmt.Errorf("sandbox key %q: want letters, digits, '_', '.', '-' (at most 201), starting with a letter or digit", key)

@@ -24,9 +24,12 @@ const timeLayout = "2006-01-02 15:04:05.000"
 // has its destination (see formatDNS).
 //
 // A denials line reads as the denial it repeats, then how many more there
-// were and when; a limit line says which cap refused how many:
+// were and when; one that repeats no line (no protocol, name or
+// destination: the host-side layer's drops) says how many were dropped,
+// why and when; a limit line says which cap refused how many:
 //
 //	2025-06-01 12:00:10.000 deny  dns/udp evil.example A answered REFUSED, name not allowed (and 4211 more from 12:00:00.004 to 12:00:09.998)
+//	2025-06-01 12:00:10.000 deny  3 dropped: host-layer: udp not to a resolver (from 12:00:08.000 to 12:00:10.000)
 //	2025-06-01 12:00:10.000 limit connections: 57 refused over the cap of 4096 (from 12:00:00.120 to 12:00:09.870)
 func Format(d Decision) string {
 	switch {
@@ -118,6 +121,11 @@ func formatSummary(d Decision) string {
 		}
 		return fmt.Sprintf("%s %-5s %d %s denied, not logged one by one: %s (%s)",
 			d.Time.Format(timeLayout), d.Verdict, d.Count, kind, d.Reason, span)
+	}
+	if !d.IsDNS() && d.Proto == "" && d.Name == "" && d.Dst == "" {
+		// Denials no line stands for: packets dropped before any
+		// listener (the host-side layer's, package proxy/droplog).
+		return fmt.Sprintf("%s %-5s %d dropped: %s (%s)", d.Time.Format(timeLayout), d.Verdict, d.Count, d.Reason, span)
 	}
 	one := d
 	one.Count = 0

@@ -3,6 +3,7 @@ package droplog
 import (
 	"bytes"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,9 @@ func TestPollLogsRises(t *testing.T) {
 				t.Errorf("step %d: line %s", i, line)
 			}
 			c.Add(d)
+			if f := decisionlog.Format(d); !strings.Contains(f, " dropped: host-layer: ") {
+				t.Errorf("step %d: formatted %q", i, f)
+			}
 			got = append(got, d.Count)
 		}
 		if len(got) != len(s.want) {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/otlplog"
@@ -207,6 +208,11 @@ func (c Config) Validate() error {
 			if !p.IsValid() || p.Masked() != p {
 				return fmt.Errorf("clusterNames[%d].prefixes[%d] %q: want a CIDR prefix without host bits", i, j, p)
 			}
+		}
+	}
+	if c.HostLayerKey != "" {
+		if err := hostlayer.CheckKey(c.HostLayerKey); err != nil {
+			return fmt.Errorf("hostLayerKey: %w", err)
 		}
 	}
 	for i, p := range c.NAT64Prefixes {
