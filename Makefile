@@ -12,7 +12,7 @@ CNI_PLUGINS = github.com/containernetworking/plugins/plugins/main/bridge \
               github.com/containernetworking/plugins/plugins/ipam/host-local \
               github.com/containernetworking/plugins/plugins/main/loopback
 
-.PHONY: all build test vet fuzz bench install uninstall clean image
+.PHONY: all build test test-all vet fuzz bench install uninstall clean image
 
 all: build
 
@@ -38,6 +38,14 @@ vet:
 # against real namespaces and runtimes. Run as root.
 test: vet
 	$(GO) test -count=1 -timeout 30m ./...
+
+# The README's command for a fresh machine: installs what the tests need
+# (apt packages, nerdctl, crictl, containerd 2, the vendors' API clients,
+# the Kubernetes cluster's binaries; each cached, so a rerun installs
+# nothing), starts the system's dockerd, then runs `make test`. It is what
+# CI runs. Debian 12, as root, with Go at /usr/local/go/bin.
+test-all:
+	.ci/run
 
 # Short coverage-guided fuzzing of every parser (seed corpora live in
 # */testdata/fuzz and run as part of `make test`).
