@@ -22,7 +22,7 @@ func renderSecurityDoc(r *escapeReport) string {
 
 	p(backticks(`## Threat model
 
-The workload is root inside its container and wants to get data out (see DESIGN.md). It holds Docker's
+The workload is root inside its container and wants to get data out (see docs/threat-model.md). It holds Docker's
 default capabilities, CAP_NET_RAW included, so it can open raw and AF_PACKET sockets and set SO_MARK; it
 may hold CAP_NET_ADMIN too (a Docker-in-Docker daemon needs it), and then it can delete every rule in its
 own network namespace. It knows the ruleset and the source.

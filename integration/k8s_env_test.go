@@ -62,7 +62,7 @@ func doormanCluster(t *testing.T) *k8scluster.Cluster {
 	return c
 }
 
-// deployDoorman deploys doorman on c as README's "Install on a cluster"
+// deployDoorman deploys doorman on c as docs/kubernetes.md's "Install on a cluster"
 // says: the image `make image` builds (mkimage on the doorman binary under
 // test: bin/doorman-image.tar), imported into the node's containerd, then
 // `kubectl apply` of deploy/kubernetes and the DaemonSet's rollout. It

@@ -67,7 +67,7 @@ sandbox is torn down. Needs root. COMMAND runs in pid and mount namespaces of it
 own that hide doorman's CA keys, state, logs, /etc/doorman and secret files, the
 host's processes and its disks, with Docker's default capabilities when it runs as
 root (the default; --user gives another user). A root COMMAND still writes the
-host's files: prefer --user (see README, Security notes).
+host's files: prefer --user (see docs/run.md).
 
 Flags:`
 
