@@ -919,9 +919,8 @@ func (c *checker) checkSpan(s span) {
 	switch {
 	case first == "doorman" && strings.Contains(text, " "):
 		c.counts["inline commands"]++
-		for _, l := range commandLines(s.text, true) {
-			c.checkLine(s.file, s.line, l)
-		}
+		// A span may break across lines: it is one command.
+		c.checkLine(s.file, s.line, text)
 	case first == "make" || first == "go":
 		c.counts["inline commands"]++
 		c.checkLine(s.file, s.line, text)
@@ -1088,30 +1087,31 @@ func TestDocs(t *testing.T) {
 // pass any page.
 func testCatchDrift(t *testing.T, cl *cli, r *repo) {
 	bad := map[string]string{
-		"doorman lss":                     "```sh\ndoorman lss\n```\n",
-		"doorman ls --bogus":              "```sh\ndoorman ls --bogus\n```\n",
-		"synopsis flag":                   "```\ndoorman logs SANDBOX [--folow]   its decisions\n```\n",
-		"inline flag of a subcommand":     "Run `doorman run --alow x -- true`.\n",
-		"inline flag alone":               "Pass `--no-such-flag`.\n",
-		"make target":                     "```sh\nmake tests\n```\n",
-		"make variable":                   "`make install CNI_DIR=/x`\n",
-		"policy":                          "<!-- doccheck: policy -->\n```\nmode: allowlist\na*b.example.com\n```\n",
-		"invalid policy that parses":      "<!-- doccheck: policy invalid -->\n```\napi.example.com\n```\n",
-		"conflist unknown key":            "```json\n{\"cniVersion\": \"1.0.0\", \"name\": \"n\", \"plugins\": [{\"type\": \"doorman\", \"allowedHost\": []}]}\n```\n",
-		"runtime.json unknown key":        "<!-- doccheck: runtime.json -->\n```json\n{\"stateDirectory\": \"/run/doorman\"}\n```\n",
-		"annotation":                      "Set `doorman.io/allowed-host`.\n",
-		"annotations block":               "<!-- doccheck: annotations -->\n```yaml\nmetadata:\n  annotations:\n    doorman.io/mode: permissive\n```\n",
-		"unclassified block":              "```\nsomething\n```\n",
-		"go test pattern":                 "```sh\ngo test -run '^$' -bench NoSuchBenchmark ./integration\n```\n",
-		"go package":                      "```sh\ngo test ./nosuchpackage\n```\n",
-		"repository path":                 "See `proxy/nosuchpackage`.\n",
-		"link":                            "See [x](nosuchfile.md).\n",
-		"anchor":                          "See [x](#no-such-heading).\n",
-		"DOORMAN_ variable":               "Set `DOORMAN_NO_SUCH_VARIABLE=1`.\n",
-		"keys table":                      "<!-- doccheck: keys cni-entry -->\n| key | meaning |\n|---|---|\n| `allowedHost` | x |\n",
-		"oci hook args":                   "<!-- doccheck: oci-hooks -->\n```json\n\"hooks\": {\"poststop\": [{\"path\": \"/usr/local/bin/doorman\", \"args\": [\"doorman\", \"hooks\", \"poststop\"]}]}\n```\n",
-		"inspect json":                    "<!-- doccheck: inspect-json -->\n```json\n{\"inspect\": {\"h.example\": {\"deny\": [{\"methd\": \"POST\"}]}}}\n```\n",
-		"doorman alternative after a bar": "```\ndoorman ca show [--pem] | [--nope]\n```\n",
+		"doorman lss":                      "```sh\ndoorman lss\n```\n",
+		"doorman ls --bogus":               "```sh\ndoorman ls --bogus\n```\n",
+		"synopsis flag":                    "```\ndoorman logs SANDBOX [--folow]   its decisions\n```\n",
+		"inline flag of a subcommand":      "Run `doorman run --alow x -- true`.\n",
+		"inline flag on a span's 2nd line": "Run `doorman run --allow x\n--alow y -- true`.\n",
+		"inline flag alone":                "Pass `--no-such-flag`.\n",
+		"make target":                      "```sh\nmake tests\n```\n",
+		"make variable":                    "`make install CNI_DIR=/x`\n",
+		"policy":                           "<!-- doccheck: policy -->\n```\nmode: allowlist\na*b.example.com\n```\n",
+		"invalid policy that parses":       "<!-- doccheck: policy invalid -->\n```\napi.example.com\n```\n",
+		"conflist unknown key":             "```json\n{\"cniVersion\": \"1.0.0\", \"name\": \"n\", \"plugins\": [{\"type\": \"doorman\", \"allowedHost\": []}]}\n```\n",
+		"runtime.json unknown key":         "<!-- doccheck: runtime.json -->\n```json\n{\"stateDirectory\": \"/run/doorman\"}\n```\n",
+		"annotation":                       "Set `doorman.io/allowed-host`.\n",
+		"annotations block":                "<!-- doccheck: annotations -->\n```yaml\nmetadata:\n  annotations:\n    doorman.io/mode: permissive\n```\n",
+		"unclassified block":               "```\nsomething\n```\n",
+		"go test pattern":                  "```sh\ngo test -run '^$' -bench NoSuchBenchmark ./integration\n```\n",
+		"go package":                       "```sh\ngo test ./nosuchpackage\n```\n",
+		"repository path":                  "See `proxy/nosuchpackage`.\n",
+		"link":                             "See [x](nosuchfile.md).\n",
+		"anchor":                           "See [x](#no-such-heading).\n",
+		"DOORMAN_ variable":                "Set `DOORMAN_NO_SUCH_VARIABLE=1`.\n",
+		"keys table":                       "<!-- doccheck: keys cni-entry -->\n| key | meaning |\n|---|---|\n| `allowedHost` | x |\n",
+		"oci hook args":                    "<!-- doccheck: oci-hooks -->\n```json\n\"hooks\": {\"poststop\": [{\"path\": \"/usr/local/bin/doorman\", \"args\": [\"doorman\", \"hooks\", \"poststop\"]}]}\n```\n",
+		"inspect json":                     "<!-- doccheck: inspect-json -->\n```json\n{\"inspect\": {\"h.example\": {\"deny\": [{\"methd\": \"POST\"}]}}}\n```\n",
+		"doorman alternative after a bar":  "```\ndoorman ca show [--pem] | [--nope]\n```\n",
 	}
 	for name, text := range bad {
 		errs, _ := checkDocs(t, []string{"docs/x.md"}, func(string) ([]byte, error) { return []byte(text), nil }, cl, r)
