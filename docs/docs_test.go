@@ -62,7 +62,11 @@ var externalFlags = map[string]string{
 	"--dns":        "docker, podman",
 	"--cni-path":   "nerdctl",
 	"--cap-add":    "docker",
-	"--once":       "", // filled in: install-cni's
+	"--platform":   "runsc",
+	// The runc wrapper's own argument, which daemon.json's runtimeArgs
+	// pass it (doorman-runtime's other arguments are runc's).
+	"--doorman-runtime": "doorman-runtime",
+	"--once":            "", // filled in: install-cni's
 }
 
 // otherDoormanNames are doorman.io/ names that are not annotations (an API

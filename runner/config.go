@@ -89,6 +89,12 @@ type Config struct {
 	// ProxyLimits are the limits of the sandbox proxy's cgroup (the
 	// plugin's proxyLimits; zero fields: its defaults).
 	ProxyLimits cgroup.Limits
+	// Runtime, if set, is the argv of an OCI runtime (gVisor's runsc and
+	// its flags) that runs the command on a network stack of its own:
+	// Start runs `<Runtime> --root <dir> run --bundle <dir> <id>` with a
+	// bundle whose root is the command's view of the host (see
+	// ociSpec). Nil runs the command as a process of the host kernel.
+	Runtime []string
 	// Logf reports what is worth a user's attention but does not stop the
 	// run (a stale run reaped, a leftover it could not remove). Default:
 	// discard.

@@ -39,9 +39,13 @@ type sandboxInfo struct {
 	// pod's cgroup parent: a cgroupfs path or a systemd slice), if any.
 	CgroupParent string `json:"cgroupParent,omitempty"`
 	Runtime      string `json:"runtime"`
-	Network      string `json:"network,omitempty"`
-	IfName       string `json:"ifName,omitempty"`
-	NetNS        string `json:"netns"`
+	// RuntimeKind is the kind of runtime the workload runs on as doorman
+	// detected it: runc, runsc, microvm or unknown (see package
+	// runtimekind).
+	RuntimeKind string `json:"runtimeKind"`
+	Network     string `json:"network,omitempty"`
+	IfName      string `json:"ifName,omitempty"`
+	NetNS       string `json:"netns"`
 	// Mode is the mode of the live policy file, what the proxy applies;
 	// "invalid" if it does not load (the proxy then denies everything).
 	Mode        string    `json:"mode"`
@@ -109,8 +113,10 @@ type cgroupInfo struct {
 // decision log, from the sandbox's creation on (a log outlives its
 // sandbox, and a later one with the same key appends to it).
 func describe(s *sandbox.State) *sandboxInfo {
+	s.DetectRuntimeKind()
 	info := &sandboxInfo{
-		Key: s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
+		RuntimeKind: orDash(s.RuntimeKind),
+		Key:         s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
 		NetNS: s.NetNS, Created: s.Created, StateDir: s.Dir, PolicyFile: s.PolicyPath(), LogFile: s.LogFile,
 		state: s,
 	}
@@ -277,7 +283,7 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 		perID[s.ID]++
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tRESTARTS\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
+	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tKIND\tMODE\tENTRIES\tPROXY\tRESTARTS\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
 	for _, i := range infos {
 		id := shortID(i.ID)
 		if perID[i.ID] > 1 {
@@ -295,11 +301,11 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 		if i.state.Supervisor != nil {
 			restarts = fmt.Sprint(i.Proxy.Restarts)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
-			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			id, orDash(i.Name), i.Runtime, i.RuntimeKind, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
 	}
 	for _, u := range unenforced {
-		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
+		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -457,6 +463,9 @@ func (i showInfo) identityRows(row func(k, v string), now time.Time) {
 	rt := i.Runtime
 	if i.Network != "" || i.IfName != "" {
 		rt += fmt.Sprintf(" (network %s, interface %s)", orDash(i.Network), orDash(i.IfName))
+	}
+	if i.RuntimeKind != "-" {
+		rt += ", " + i.RuntimeKind
 	}
 	row("runtime", rt)
 	row("netns", i.NetNS)
