@@ -230,7 +230,7 @@ func Compute(pod *corev1.Pod, c *Cluster, d Defaults) (*Result, error) {
 		if ok {
 			res.Sources = append(res.Sources, "annotations (narrow)")
 			var dropped []string
-			granted, dropped = Narrow(granted, asked)
+			granted, dropped = annotation.Narrow(granted, asked)
 			if len(dropped) > 0 {
 				note(podRef, "annotation "+annotation.AllowedHosts+" asks for more than the cluster grants; not granted: "+strings.Join(dropped, ", "))
 			}
@@ -239,7 +239,7 @@ func Compute(pod *corev1.Pod, c *Cluster, d Defaults) (*Result, error) {
 			var kept []conf.Direct
 			var dropped []string
 			for _, a := range askedDirect {
-				if e, ok := narrowDirect(a, allowDirect); ok {
+				if e, ok := annotation.NarrowDirect(a, allowDirect); ok {
 					kept = append(kept, e...)
 				} else {
 					dropped = append(dropped, a.String())
@@ -379,27 +379,8 @@ func toPolicy(grants []atom, def, direct *rule, note func(Ref, string)) (*conf.P
 	if p.Mode == conf.ModeOpen {
 		p.Entries = nil
 	}
-	p.Entries = tidy(p.Entries)
+	p.Entries = annotation.Tidy(p.Entries)
 	return p, tidyDirect(ds)
-}
-
-// tidy sorts entries and drops those another one admits entirely.
-func tidy(es []conf.Entry) []conf.Entry {
-	var out []conf.Entry
-	for i, e := range es {
-		covered := false
-		for j, f := range es {
-			if i != j && entryCovers(f, e) && (!entryCovers(e, f) || j < i) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
-			out = append(out, e)
-		}
-	}
-	slices.SortFunc(out, func(a, b conf.Entry) int { return strings.Compare(a.String(), b.String()) })
-	return out
 }
 
 func tidyDirect(ds []conf.Direct) []conf.Direct {
@@ -408,16 +389,10 @@ func tidyDirect(ds []conf.Direct) []conf.Direct {
 		es[i] = d.Entry()
 	}
 	var out []conf.Direct
-	for _, e := range tidy(es) {
+	for _, e := range annotation.Tidy(es) {
 		out = append(out, conf.Direct{Prefix: e.Prefix, Ports: e.Ports})
 	}
 	return out
-}
-
-// entryCovers reports whether f admits everything e does.
-func entryCovers(f, e conf.Entry) bool {
-	x, ok := intersectEntry(e, f)
-	return ok && x.Equal(e)
 }
 
 // egressPoliciesFor are the EgressPolicies of pod's namespace that select
@@ -449,7 +424,7 @@ func applyEgressPolicy(ep *v1alpha1.EgressPolicy, granted *conf.Policy, secretFi
 		if err != nil {
 			return nil, nil, fmt.Errorf("allowedHosts: %w", err)
 		}
-		out, _ = Narrow(granted, asked)
+		out, _ = annotation.Narrow(granted, asked)
 	}
 	hosts, err := InspectOf(ep, secretFile)
 	if err != nil {

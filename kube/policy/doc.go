@@ -50,7 +50,7 @@
 // policy admits), names rule sets and turns ICMP off. The pod's
 // annotations doorman.io/mode, doorman.io/allowed-hosts and
 // doorman.io/allow-direct then narrow it too (AnnotationsNarrow, see
-// Narrow: mode open means everything granted) or, on a single-tenant
+// annotation.Narrow: mode open means everything granted) or, on a single-tenant
 // cluster's choice, replace it as they did before the agent
 // (AnnotationsReplace).
 package policy

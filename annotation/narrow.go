@@ -1,6 +1,7 @@
-package policy
+package annotation
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
@@ -17,7 +18,7 @@ import (
 //     a range the proxy refuses (private, loopback, metadata...) opens
 //     that range, which open does not: it is dropped.
 //   - both allowlists: each entry of asked intersected with each of
-//     granted (see intersectEntry): a name with a wildcard that holds
+//     granted (see IntersectEntry): a name with a wildcard that holds
 //     it, a wildcard with a narrower one, a prefix with a prefix inside
 //     or around it, their ports intersected. A name and an address entry
 //     never intersect: doorman cannot know where the name resolves.
@@ -46,7 +47,7 @@ func Narrow(granted, asked *conf.Policy) (*conf.Policy, []string) {
 		full := false
 		var got []conf.Entry
 		for _, g := range granted.Entries {
-			if x, ok := intersectEntry(a, g); ok {
+			if x, ok := IntersectEntry(a, g); ok {
 				got = append(got, x)
 				full = full || x.Equal(a)
 			}
@@ -66,12 +67,12 @@ func Narrow(granted, asked *conf.Policy) (*conf.Policy, []string) {
 			dropped = append(dropped, a.String())
 		}
 	}
-	return &conf.Policy{Mode: conf.ModeAllowlist, Entries: tidy(out), Inspect: granted.Inspect}, dropped
+	return &conf.Policy{Mode: conf.ModeAllowlist, Entries: Tidy(out), Inspect: granted.Inspect}, dropped
 }
 
-// intersectEntry returns the entry admitting what both a and g admit, if
+// IntersectEntry returns the entry admitting what both a and g admit, if
 // one entry can say it.
-func intersectEntry(a, g conf.Entry) (conf.Entry, bool) {
+func IntersectEntry(a, g conf.Entry) (conf.Entry, bool) {
 	ports, ok := intersectPorts(a.Ports, g.Ports)
 	if !ok {
 		return conf.Entry{}, false
@@ -89,11 +90,10 @@ func intersectEntry(a, g conf.Entry) (conf.Entry, bool) {
 	case a.Kind == conf.KindPrefix || g.Kind == conf.KindPrefix:
 		return conf.Entry{}, false
 	default:
-		aa, ga := atom{kind: a.Kind, name: a.Name}, atom{kind: g.Kind, name: g.Name}
 		switch {
-		case nameCovers(ga, aa):
+		case nameCovers(g, a):
 			x = conf.Entry{Kind: a.Kind, Name: a.Name}
-		case nameCovers(aa, ga):
+		case nameCovers(a, g):
 			x = conf.Entry{Kind: g.Kind, Name: g.Name}
 		default:
 			return conf.Entry{}, false
@@ -120,14 +120,57 @@ func intersectPorts(a, b conf.PortRange) (conf.PortRange, bool) {
 	return conf.PortRange{Lo: lo, Hi: hi}, true
 }
 
-// narrowDirect returns the parts of d inside the granted destinations,
+// NarrowDirect returns the parts of d inside the granted destinations,
 // and false if there are none.
-func narrowDirect(d conf.Direct, granted []conf.Direct) ([]conf.Direct, bool) {
+func NarrowDirect(d conf.Direct, granted []conf.Direct) ([]conf.Direct, bool) {
 	var out []conf.Direct
 	for _, g := range granted {
-		if x, ok := intersectEntry(d.Entry(), g.Entry()); ok {
+		if x, ok := IntersectEntry(d.Entry(), g.Entry()); ok {
 			out = append(out, conf.Direct{Prefix: x.Prefix, Ports: x.Ports})
 		}
 	}
 	return out, len(out) > 0
+}
+
+// nameCovers reports whether every name g (a name or wildcard entry)
+// admits, ports aside, is one a admits.
+func nameCovers(a, g conf.Entry) bool {
+	switch {
+	case a.Kind == conf.KindName:
+		return g.Kind == conf.KindName && g.Name == a.Name
+	case g.Kind == conf.KindName:
+		return below(g.Name, a.Name)
+	}
+	return g.Name == a.Name || below(g.Name, a.Name)
+}
+
+// below reports whether name lies strictly below suffix, by whole labels.
+func below(name, suffix string) bool {
+	n := len(name) - len(suffix)
+	return n >= 2 && name[n-1] == '.' && name[n:] == suffix
+}
+
+// Covers reports whether entry f admits everything e does.
+func Covers(f, e conf.Entry) bool {
+	x, ok := IntersectEntry(e, f)
+	return ok && x.Equal(e)
+}
+
+// Tidy sorts entries and drops those another one admits entirely.
+func Tidy(es []conf.Entry) []conf.Entry {
+	var out []conf.Entry
+	for i, e := range es {
+		covered := false
+		for j, f := range es {
+			if i != j && Covers(f, e) && (!Covers(e, f) || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b conf.Entry) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }
