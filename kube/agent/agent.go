@@ -77,6 +77,7 @@ type Agent struct {
 	synced     chan struct{}
 
 	trigger chan struct{}
+	events  chan *corev1.Event
 
 	mu      sync.Mutex
 	answers map[string]*agentclient.Answer // by namespace/name
@@ -113,6 +114,7 @@ func New(cfg Config) (*Agent, error) {
 		log:     cfg.Log,
 		synced:  make(chan struct{}),
 		trigger: make(chan struct{}, 1),
+		events:  make(chan *corev1.Event, 256),
 		answers: map[string]*agentclient.Answer{},
 		emitted: map[string]bool{},
 		changed: make(chan struct{}),
@@ -132,6 +134,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(a.dir, "secrets"), 0o700); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	// The socket first: the plugin's requests wait there until the
+	// caches have synced.
+	srv, err := a.serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
 	const resync = 10 * time.Minute
 	kc := a.cfg.Kube
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(kc, resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -177,11 +186,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if dynFactory != nil {
 		dynFactory.Start(ctx.Done())
 	}
-	srv, err := a.serve(ctx)
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
 	if a.cfg.MetricsAddr != "" {
 		ms := &http.Server{Addr: a.cfg.MetricsAddr, Handler: promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{})}
 		go func() {
@@ -191,8 +195,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 		defer ms.Close()
 	}
+	go a.eventLoop(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), syncs...) {
-		return ctx.Err()
+		return nil // stopped before the caches synced
 	}
 	a.log.Info("synced", "node", a.cfg.NodeName)
 	a.recompute(ctx)
@@ -509,7 +514,6 @@ func (a *Agent) refreshSecrets(ctx context.Context, c *policy.Cluster, pods []*c
 // event reports note as an Event on the object it is about and on the
 // node, once (the name is a hash of what it says).
 func (a *Agent) event(n policy.Note, p *corev1.Pod) {
-	ctx := context.Background()
 	involved := corev1.ObjectReference{Kind: n.Object.Kind, Name: n.Object.Name, Namespace: n.Object.Namespace}
 	switch n.Object.Kind {
 	case policy.KindClusterNetworkPolicy:
@@ -555,11 +559,34 @@ func (a *Agent) event(n policy.Note, p *corev1.Pod) {
 			FirstTimestamp: now, LastTimestamp: now, Count: 1,
 			ReportingController: "doorman.io/agent", ReportingInstance: "doorman-agent-" + a.cfg.NodeName,
 		}
-		if _, err := a.cfg.Kube.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			a.log.Warn("event", "object", obj.Kind+" "+obj.Name, "error", err.Error())
+		select {
+		case a.events <- ev:
+		default:
+			// The queue is full (the API server is slow or away): the
+			// next recomputation tries again.
 			a.mu.Lock()
 			delete(a.emitted, name)
 			a.mu.Unlock()
+		}
+
+	}
+}
+
+// eventLoop creates the queued Events, so that recomputing never waits
+// for the API server.
+func (a *Agent) eventLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-a.events:
+			_, err := a.cfg.Kube.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				a.log.Warn("event", "object", ev.InvolvedObject.Kind+" "+ev.InvolvedObject.Name, "error", err.Error())
+				a.mu.Lock()
+				delete(a.emitted, ev.Name)
+				a.mu.Unlock()
+			}
 		}
 	}
 }
