@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -112,4 +113,36 @@ func labelsOf(m *dto.Metric) string {
 		s += l.GetName() + `="` + l.GetValue() + `"`
 	}
 	return s
+}
+
+// TestDashboardMetrics checks that every doorman metric the shipped
+// Grafana dashboard queries is one the agent serves.
+func TestDashboardMetrics(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/grafana/doorman-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics()
+	m.Count("a", "b", decisionlog.Decision{Kind: decisionlog.KindConnection, Verdict: "allow"})
+	m.Count("a", "b", decisionlog.Decision{Kind: decisionlog.KindDNS, Verdict: "deny"})
+	m.Count("a", "b", decisionlog.Decision{Kind: decisionlog.KindRequest, Verdict: "deny"})
+	m.Count("a", "b", decisionlog.Decision{Kind: decisionlog.KindLimit, Verdict: "deny"})
+	m.Applied("a", "b", "applied")
+	m.Notes("a", "b", 1)
+	m.restarts.WithLabelValues("a", "b").Set(0)
+	served := map[string]bool{}
+	mfs, _ := m.Registry.Gather()
+	for _, mf := range mfs {
+		served[mf.GetName()] = true
+	}
+	re := regexp.MustCompile(`doorman_[a-z_]+`)
+	names := re.FindAllString(string(data), -1)
+	if len(names) == 0 {
+		t.Fatal("the dashboard queries no doorman metric")
+	}
+	for _, n := range names {
+		if !served[n] && n != "doorman_egress" {
+			t.Errorf("the dashboard queries %s, which the agent does not serve", n)
+		}
+	}
 }
