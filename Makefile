@@ -60,12 +60,17 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzJSONPath$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzStrictJSON$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzSpelling$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzRuleSetJudge$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRuleSet$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzJSONScanner$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
+	$(GO) test -run='^$$' -fuzz='^FuzzTripwire$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzServerName$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRequestHead$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzFilterQuery$$' -fuzztime=$(FUZZTIME) ./proxy/dnsfilter
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServer$$' -fuzztime=$(FUZZTIME) ./proxy/resolver
 	$(GO) test -run='^$$' -fuzz='^FuzzResponseReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+	$(GO) test -run='^$$' -fuzz='^FuzzJSONHandler$$' -fuzztime=$(FUZZTIME) ./proxy/decisionlog
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./internal/strictjson
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
@@ -77,6 +82,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParsePath$$' -fuzztime=$(FUZZTIME) ./cgroup
 	$(GO) test -run='^$$' -fuzz='^FuzzParseMountinfo$$' -fuzztime=$(FUZZTIME) ./cgroup
 	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./sandbox
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeReply$$' -fuzztime=$(FUZZTIME) ./proxy/internal/realdst
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The
 # relay benchmark compares doorman with Debian's HAProxy and Squid
@@ -94,6 +100,7 @@ bench:
 			if pidof -q $$s && [ -x /etc/init.d/$$s ]; then /etc/init.d/$$s stop; fi; \
 		done; true; }
 	$(GO) test -run='^$$' -bench=. -benchmem ./proxy/sniff
+	$(GO) test -run='^$$' -bench=. -benchtime=30x ./enforce/hostlayer
 	$(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 30m ./integration
 
 # The binary; its CNI plugin name in CNI_BIN_DIR; doorman-runtime, the runc

@@ -34,6 +34,16 @@ type Limits struct {
 	// CPU is contended, on v2's scale: 1 to 10000, 100 the default share.
 	// On v1 it is cpu.shares, weight*1024/100 (1024 the default).
 	CPUWeight uint64 `json:"cpuWeight,omitempty"`
+	// SocketMemory caps what the group's TCP sockets hold in their
+	// queues, together, in bytes: on v1 memory.kmem.tcp.limit_in_bytes,
+	// which also turns on the charging of their memory to the group (v1
+	// charges it nowhere otherwise, and only sockets made after it is
+	// set). When the group reaches it the kernel stops queueing more on
+	// the group's sockets (their windows close, their writes wait) and
+	// puts them, and no other, under memory pressure. v2 always charges
+	// socket memory to the group's memory (memory.current, under
+	// Memory) and has no limit of its own for it: nothing is written.
+	SocketMemory uint64 `json:"socketMemory,omitempty"`
 }
 
 // MaxCPUWeight is the highest CPU weight.
@@ -219,6 +229,13 @@ func setLimits(dir string, h Hierarchy, lim Limits) error {
 			}
 		}
 	}
+	if h.Holds("memory") && !h.V2 && lim.SocketMemory != 0 {
+		v := "-1"
+		if lim.SocketMemory != Max {
+			v = strconv.FormatUint(lim.SocketMemory, 10)
+		}
+		set = append(set, setting{tcpLimitFile, v})
+	}
 	if h.Holds("pids") && lim.Pids != 0 {
 		set = append(set, setting{"pids.max", maxOr(lim.Pids)})
 	}
@@ -239,6 +256,11 @@ func setLimits(dir string, h Hierarchy, lim Limits) error {
 	}
 	return nil
 }
+
+// tcpLimitFile is cgroup v1's limit on its sockets' memory. Linux
+// deprecates it with the rest of v1's kernel memory files (writing it
+// logs a warning), and keeps it working.
+const tcpLimitFile = "memory.kmem.tcp.limit_in_bytes"
 
 // SharesOf is cgroup v1's cpu.shares for CPU weight w: w*1024/100, at
 // least 2 (the kernel's minimum).
@@ -572,6 +594,7 @@ func (g *Group) Limits() (Limits, error) {
 			conv func(uint64) uint64
 		}{
 			{"memory.max", &l.Memory, nil}, {"memory.limit_in_bytes", &l.Memory, nil},
+			{tcpLimitFile, &l.SocketMemory, nil},
 			{"pids.max", &l.Pids, nil},
 			{"cpu.weight", &l.CPUWeight, nil}, {"cpu.shares", &l.CPUWeight, func(s uint64) uint64 { return s * 100 / 1024 }},
 		} {
@@ -597,9 +620,12 @@ func (g *Group) Limits() (Limits, error) {
 
 // Usage is what g uses now: memory in bytes and processes (threads
 // included); a field is zero where g has no hierarchy with its controller.
+// SocketMemory is what its TCP sockets hold, as charged to it (on v1 only
+// where SocketMemory is limited; on v2 memory.stat's sock, part of Memory).
 type Usage struct {
-	Memory uint64 `json:"memory"`
-	Pids   uint64 `json:"pids"`
+	Memory       uint64 `json:"memory"`
+	Pids         uint64 `json:"pids"`
+	SocketMemory uint64 `json:"socketMemory,omitempty"`
 }
 
 // Usage reads what g uses now.
@@ -610,11 +636,16 @@ func (g *Group) Usage() Usage {
 		for _, f := range []struct {
 			file string
 			to   *uint64
-		}{{"memory.current", &u.Memory}, {"memory.usage_in_bytes", &u.Memory}, {"pids.current", &u.Pids}} {
+		}{{"memory.current", &u.Memory}, {"memory.usage_in_bytes", &u.Memory}, {"pids.current", &u.Pids}, {"memory.kmem.tcp.usage_in_bytes", &u.SocketMemory}} {
 			if data, err := os.ReadFile(filepath.Join(d, f.file)); err == nil {
 				if n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); err == nil {
 					*f.to = n
 				}
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(d, "memory.stat")); err == nil && exists(d, "memory.current") {
+			if n, ok := keyedValue(string(data), "sock"); ok {
+				u.SocketMemory = n
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,23 @@ func TestMain(m *testing.M) {
 			time.Sleep(time.Millisecond)
 		}
 	case "sleep":
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	case "unread":
+		// Once stdin says so, connect to the address given and read
+		// nothing (see TestSocketMemory).
+		fmt.Scanln()
+		// A receive buffer of 32 MiB, not autotuned: without the
+		// group's limit the sender would fill it.
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 16<<20) })
+		}}
+		c, err := d.Dial("tcp", os.Getenv(envDirs))
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		defer c.Close()
 		time.Sleep(time.Hour)
 		os.Exit(0)
 	case "hidden":
@@ -107,7 +125,7 @@ func testLayout(t *testing.T) (*Layout, string) {
 // its threads, and Remove kills what runs in it and removes it.
 func TestCreateJoinRemove(t *testing.T) {
 	l, parent := testLayout(t)
-	lim := Limits{Memory: 64 << 20, Pids: 100, CPUWeight: 50}
+	lim := Limits{Memory: 64 << 20, Pids: 100, CPUWeight: 50, SocketMemory: 16 << 20}
 	g, missing, err := l.Create(parent, "g1", lim, CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -126,10 +144,13 @@ func TestCreateJoinRemove(t *testing.T) {
 			want.CPUWeight = SharesOf(50) * 100 / 1024 // v1 rounds through shares
 		}
 	}
+	if h, ok := l.For("memory"); ok && h.V2 {
+		want.SocketMemory = 0 // counted in memory.max, no limit of its own
+	}
 	for _, c := range missing {
 		switch c {
 		case "memory":
-			want.Memory = 0
+			want.Memory, want.SocketMemory = 0, 0
 		case "pids":
 			want.Pids = 0
 		case "cpu":
@@ -224,6 +245,62 @@ func TestCreateLeftoversAndFailure(t *testing.T) {
 			t.Errorf("failed Create removed the kept parent %s: %v", a, err)
 		}
 		syscall.Rmdir(a)
+	}
+}
+
+// On cgroup v1, the TCP sockets of a group's processes are charged to it
+// and hold no more than its SocketMemory: a connection whose receiver in
+// the group reads nothing takes in what fits and no more, and the sender
+// waits; Usage says what they hold.
+func TestSocketMemory(t *testing.T) {
+	l, parent := testLayout(t)
+	h, ok := l.For("memory")
+	if !ok || h.V2 {
+		t.Skip("no v1 memory controller: v2 has no socket limit of its own")
+	}
+	const limit = 2 << 20
+	g, _, err := l.Create(parent, "tcp", Limits{SocketMemory: limit}, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove(5 * time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// The helper makes its socket once it is in the group (a socket is
+	// charged to the cgroup of the process that made it): when its
+	// stdin gives it a line.
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envHelper+"=unread", envDirs+"="+ln.Addr().String())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := g.Join(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Write([]byte("go\n"))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetWriteBuffer(64 << 10) // the sender's own queue stays small
+	c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+	sent, _ := c.Write(make([]byte, 256<<20))
+	u := g.Usage()
+	t.Logf("sent %d KiB into a receiver that reads nothing; the group's sockets hold %d KiB (limit %d KiB)", sent>>10, u.SocketMemory>>10, limit>>10)
+	if sent >= 8<<20 {
+		t.Errorf("sent %d bytes into a receiver that reads nothing, with a 32 MiB buffer limited to %d", sent, limit)
+	}
+	if u.SocketMemory == 0 || u.SocketMemory > limit+limit/2 {
+		t.Errorf("the group's sockets hold %d bytes, limit %d", u.SocketMemory, limit)
 	}
 }
 

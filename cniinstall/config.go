@@ -33,6 +33,10 @@ type Config struct {
 	// address, and names under the cluster domain reach only these.
 	ServiceCIDRs []string `json:"serviceCIDRs,omitempty"`
 	PodCIDRs     []string `json:"podCIDRs,omitempty"`
+	// NAT64Prefixes are the prefixes of the NAT64 translators the nodes
+	// reach besides 64:ff9b::/96 and 64:ff9b:1::/48: the proxies judge
+	// their addresses by the IPv4 address they carry.
+	NAT64Prefixes []string `json:"nat64Prefixes,omitempty"`
 	// AllowDirect are IP or CIDR entries (optionally with a port) every
 	// pod reaches without the proxy.
 	AllowDirect []string `json:"allowDirect,omitempty"`
@@ -130,7 +134,7 @@ func decodeConfig(data []byte) (*Config, error) {
 	}
 	// Empty optional lists are left out of the entry: they are nil, as
 	// if absent.
-	for _, l := range []*[]string{&c.ServiceCIDRs, &c.PodCIDRs, &c.AllowDirect, &c.Resolvers} {
+	for _, l := range []*[]string{&c.ServiceCIDRs, &c.PodCIDRs, &c.NAT64Prefixes, &c.AllowDirect, &c.Resolvers} {
 		if len(*l) == 0 {
 			*l = nil
 		}

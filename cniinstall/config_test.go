@@ -143,7 +143,7 @@ func TestBadConfigChangesNothing(t *testing.T) {
 func TestConfigKeepsEveryPluginKey(t *testing.T) {
 	values := map[string]string{
 		"mode": `"none"`, "allowedHosts": `["api.example.com"]`, "excludeNamespaces": `["kube-system"]`,
-		"clusterDomain": `"cluster.local"`, "serviceCIDRs": `["10.96.0.0/12"]`, "podCIDRs": `["10.244.0.0/16"]`,
+		"clusterDomain": `"cluster.local"`, "serviceCIDRs": `["10.96.0.0/12"]`, "podCIDRs": `["10.244.0.0/16"]`, "nat64Prefixes": `["2001:db8:64::/96"]`,
 		"allowDirect": `["203.0.113.7"]`, "resolvers": `["203.0.113.53"]`, "upstreamResolver": `"203.0.113.53"`,
 		"policyDir": `"/etc/doorman/pods"`, "stateDir": `"/run/doorman"`, "logDir": `"/var/log/doorman"`,
 		"otlpEndpoint": `"collector.example.com:4318"`, "otlpInsecure": `true`, "otlpHeaders": `{"x-team": "ci"}`,

@@ -38,6 +38,7 @@ type Options struct {
 	ProxyLimits      cgroup.Limits    // the limits of each proxy's cgroup (zero fields: the defaults)
 	CADir            string           // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
 	UpstreamCAFile   string           // PEM roots inspected hosts are verified against, if not the system's
+	NAT64Prefixes    []netip.Prefix   // NAT64 prefixes besides 64:ff9b::/96 and 64:ff9b:1::/48 (see sandbox.Spec)
 }
 
 // Stages the hook acts on.
@@ -217,7 +218,7 @@ func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec,
 	s := sandbox.Spec{
 		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
 		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream, Limits: opts.Limits, ProxyLimits: opts.ProxyLimits,
-		CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile,
+		CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile, NAT64Prefixes: opts.NAT64Prefixes,
 	}
 	var err error
 	if s.AllowDirect, err = annotation.Direct(c.annotations); err != nil {

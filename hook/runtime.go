@@ -71,6 +71,10 @@ type RuntimeConfig struct {
 	// ProxyLimits are the limits of each proxy's cgroup: {"memory":
 	// "256Mi", "pids": 512, "cpuWeight": 100} (the defaults).
 	ProxyLimits *sandbox.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
+	// NAT64Prefixes are the prefixes of the NAT64 translators the host
+	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
+	// sandbox.ParseNAT64Prefixes).
+	NAT64Prefixes []string `json:"nat64Prefixes,omitempty"`
 
 	source string // the file this was read from, for messages
 }
@@ -126,6 +130,13 @@ func (c RuntimeConfig) hookArgs() ([]string, error) {
 	}
 	for _, ap := range ups {
 		add("--upstream-resolver", ap.String())
+	}
+	nat64, err := sandbox.ParseNAT64Prefixes("nat64Prefixes", c.NAT64Prefixes)
+	if err != nil {
+		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
+	}
+	for _, p := range nat64 {
+		add("--nat64-prefix", p.String())
 	}
 	if c.HostLayer != nil {
 		a = append(a, fmt.Sprintf("--host-layer=%t", *c.HostLayer))

@@ -432,6 +432,19 @@ func TestLoadRuntimeConfig(t *testing.T) {
 	if want := "runtime config " + path + `: upstreamResolver "dns.example": not an IP address (name the server by its address); want addr or addr:port, such as 203.0.113.53, 203.0.113.53:5353, 2001:db8::53 or [2001:db8::53]:5353`; err == nil || err.Error() != want {
 		t.Errorf("bad upstreamResolver: %v\nwant %s", err, want)
 	}
+	// nat64Prefixes: each passed on as --nat64-prefix; a bad one refuses
+	// the container naming the file, the key, the value and why.
+	os.WriteFile(path, []byte(`{"nat64Prefixes": ["2001:db8:64::/96", "64:ff9b:1:a00::/64"]}`), 0o644)
+	c, err = LoadRuntimeConfig(path)
+	if a, aerr := c.hookArgs(); err != nil || aerr != nil || !slices.Equal(a, []string{"--nat64-prefix=2001:db8:64::/96", "--nat64-prefix=64:ff9b:1:a00::/64"}) {
+		t.Errorf("nat64Prefixes: hookArgs = %q, %v, %v", a, err, aerr)
+	}
+	os.WriteFile(path, []byte(`{"nat64Prefixes": ["2001:db8:64::1/96"]}`), 0o644)
+	c, _ = LoadRuntimeConfig(path)
+	_, err = c.hookArgs()
+	if want := "runtime config " + path + `: nat64Prefixes "2001:db8:64::1/96": host bits set: did you mean 2001:db8:64::/96?`; err == nil || err.Error() != want {
+		t.Errorf("bad nat64Prefixes: %v\nwant %s", err, want)
+	}
 	os.WriteFile(path, []byte(`{"runc": `), 0o644)
 	if _, err := LoadRuntimeConfig(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("invalid file: %v", err)

@@ -225,6 +225,34 @@ func TestDocker(t *testing.T) {
 		waitGone(t, s.PID)
 	})
 
+	t.Run("neighbours on one network", func(t *testing.T) {
+		// Two containers on the default bridge, their ports isolated by
+		// the host-side layer: the one whose policy names the other's
+		// address reaches it through its proxy, the other is refused.
+		peer := d.startProbe("dm-nbr-"+d.id, labels...)
+		peerAddr := netip.MustParseAddr(d.mustDocker("inspect", "--format", "{{.NetworkSettings.IPAddress}}", peer))
+		srv := d.net.ServeHost(t, testnet.OpenNetns(t, procNetNS(d.pid(peer))), "peer.docker.internal", peerAddr)
+		allowed := d.startProbe("dm-nbr-allowed-"+d.id, "--label", hook.AnnotationMode+"=allowlist",
+			"--label", hook.AnnotationAllowedHosts+"="+apiName+","+peerAddr.String())
+		other := d.startProbe("dm-nbr-other-"+d.id, labels...)
+		url := "http://" + peerAddr.String() + "/neighbour"
+		if r := d.probe(allowed, "get", url); r.exit != 0 || !strings.HasPrefix(r.stdout, "status: 200\npeer.docker.internal ") {
+			t.Errorf("HTTP to the neighbour at %s, an address the policy names: %v", peerAddr, r)
+		}
+		if r := d.probe(other, "get", url); !strings.HasPrefix(r.stdout, "status: 403\n") {
+			t.Errorf("HTTP to the neighbour at %s from a container whose policy does not name it: %v, want a 403", peerAddr, r)
+		}
+		if n := srv.RequestsFor(peerAddr.String()); n != 1 {
+			t.Errorf("the neighbour served %d requests by address, want 1", n)
+		}
+		for _, id := range []string{peer, allowed, other} {
+			if s := d.state(id); !hostPortIsolated(t, s) {
+				t.Errorf("the bridge port of %s (%v) is not isolated", id, s.HostIfaces)
+			}
+		}
+		d.mustDocker("rm", "--force", peer, allowed, other)
+	})
+
 	t.Run("opt-out of the DNS filter and the host-side layer", func(t *testing.T) {
 		// runtime.json with "dnsFilter": false, "hostLayer": false: the
 		// sandbox has its in-namespace rules only, and its label names

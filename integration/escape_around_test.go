@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -46,6 +47,37 @@ var escapeLANHosts = []struct {
 	{"ula.internal", "ula." + rebindZone, netip.MustParseAddr("fdd0:7e57::10")},
 }
 
+// escapeNAT64LAN is a machine of the LAN reached through a NAT64 on the
+// host's path: its IPv4 address, and that address in the local-use NAT64
+// prefix 64:ff9b:1::/48 laid out as RFC 6052 does for a /48, a /56 and a
+// /64 prefix inside it (the IPv4 bits not at the end; the u octet zero),
+// each with a name in the rebinding zone. The suffix of each spells
+// 203.0.113.7 where the /96 layout reads an IPv4 address, so that a guard
+// reading that layout alone sees a public address. No translator runs
+// here: the LAN host holds the IPv6 addresses itself (testnet.AddLANHost),
+// so that the bytes a dial to them sends arrive there, as a NAT64 would
+// deliver them to 10.66.77.203.
+var escapeNAT64LAN = struct {
+	name  string
+	v4    netip.Addr
+	forms []escapeNAT64Form
+}{
+	name: "nat64.internal",
+	v4:   netip.MustParseAddr("10.66.77.203"),
+	forms: []escapeNAT64Form{
+		{"nat64-48." + rebindZone, netip.MustParseAddr("64:ff9b:1:a42:4d:cb00:cb00:7107")},
+		{"nat64-56." + rebindZone, netip.MustParseAddr("64:ff9b:1:a:42:4dcb:cb00:7107")},
+		{"nat64-64." + rebindZone, netip.MustParseAddr("64:ff9b:1:0:a:424d:cb00:7107")},
+	},
+}
+
+// escapeNAT64Form is one NAT64 form of escapeNAT64LAN's address and the
+// name in the rebinding zone whose AAAA record it is.
+type escapeNAT64Form struct {
+	record string
+	addr   netip.Addr
+}
+
 // escapeICMPLAN are the LAN addresses the icmp-lan attempt aims at.
 var escapeICMPLAN = []netip.Addr{netip.MustParseAddr("10.66.77.10"), netip.MustParseAddr("fdd0:7e57::10")}
 
@@ -65,6 +97,9 @@ type escapeLAN struct {
 	icmp  *testnet.ICMPRecorder
 	names []string // the rebinding names that point into it
 	inet  *testnet.ICMPRecorder
+	// nat64Names and nat64 are escapeNAT64LAN's names and addresses.
+	nat64Names []string
+	nat64      []netip.Addr
 }
 
 // newEscapeLAN adds escapeLANHosts to n, with their names in rebindZone,
@@ -77,6 +112,14 @@ func newEscapeLAN(t *testing.T, n *testnet.Net) *escapeLAN {
 		n.AddRecord(h.record, h.addr)
 		l.names = append(l.names, h.record)
 	}
+	addrs := []netip.Addr{escapeNAT64LAN.v4}
+	for _, f := range escapeNAT64LAN.forms {
+		addrs = append(addrs, f.addr)
+		n.AddRecord(f.record, f.addr)
+		l.nat64Names = append(l.nat64Names, f.record)
+		l.nat64 = append(l.nat64, f.addr)
+	}
+	l.hosts = append(l.hosts, n.AddLANHost(escapeNAT64LAN.name, addrs...))
 	l.icmp = n.LANNS().RecordICMP(t, "")
 	return l
 }
@@ -84,7 +127,8 @@ func newEscapeLAN(t *testing.T, n *testnet.Net) *escapeLAN {
 // world is the escapeWorld of a kind on this LAN.
 func (l *escapeLAN) world(n *testnet.Net, api, evil, other *testnet.Host) escapeWorld {
 	return escapeWorld{net: n, api: api, evil: evil, other: other, icmp: l.inet,
-		lan: l.hosts, lanICMP: l.icmp, rebind: slices.Clone(l.names)}
+		lan: l.hosts, lanICMP: l.icmp, rebind: slices.Clone(l.names),
+		rebindNAT64: slices.Clone(l.nat64Names), nat64: slices.Clone(l.nat64)}
 }
 
 // routeLANFromRoot routes the LAN's addresses from the root namespace to
@@ -586,4 +630,217 @@ func routeString(r netlink.Route) string {
 		return dst + " via " + r.Gw.String()
 	}
 	return dst
+}
+
+// frameTap is a packet socket on one interface, counting the frames from
+// one MAC that reach it.
+type frameTap struct {
+	where string // as the counters name it
+	fd    int
+	// outgoing: count the frames the interface sends (a bridge port, seen
+	// from the runtime's namespace), else those it receives (the
+	// neighbour's eth0, from inside).
+	outgoing            bool
+	frames, bytes, free int // counted; and exempt (address resolution with the gateway)
+	drops               int // frames the socket could not keep
+}
+
+// frameWatch counts, while an attempt runs, the frames from the
+// attacker's MAC that reach the neighbour sandbox's eth0 (a packet socket
+// inside the neighbour) and that leave by every other port of the bridge
+// (packet sockets on the ports in the runtime's namespace), beyond what
+// address resolution with the gateway needs: an ARP request or reply for
+// one of the bridge's addresses, or a neighbour solicitation for one,
+// each in its plain shape, is not counted. (Sandboxes on one bridge must
+// not reach each other at layer 2, so 0 frames is what a sound layer
+// gives; the exemption keeps a bridge without the host-side layer from
+// counting what any host on a link sends.) Frames a socket could not
+// keep count as arrived: they cannot be told apart.
+func frameWatch(t *testing.T, w escapeWorld, s *escapeSandbox) func() (counters, string) {
+	nb, rt := w.nbr, w.runtime
+	if nb == nil || rt == nil {
+		return func() (counters, string) { return nil, "no neighbour" }
+	}
+	attacker := s.mac
+	if attacker == nil {
+		t.Errorf("no MAC of the sandbox's eth0 in %s to count frames from", s.nsPath)
+		return func() (counters, string) { return nil, "" }
+	}
+	gateway := map[netip.Addr]bool{}
+	var ports []netlink.Link
+	if err := rt.ns.Links(func(h *netlink.Handle) error {
+		br, err := h.LinkByName(rt.bridge)
+		if err != nil {
+			return err
+		}
+		addrs, err := h.AddrList(br, netlink.FAMILY_ALL)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok {
+				gateway[ip.Unmap()] = true
+			}
+		}
+		links, err := h.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if l.Attrs().MasterIndex == br.Attrs().Index && l.Attrs().Index != s.peer {
+				ports = append(ports, l)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("the ports of %s in %s: %v", rt.bridge, rt.ns.Name(), err)
+	}
+	var taps []*frameTap
+	open := func(x *testnet.Netns, index int, where string, outgoing bool) {
+		var fd int
+		err := x.Do(func() (err error) {
+			fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+			if err != nil {
+				return err
+			}
+			if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: index}); err != nil {
+				unix.Close(fd)
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("packet socket on %s: %v", where, err)
+			return
+		}
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+		tv := unix.NsecToTimeval((50 * time.Millisecond).Nanoseconds())
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		taps = append(taps, &frameTap{where: where, fd: fd, outgoing: outgoing})
+	}
+	if err := nb.ns.Links(func(h *netlink.Handle) error {
+		l, err := h.LinkByName("eth0")
+		if err == nil {
+			open(nb.ns, l.Attrs().Index, "the neighbour's eth0", false)
+		}
+		return err
+	}); err != nil {
+		t.Errorf("the neighbour's eth0: %v", err)
+	}
+	for _, p := range ports {
+		open(rt.ns, p.Attrs().Index, "bridge port "+p.Attrs().Name, true)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, tp := range taps {
+		wg.Go(func() {
+			buf := make([]byte, 65536)
+			stopping := false
+			for {
+				n, from, err := unix.Recvfrom(tp.fd, buf, 0)
+				if err != nil {
+					if stopping {
+						return // drained
+					}
+					select {
+					case <-stop:
+						stopping = true
+					default:
+					}
+					continue
+				}
+				ll, ok := from.(*unix.SockaddrLinklayer)
+				if !ok || n < 14 || (ll.Pkttype == unix.PACKET_OUTGOING) != tp.outgoing || !bytes.Equal(buf[6:12], attacker) {
+					continue
+				}
+				if gatewayResolution(buf[:n], gateway) {
+					tp.free++
+					continue
+				}
+				tp.frames++
+				tp.bytes += n
+			}
+		})
+	}
+	return func() (counters, string) {
+		time.Sleep(100 * time.Millisecond) // frames still in the bridge
+		close(stop)
+		wg.Wait()
+		c := counters{}
+		var seen []string
+		for _, tp := range taps {
+			if st, err := unix.GetsockoptTpacketStats(tp.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+				tp.drops = int(st.Drops)
+			}
+			unix.Close(tp.fd)
+			where := tp.where + ": frames from the attacker's MAC"
+			c[counterKey{where, "frames"}] = tp.frames + tp.drops
+			c[counterKey{where, "bytes"}] = tp.bytes
+			s := fmt.Sprintf("%s got %d frames (%d bytes) from the attacker's MAC", tp.where, tp.frames, tp.bytes)
+			if tp.free > 0 {
+				s += fmt.Sprintf(", and %d for address resolution with the gateway", tp.free)
+			}
+			if tp.drops > 0 {
+				s += fmt.Sprintf(", and dropped %d unread", tp.drops)
+			}
+			seen = append(seen, s)
+		}
+		return c, strings.Join(seen, "; ")
+	}
+}
+
+// gatewayResolution reports whether frame is address resolution with
+// the gateway in its plain shape: an ARP request or reply for IPv4 over
+// Ethernet (28 bytes, or padded with zeros to 46) whose target is one of
+// gateway's addresses, or a neighbour solicitation (no extension header,
+// hop limit 255, with at most a link-layer address option, nothing after
+// it) whose target is.
+func gatewayResolution(frame []byte, gateway map[netip.Addr]bool) bool {
+	p := frame[14:]
+	switch binary.BigEndian.Uint16(frame[12:14]) {
+	case unix.ETH_P_ARP:
+		if len(p) != 28 && (len(p) != 46 || !bytes.Equal(p[28:], make([]byte, 18))) {
+			return false
+		}
+		if !bytes.Equal(p[:6], []byte{0, 1, 8, 0, 6, 4}) {
+			return false
+		}
+		if op := binary.BigEndian.Uint16(p[6:8]); op != 1 && op != 2 {
+			return false
+		}
+		tpa, _ := netip.AddrFromSlice(p[24:28])
+		return gateway[tpa]
+	case unix.ETH_P_IPV6:
+		if len(p) < 40+24 || p[6] != unix.IPPROTO_ICMPV6 || p[7] != 255 {
+			return false
+		}
+		plen := int(binary.BigEndian.Uint16(p[4:6]))
+		m := p[40:]
+		if len(m) != plen || m[0] != 135 || m[1] != 0 || plen != 24 && (plen != 32 || m[24] != 1 || m[25] != 1) {
+			return false
+		}
+		return gateway[netip.AddrFrom16([16]byte(m[8:24]))]
+	}
+	return false
+}
+
+// withFrames runs frameWatch beside watch (nil: none).
+func withFrames(watch func(*testing.T, escapeWorld, *escapeSandbox) func() (counters, string)) func(*testing.T, escapeWorld, *escapeSandbox) func() (counters, string) {
+	return func(t *testing.T, w escapeWorld, s *escapeSandbox) func() (counters, string) {
+		var stopWatch func() (counters, string)
+		if watch != nil {
+			stopWatch = watch(t, w, s)
+		}
+		stopFrames := frameWatch(t, w, s)
+		return func() (counters, string) {
+			c, seen := stopFrames()
+			if stopWatch == nil {
+				return c, seen
+			}
+			c2, seen2 := stopWatch()
+			maps.Copy(c, c2)
+			return c, seen2 + "; " + seen
+		}
+	}
 }

@@ -37,7 +37,11 @@ host, ~tunnel.test~ for the attacker's DNS zone, a second DNS server for a resol
 given, and ~%[4]s~ for a zone whose names the attacker points at private addresses (DNS rebinding). Around
 the sandbox are the host's LAN (a namespace routed from the runtime's namespace, holding ~10.66.77.10~,
 the CGNAT ~100.64.77.10~, the metadata addresses ~100.100.100.200~ and ~fd00:ec2::254~, and the ULA
-~fdd0:7e57::10~, each with the same servers and a name in the zone), a neighbour sandbox on the same
+~fdd0:7e57::10~, each with the same servers and a name in the zone, and ~10.66.77.203~ behind a NAT64 on
+the path: its forms in the local-use NAT64 prefix ~64:ff9b:1::/48~ laid out for a /48, /56 and /64 prefix,
+whose suffixes spell ~203.0.113.7~ where the /96 layout reads, each the AAAA of a name in the zone; no
+translator runs, the LAN host holds those addresses itself, so that a dial to them arrives as a NAT64
+would deliver it), a neighbour sandbox on the same
 bridge (with the same servers on its addresses, and names in the zone too where the runtime's namespace
 routes to it), and the runtime's namespace itself.
 
@@ -52,7 +56,11 @@ from the advertisements (routes, addresses in the attacker's prefix), and, while
 keeps sending the neighbour UDP datagrams and echo requests (and, for ~ip-spoof~, opening connections to
 it), whether its neighbour table ever gives a neighbour's address the attacker's MAC, how many of those
 packets its packet socket on the attacker's host-side veth sees go out towards the attacker, and how many
-connections the attacker answered. **0 bytes** means none of these moved beyond what the policy admits
+connections the attacker answered. They and the other neighbour rows (~icmp-lan~, ~arp-trailer~,
+~mld-aux~, ~nd-options~, ~l2-flood~) also count frames, not only packets: packet sockets on the
+neighbour's interface and on every other port of the bridge count the frames from the attacker's MAC that
+reach them, and their bytes, beyond what address resolution with the gateway needs (an ARP request or reply,
+or a neighbour solicitation, in its plain shape, for one of the bridge's addresses). **0 bytes** means none of these moved beyond what the policy admits
 during the attempt (the allowed host answering a spoofed SNI or the first request of a keep-alive
 connection, the runtime's own traffic reaching the neighbour, say). **escaped (…)** says what arrived. The label is doorman's own account of the sandbox's
 enforcement (~full~, ~partial (<the uncovered path>)~): an escape is honest when the label admits the path it
@@ -62,7 +70,8 @@ Each sandbox kind runs twice: with Docker's default capabilities, rules untouche
 added, after the probe deleted every nftables table in its own namespace (the workload flushing its own
 ruleset). Before the attempts, an HTTP request to the allowed host must succeed with default capabilities,
 so that a 0 means blocked, not broken. The silent connections run alongside the other attempts and are
-held %[1]v, past the proxy's sniff timeout.
+held %[1]v, past the proxy's sniff timeout. The ~open-nat64~ row runs after them, with the sandbox's live
+policy put in ~mode: open~ (its entries kept) and back once it is done.
 
 `), escapeHold, apiName, evilName, rebindZone)
 
@@ -109,8 +118,11 @@ These cannot be closed by doorman's design, whatever the tables say:
 - **What the host side lets through.** DNS to the sandbox's resolvers (only when the DNS filter is turned off), small echoes if allowed and allowDirect
   entries leave the sandbox, with its own MAC and addresses only: the host-side layer pins the identity
   IPAM gave it, so it can neither forge its source nor answer ARP or neighbour discovery for a neighbour.
-  ARP and neighbour discovery with its own identity still reach the other containers on the same bridge,
-  and their broadcasts and multicasts reach it.
+  No frame of it reaches another sandbox on the same bridge (port isolation, and a drop rule in the
+  bridge's forward hook); its ARP, neighbour discovery and MLD reach the host and the bridge's ports that
+  are not sandboxes' in the shapes address resolution needs, which leave free only the fields the
+  protocols leave free (an ARP request's target, a solicitation's target and nonce, an MLD record's
+  group): a few bytes a frame, for those receivers only. The host's own broadcasts reach every sandbox.
 - **Timing and volume.** Admitted connections can signal by their timing and size.
 - Kernel exploits and escapes to the host are out of scope.
 `))

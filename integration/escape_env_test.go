@@ -92,6 +92,7 @@ func escapeCNIKind(t *testing.T, bin, pluginDir string, writeDoc bool, k *escape
 		s := &escapeSandbox{
 			mode:      mode,
 			state:     st,
+			logFile:   st.LogFile,
 			nsPath:    c.ns.Path(),
 			runtimeNS: []string{e.net.HostPath()},
 			probe: func(ctx context.Context, args ...string) (string, error) {
@@ -206,6 +207,7 @@ func escapeDocker(t *testing.T, d *dockerEnv, lan *escapeLAN, image string, writ
 		s := &escapeSandbox{
 			mode:      mode,
 			state:     st,
+			logFile:   st.LogFile,
 			nsPath:    procNetNS(d.pid(id)),
 			runtimeNS: []string{procNetNS(d.dockerd.Process.Pid)}, // dockerd's: the root namespace
 			probe:     dockerProbe(d.docker, id),
@@ -271,6 +273,7 @@ func escapeDinD(t *testing.T, d *dockerEnv, lan *escapeLAN, image string, writeD
 		s := &escapeSandbox{
 			mode:      mode,
 			state:     st,
+			logFile:   e.innerLog(id),
 			nsPath:    nsPath,
 			runtimeNS: []string{procNetNS(e.outerPID), procNetNS(d.dockerd.Process.Pid)},
 			probe:     dockerProbe(e.inner, id),

@@ -31,9 +31,14 @@ type escapeWorld struct {
 	lanICMP *testnet.ICMPRecorder // in the LAN's namespace
 	// rebind are names under rebindZone whose DNS answers private
 	// addresses: the LAN's and the neighbour's.
-	rebind  []string
-	nbr     *escapeNeighbour
-	runtime *escapeRuntime
+	rebind []string
+	// rebindNAT64 are names under rebindZone whose DNS answers a LAN
+	// address in the local-use NAT64 prefix, and nat64 those addresses
+	// (see escapeNAT64LAN).
+	rebindNAT64 []string
+	nat64       []netip.Addr
+	nbr         *escapeNeighbour
+	runtime     *escapeRuntime
 }
 
 // escapeNeighbour is a second sandbox on the attacker's bridge, with the
@@ -68,7 +73,7 @@ type counters map[counterKey]int
 
 // Units in the order a table cell lists them, and their singulars.
 var (
-	counterUnits    = []string{"bytes", "connections", "datagrams", "packets", "queries", "requests", "entries", "routes", "addresses"}
+	counterUnits    = []string{"bytes", "connections", "datagrams", "packets", "frames", "queries", "requests", "entries", "routes", "addresses"}
 	counterSingular = map[string]string{"entries": "entry", "addresses": "address"}
 )
 

@@ -70,6 +70,10 @@ type escapeAttempt struct {
 	// returns stops that once the probe is done and says what arrived
 	// where it must not, and what the measurement saw.
 	watch func(t *testing.T, w escapeWorld, s *escapeSandbox) (stop func() (counters, string))
+	// afterSilent runs the attempt once the silent attempt is over: its
+	// watch changes what the silent connections would meet (the policy's
+	// mode).
+	afterSilent bool
 }
 
 // unlimited is an allowance without bound.
@@ -101,14 +105,23 @@ var escapeAttempts = []escapeAttempt{
 	{id: "ipv4-mapped", title: "IPv4-mapped IPv6 (::ffff:a.b.c.d) to a non-allowed IP"},
 	{id: "proxy-port", title: "connection straight to the proxy's listener port"},
 	{id: "icmp", title: "ICMP requests with 1000-byte payloads (echo, timestamp, information, address mask; raw and ping sockets; ICMPv6 echo)"},
-	{id: "icmp-lan", title: "the same ICMP to the host's LAN and to a neighbour sandbox on the bridge"},
+	{id: "icmp-lan", title: "the same ICMP to the host's LAN and to a neighbour sandbox on the bridge",
+		watch: withFrames(nil)},
 	{id: "router-advert", title: "IPv6 router advertisements to the link (default route, autonomous prefix)", needs: "CAP_NET_RAW",
-		watch: routerAdvertWatch},
+		watch: withFrames(routerAdvertWatch)},
 	{id: "rebind", title: "an allowed wildcard name whose DNS answers private addresses (LAN, neighbour, CGNAT, metadata, ULA)"},
 	{id: "arp-spoof", title: "ARP and neighbour advertisements claiming a neighbour's addresses", needs: "CAP_NET_RAW",
-		allowed: spoofAllowed, watch: spoofWatch(false)},
+		allowed: spoofAllowed, watch: withFrames(spoofWatch(false))},
 	{id: "ip-spoof", title: "a neighbour's IP taken, answering the runtime's connections to it", needs: "CAP_NET_ADMIN",
-		allowed: spoofAllowed, watch: spoofWatch(true)},
+		allowed: spoofAllowed, watch: withFrames(spoofWatch(true))},
+	{id: "arp-trailer", title: "ARP requests and gratuitous replies with 1000 bytes after the ARP packet, broadcast and to a neighbour's MAC",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
+	{id: "mld-aux", title: "MLD reports carrying 1000 bytes (MLDv2 auxiliary data, bytes after an MLDv1 report)",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
+	{id: "nd-options", title: "neighbour and router solicitations and advertisements to all nodes and routers with a 1000-byte unknown option",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
+	{id: "l2-flood", title: "frames of an unknown ethertype broadcast, multicast and to a neighbour's MAC; well-formed neighbour solicitations carrying data, to all nodes and to the neighbour",
+		needs: "CAP_NET_RAW", watch: withFrames(nil)},
 	{id: "http-desync", title: "a response body line `HTTP/1.1 101` while a WebSocket upgrade is outstanding, then another Host", allowed: func(w escapeWorld) counters {
 		// The first two requests, for the allowed name, are admitted.
 		return counters{tcpKey(w.api, testnet.PortHTTP, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTP, "connections"): unlimited,
@@ -119,6 +132,8 @@ var escapeAttempts = []escapeAttempt{
 		return counters{tcpKey(w.api, testnet.PortHTTP, "bytes"): unlimited, tcpKey(w.api, testnet.PortHTTP, "connections"): unlimited,
 			requestsKey(w.api, apiName): 1}
 	}},
+	{id: "rebind-nat64", title: "an allowed wildcard name whose AAAA is a LAN address in the local-use NAT64 prefix 64:ff9b:1::/48, laid out for a /48, /56 and /64 prefix"},
+	{id: "open-nat64", title: "`mode: open`, TCP straight to those NAT64 addresses", watch: modeOpenWatch, afterSilent: true},
 	{id: "silent", title: "silent connections held open to exhaust the proxy"},
 }
 
@@ -135,6 +150,8 @@ type escapeSandbox struct {
 	// runtimeNS are the namespaces around the sandbox whose rulesets may
 	// hold exemptions by mark.
 	runtimeNS []string
+	// logFile is the sandbox's decision log as the test can read it.
+	logFile string
 	// mac is the MAC of the sandbox's eth0 and peer the index of its
 	// veth's other end in the runtime's namespace (read before the probe
 	// runs; see attackerLink).
@@ -388,10 +405,7 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 		silentDone <- silentOut{r, err}
 	}()
 
-	for _, a := range escapeAttempts {
-		if a.id == "silent" {
-			continue
-		}
+	runAttempt := func(a escapeAttempt) {
 		before := w.settledSnapshot()
 		var stop func() (counters, string)
 		if a.watch != nil {
@@ -414,12 +428,26 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 		maps.Copy(arrived, watched.since(nil, nil, nil))
 		col.results = append(col.results, escapeResult{attempt: a, probe: r, arrived: arrived, seen: seen})
 	}
+	for _, a := range escapeAttempts {
+		if a.id != "silent" && !a.afterSilent {
+			runAttempt(a)
+		}
+	}
 	so := <-silentDone
 	if so.err != nil {
 		t.Fatalf("probe silent: %v", so.err)
 	}
 	silentArrived := w.settledSnapshot().since(silentBefore, nil, func(k counterKey) bool { return !isSilent(k) })
-	col.results = append(col.results, escapeResult{attempt: escapeAttempts[len(escapeAttempts)-1], probe: so.row, arrived: silentArrived})
+	col.results = append(col.results, escapeResult{attempt: escapeAttemptByID("silent"), probe: so.row, arrived: silentArrived})
+	for _, a := range escapeAttempts {
+		if a.afterSilent {
+			runAttempt(a)
+		}
+	}
+	// In the table's order.
+	slices.SortStableFunc(col.results, func(a, b escapeResult) int {
+		return escapeAttemptIndex(a.attempt.id) - escapeAttemptIndex(b.attempt.id)
+	})
 	col.duration = time.Since(begin)
 
 	for _, r := range col.results {
@@ -436,6 +464,14 @@ func runEscapeColumn(t *testing.T, w escapeWorld, s *escapeSandbox, writeDoc boo
 	t.Logf("%s: label %q, marks in the rulesets %v, %v", s.mode, col.label, formatMarks(found), col.duration.Round(time.Millisecond))
 	return col
 }
+
+// escapeAttemptIndex is the position of the attempt id in escapeAttempts.
+func escapeAttemptIndex(id string) int {
+	return slices.IndexFunc(escapeAttempts, func(a escapeAttempt) bool { return a.id == id })
+}
+
+// escapeAttemptByID is the attempt id of escapeAttempts.
+func escapeAttemptByID(id string) escapeAttempt { return escapeAttempts[escapeAttemptIndex(id)] }
 
 // parseProbeRow reads the probe's last output line.
 func parseProbeRow(out string) (probeRow, error) {
@@ -467,6 +503,7 @@ func escapeProbeArgs(w escapeWorld, s *sandbox.State, marks []uint32) []string {
 		"-marks", strings.Join(ms, ","),
 		"-hold", escapeHold.String(), "-silent-conns", "200", "-timeout", "1s",
 		"-lan", strings.Join(addrStrings(escapeICMPLAN), ","), "-rebind", strings.Join(w.rebind, ","),
+		"-rebind-nat64", strings.Join(w.rebindNAT64, ","), "-nat64", strings.Join(addrStrings(w.nat64), ","),
 		"-redis-port", port(testnet.PortRedis), "-spoof-port", port(escapeSpoofPort),
 		"-ra-prefix", escapeRAPrefix.String(), "-spoof-time", escapeSpoofTime.String(),
 	}
@@ -476,6 +513,9 @@ func escapeProbeArgs(w escapeWorld, s *sandbox.State, marks []uint32) []string {
 		}
 		if w.nbr.addr6.IsValid() {
 			args = append(args, "-neighbour6", w.nbr.addr6.String())
+		}
+		if w.nbr.mac != nil {
+			args = append(args, "-neighbour-mac", w.nbr.mac.String())
 		}
 	}
 	return args

@@ -102,11 +102,17 @@ type floodSandbox struct {
 // given, the defaults), allowing apiName only; DEL is a cleanup.
 func (b *floodBed) sandbox(limits map[string]any) *floodSandbox {
 	b.tb.Helper()
+	return b.sandboxAllowing(limits, apiName)
+}
+
+// sandboxAllowing is sandbox with the allowlist hosts.
+func (b *floodBed) sandboxAllowing(limits map[string]any, hosts ...string) *floodSandbox {
+	b.tb.Helper()
 	b.sandboxes++
 	ns := b.net.NewNetns(b.tb, fmt.Sprintf("fl%d", b.sandboxes))
 	id := fmt.Sprintf("fl%d%s", b.sandboxes, strings.ReplaceAll(filepath.Base(ns.Name()), "-", ""))
 	doorman := map[string]any{
-		"type": "doorman", "mode": "allowlist", "allowedHosts": []string{apiName},
+		"type": "doorman", "mode": "allowlist", "allowedHosts": hosts,
 		"stateDir": b.stateDir, "logDir": b.logDir, "upstreamResolver": b.net.DNS.String(),
 	}
 	if limits != nil {

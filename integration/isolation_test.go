@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/sandbox"
 )
@@ -127,6 +128,12 @@ func assertProxyIn(t *testing.T, s *sandbox.State, path string, want proxyLimits
 	}
 }
 
+// hasV1Memory reports whether the memory controller is v1's here.
+func hasV1Memory(t *testing.T) bool {
+	_, v1 := cgroupDir(t, "memory", "/")
+	return v1
+}
+
 // assertCgroupGone checks that cgroup path is in no hierarchy.
 func assertCgroupGone(t *testing.T, path string) {
 	t.Helper()
@@ -171,19 +178,30 @@ func TestCNIProxyCgroup(t *testing.T) {
 	e := newCNIEnv(t)
 	def, set := e.newContainer(), e.newContainer()
 	e.mustAdd(def, e.conflist(nil))
-	e.mustAdd(set, e.conflist(map[string]any{"proxyLimits": map[string]any{"memory": "64Mi", "pids": 100, "cpuWeight": "50"}}))
+	e.mustAdd(set, e.conflist(map[string]any{"proxyLimits": map[string]any{"memory": "64Mi", "pids": 100, "cpuWeight": "50"},
+		"limits": map[string]any{"bufferBytes": 8 << 20}}))
 
 	defPath := sandbox.DefaultCgroupSlice + "/doorman-" + def.key
 	assertProxyIn(t, e.state(def), defPath, defaultLimits)
 	setPath := sandbox.DefaultCgroupSlice + "/doorman-" + set.key
 	assertProxyIn(t, e.state(set), setPath, proxyLimits{64 << 20, 100, 50})
+	// Its sockets are charged to it, within limits.bufferBytes: on v1
+	// the cgroup's TCP limit (v2 counts them in memory.max).
+	for c, want := range map[string]uint64{defPath: proxyconf.DefaultBufferBytes, setPath: 8 << 20} {
+		if d, v1 := cgroupDir(t, "memory", c); v1 {
+			if got := readCgroupValue(t, d, "memory.kmem.tcp.limit_in_bytes"); got != want {
+				t.Errorf("TCP limit of %s: %d, want %d", c, got, want)
+			}
+		}
+	}
 	if !e.reaches(set, "https://"+apiName+"/", apiName) {
 		t.Error("the proxy in its cgroup does not serve")
 	}
 	// show, run where the hierarchies are mounted, reads the limits
 	// from the cgroup's files.
 	if show := e.operator("show", set.rt.ContainerID); !strings.Contains(show, setPath+" (doorman's slice): memory ") ||
-		!strings.Contains(show, " of 64.0 MiB, ") || !strings.Contains(show, " of 100 pids, cpu weight 50") {
+		!strings.Contains(show, " of 64.0 MiB, ") || !strings.Contains(show, " of 100 pids, cpu weight 50") ||
+		hasV1Memory(t) && !strings.Contains(show, " of 8.0 MiB") {
 		t.Errorf("show does not give the cgroup's limits:\n%s", show)
 	}
 

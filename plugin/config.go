@@ -274,6 +274,7 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		return s, err
 	}
 	s.ClusterNames = n.clusterNames()
+	s.NAT64Prefixes = slices.Clone(n.NAT64Prefixes)
 	if s.Limits, err = n.limits(hostconf.LimitsFile); err != nil {
 		return s, err
 	}

@@ -178,10 +178,13 @@ func TestPolicyPrecedence(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `doorman: pod team-a/web-0: annotation doorman.io/mode: invalid mode "permissive"`) {
 		t.Errorf("a bad mode annotation: %v", err)
 	}
-	n := netConf(t, `{"name": "k8s", "allowDirect": ["203.0.113.7"], "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/allow-direct": "198.51.100.7:5432"}}}`)
+	n := netConf(t, `{"name": "k8s", "allowDirect": ["203.0.113.7"], "nat64Prefixes": ["2001:db8:64::/96"], "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/allow-direct": "198.51.100.7:5432"}}}`)
 	s, err := n.spec(args, &current.Result{DNS: types.DNS{Nameservers: []string{"198.51.100.53"}}})
 	if err != nil || len(s.AllowDirect) != 2 || s.AllowDirect[0].String() != "203.0.113.7" || s.AllowDirect[1].String() != "198.51.100.7:5432" {
 		t.Errorf("allowDirect: the network's and the pod's: %v, %v", s.AllowDirect, err)
+	}
+	if len(s.NAT64Prefixes) != 1 || s.NAT64Prefixes[0].String() != "2001:db8:64::/96" {
+		t.Errorf("nat64Prefixes: %v", s.NAT64Prefixes)
 	}
 	_, err = netConf(t, `{"name": "k8s", "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/allow-direct": "db.example.com"}}}`).spec(args, nil)
 	if err == nil || !strings.Contains(err.Error(), `pod team-a/web-0: annotation doorman.io/allow-direct "db.example.com"`) {

@@ -27,7 +27,7 @@ import (
 // same keys and is checked by ParseSettings).
 var Keys = []string{
 	"mode", "allowedHosts", "excludeNamespaces", "clusterDomain",
-	"serviceCIDRs", "podCIDRs", "allowDirect", "resolvers", "upstreamResolver",
+	"serviceCIDRs", "podCIDRs", "nat64Prefixes", "allowDirect", "resolvers", "upstreamResolver",
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
@@ -70,6 +70,10 @@ type Settings struct {
 	// domain: names under it may reach ServiceCIDRs and PodCIDRs.
 	ClusterDomain          string
 	ServiceCIDRs, PodCIDRs []netip.Prefix
+	// NAT64Prefixes are the prefixes of the NAT64 translators the node
+	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
+	// sandbox.Spec.NAT64Prefixes).
+	NAT64Prefixes []netip.Prefix
 	// AllowDirect are destinations reached without the proxy.
 	AllowDirect []conf.Direct
 	// Resolvers are the DNS servers containers may query; none means
@@ -246,6 +250,16 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	v := valueReader{raw: raw, errs: &errs}
 	s.parsePolicy(v)
 	s.parseCluster(v)
+	var nat64 []string
+	if v.strings("nat64Prefixes", &nat64) {
+		for i, n := range nat64 {
+			p, err := sandbox.ParseNAT64Prefixes(fmt.Sprintf("nat64Prefixes[%d]", i), []string{n})
+			if err != nil {
+				errs = append(errs, err)
+			}
+			s.NAT64Prefixes = append(s.NAT64Prefixes, p...)
+		}
+	}
 	s.parseDNS(v)
 	var direct []string
 	if v.strings("allowDirect", &direct) {
@@ -330,10 +344,10 @@ func (s *Settings) parsePolicy(v valueReader) {
 			ok = false
 		}
 	}
-	var inspect []conf.InspectHost
+	var inspect conf.InspectRules
 	if raw, has := v.raw["inspect"]; has && string(raw) != "null" {
 		var err error
-		if inspect, err = conf.ParseInspectJSON(raw); err != nil {
+		if inspect, err = conf.ParseInspectRules(raw); err != nil {
 			// Its errors name the key, "inspect", and the host.
 			*v.errs = append(*v.errs, err)
 			ok = false
@@ -344,7 +358,10 @@ func (s *Settings) parsePolicy(v valueReader) {
 	}
 	p, err := conf.NewPolicy(m, hosts)
 	if err == nil {
-		p, err = p.WithInspect(inspect)
+		p, err = p.WithInspect(inspect.Hosts)
+	}
+	if err == nil && len(inspect.RuleSets) > 0 {
+		p, err = p.WithRuleSets(inspect.RuleSets)
 	}
 	if err != nil {
 		// Every part was checked above.

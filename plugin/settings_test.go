@@ -49,7 +49,7 @@ func TestParseEntry(t *testing.T) {
 	s, err := ParseEntry([]byte(`{"type": "doorman", "mode": "open", "allowedHosts": ["api.example.com", "*.github.com:443"],
 		"excludeNamespaces": ["kube-system", "monitoring"], "clusterDomain": "k8s.example", "serviceCIDRs": ["10.96.0.0/12"],
 		"podCIDRs": ["10.244.0.0/16", "fd00:10:244::/56"], "allowDirect": ["10.0.0.5:5432"], "resolvers": ["203.0.113.53"],
-		"upstreamResolver": "203.0.113.54:5353", "policyDir": "/etc/doorman/pods", "stateDir": "/run/dm", "logDir": "/var/log/dm",
+		"nat64Prefixes": ["2001:db8:64::/96", "64:ff9b:1:a00::/64"], "upstreamResolver": "203.0.113.54:5353", "policyDir": "/etc/doorman/pods", "stateDir": "/run/dm", "logDir": "/var/log/dm",
 		"otlpEndpoint": "collector.example.com:4318", "otlpInsecure": true, "otlpHeaders": {"Authorization": "Bearer x"},
 		"dnsFilter": false, "hostLayer": false, "allowICMP": true}`))
 	if err != nil {
@@ -58,6 +58,7 @@ func TestParseEntry(t *testing.T) {
 	if s.Policy.Mode != conf.ModeOpen || !slices.Equal(s.Policy.Hosts(), []string{"api.example.com", "*.github.com:443"}) ||
 		!slices.Equal(s.ExcludeNamespaces, []string{"kube-system", "monitoring"}) || s.ClusterDomain != "k8s.example" ||
 		!slices.Equal(s.ServiceCIDRs, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}) || len(s.PodCIDRs) != 2 ||
+		!slices.Equal(s.NAT64Prefixes, []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96"), netip.MustParsePrefix("64:ff9b:1:a00::/64")}) ||
 		len(s.AllowDirect) != 1 || s.AllowDirect[0].String() != "10.0.0.5:5432" ||
 		!slices.Equal(s.Resolvers, []netip.Addr{netip.MustParseAddr("203.0.113.53")}) ||
 		!slices.Equal(s.UpstreamResolvers, []netip.AddrPort{netip.MustParseAddrPort("203.0.113.54:5353")}) ||
@@ -73,12 +74,14 @@ func TestParseEntry(t *testing.T) {
 // the good values and the defaults of the bad.
 func TestParseEntryErrors(t *testing.T) {
 	s, err := ParseEntry([]byte(`{"type": "doorman", "mode": "permissive", "resolvers": ["dns.example"], "stateDir": "/run/dm",
-		"logDir": "log", "alowedHosts": []}`))
+		"logDir": "log", "alowedHosts": [], "nat64Prefixes": ["64:ff9b::/96", "2001:db8:64::/97", "nat64.example"]}`))
 	if err == nil {
 		t.Fatal("accepted")
 	}
 	for _, want := range []string{`unknown key "alowedHosts": the keys are mode, allowedHosts,`, `mode: invalid mode "permissive"`,
-		`resolvers[0] "dns.example": not an IP address`, `logDir "log": want a clean absolute path`} {
+		`resolvers[0] "dns.example": not an IP address`, `logDir "log": want a clean absolute path`,
+		`nat64Prefixes[1] "2001:db8:64::/97": length /97: RFC 6052 lays out IPv4 addresses after a prefix of /32, /40, /48, /56, /64 or /96 only`,
+		`nat64Prefixes[2] "nat64.example": not an IPv6 prefix`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

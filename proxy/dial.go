@@ -19,18 +19,76 @@ import (
 type refusedError struct {
 	port     uint16
 	refusals []*guard.Refusal
+	// rewritten, when valid, is the address the proxy dialed, which a
+	// nat rule of the host rewrote to the one refused (at port).
+	rewritten netip.AddrPort
 }
 
 // Error is the reason logged: "private upstream 10.0.0.5: RFC 1918
-// (10.0.0.0/8)", one such clause per address refused (the first few).
+// (10.0.0.0/8)", one such clause per address refused (the first few),
+// and for a rewrite what the host rewrote: "private upstream 10.0.0.5:
+// RFC 1918 (10.0.0.0/8), where the host rewrites 203.0.113.7:443 to
+// 10.0.0.5:8443 (a nat OUTPUT rule)".
 func (e *refusedError) Error() string {
-	return guard.Reason(decisionlog.ReasonPrivateUpstream, e.refusals)
+	s := guard.Reason(decisionlog.ReasonPrivateUpstream, e.refusals)
+	if e.rewritten.IsValid() {
+		s += fmt.Sprintf(", where the host rewrites %v to %v (a nat OUTPUT rule)", e.rewritten, e.upstream())
+	}
+	return s
 }
 
 // upstream is the first address refused, at the port it would have been
-// dialed on: the decision record's upstream.
+// dialed on (or, rewritten, is sent to): the decision record's upstream.
 func (e *refusedError) upstream() netip.AddrPort {
 	return netip.AddrPortFrom(e.refusals[0].Addr, e.port)
+}
+
+// route is where an upstream connection goes: the address dialed, which
+// holds its slot among the connections per upstream, and the one the
+// host really sends it to (the same, unless a nat rule rewrote it).
+type route struct {
+	slot, real netip.AddrPort
+}
+
+// checkRewrite asks where the host really sends the connection from
+// local to to, which the guard admitted for name under pol, and returns
+// that address. When a nat OUTPUT rule rewrote it (a DNAT, as kube-proxy
+// installs for a service's addresses), the real destination must pass
+// the guard as well (rewriteRefusal); if it does not, the error is a
+// *refusedError naming the rewrite. A lookup that fails is an error too:
+// the proxy cannot tell where the connection goes.
+func (p *Proxy) checkRewrite(pol *conf.Policy, name string, local, to netip.AddrPort) (netip.AddrPort, error) {
+	if p.realDst == nil {
+		return to, nil
+	}
+	real, rewritten, err := p.realDst.Destination(local, to)
+	if err != nil {
+		return to, fmt.Errorf("cannot tell where the host sends the connection to %v: %w", to, err)
+	}
+	if !rewritten {
+		return to, nil
+	}
+	if r := p.rewriteRefusal(pol, name, to, real); r != nil {
+		return real, &refusedError{port: real.Port(), refusals: []*guard.Refusal{r}, rewritten: to}
+	}
+	return real, nil
+}
+
+// rewriteRefusal judges real, where the host rewrote the admitted
+// upstream to: nil if it may be reached. Two rewrites are the host's own
+// handling and pass: of an address the guard refuses by itself, which an
+// address entry or a cluster's scope opened (a service's address that
+// kube-proxy sends to its pods); and to the host itself (a REDIRECT to a
+// transparent proxy of the host, such as the enclosing sandbox's doorman
+// proxy when this one runs inside a sandbox: the connection goes to one of
+// the host's own processes, which decides where it goes next). A rewrite
+// of any other address (a public one) elsewhere passes only if the guard
+// admits real, as if it had been dialed for name.
+func (p *Proxy) rewriteRefusal(pol *conf.Policy, name string, to, real netip.AddrPort) *guard.Refusal {
+	if p.refusal(nil, "", to.Addr(), to.Port()) != nil || p.guard.Local(real.Addr()) {
+		return nil
+	}
+	return p.refusal(pol, name, real.Addr(), real.Port())
 }
 
 // privateUpstream is the reason of one guard refusal. Every refusal of the
@@ -54,15 +112,17 @@ func (p *Proxy) refusal(pol *conf.Policy, name string, a netip.Addr, port uint16
 // whatever admitted the connection and in every mode; of a name's
 // addresses only those it permits are dialed, and of those only the ones
 // below the cap of connections per upstream. It returns the connection
-// and the upstream its slot counts (to release when it ends), a
-// *refusedError if the guard permits none, or a *limitError if every one
-// it permits is at the cap.
-func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, netip.AddrPort, error) {
+// and its route (the upstream its slot counts, to release when it ends,
+// and where the host sends it), a *refusedError if the guard permits
+// none or the host rewrote the one dialed to an address the guard
+// refuses (see checkRewrite), or a *limitError if every one it permits
+// is at the cap.
+func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, route, error) {
 	var candidates []netip.Addr
 	if d.dialName != "" {
 		addrs, err := p.resolver.LookupNetIP(ctx, "ip", d.dialName)
 		if err != nil {
-			return nil, netip.AddrPort{}, fmt.Errorf("resolve %s: %w", d.dialName, err)
+			return nil, route{}, fmt.Errorf("resolve %s: %w", d.dialName, err)
 		}
 		candidates = addrs
 	} else {
@@ -70,7 +130,7 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 	}
 	permitted, err := p.permittedUpstreams(pol, d, dst, candidates)
 	if err != nil {
-		return nil, netip.AddrPort{}, err
+		return nil, route{}, err
 	}
 	var errs []error
 	full := 0
@@ -82,7 +142,15 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 		}
 		c, err := p.dial(ctx, to)
 		if err == nil {
-			return c.(*net.TCPConn), to, nil
+			tc := c.(*net.TCPConn)
+			local, _ := netip.ParseAddrPort(tc.LocalAddr().String())
+			real, err := p.checkRewrite(pol, d.dialName, local, to)
+			if err != nil {
+				tc.Close()
+				p.upstreams.release(to, true, time.Now())
+				return nil, route{}, err
+			}
+			return tc, route{slot: to, real: real}, nil
 		}
 		p.upstreams.release(to, false, time.Now())
 		errs = append(errs, err)
@@ -91,9 +159,9 @@ func (p *Proxy) dialUpstream(ctx context.Context, pol *conf.Policy, d decision, 
 		}
 	}
 	if full == len(permitted) {
-		return nil, netip.AddrPort{}, &limitError{limit: decisionlog.LimitPerUpstream, max: int64(p.upstreams.max)}
+		return nil, route{}, &limitError{limit: decisionlog.LimitPerUpstream, max: int64(p.upstreams.max)}
 	}
-	return nil, netip.AddrPort{}, fmt.Errorf("dial %s port %d: %w", nameOr(d.dialName, dst.Addr().String()), dst.Port(), errors.Join(errs...))
+	return nil, route{}, fmt.Errorf("dial %s port %d: %w", nameOr(d.dialName, dst.Addr().String()), dst.Port(), errors.Join(errs...))
 }
 
 // permittedUpstreams returns the candidates the guard permits, or a
@@ -134,6 +202,11 @@ func (p *Proxy) lostPermission(pol *conf.Policy, t *tracked) string {
 	}
 	if r := p.refusal(pol, d.dialName, t.upAddr.Addr(), t.upAddr.Port()); r != nil {
 		return privateUpstream(r)
+	}
+	if t.realAddr.IsValid() && t.realAddr != t.upAddr {
+		if r := p.rewriteRefusal(pol, d.dialName, t.upAddr, t.realAddr); r != nil {
+			return (&refusedError{port: t.realAddr.Port(), refusals: []*guard.Refusal{r}, rewritten: t.upAddr}).Error()
+		}
 	}
 	return ""
 }

@@ -99,7 +99,7 @@ func (p *Proxy) nextAttempt(cn *connecting) {
 		// registration over.
 		w, err := l.Watch(ufd, relayloop.PairEvents, func(_ *relayloop.Watcher, ev uint32) {
 			if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-				p.connectReady(cn)
+				p.connectReady(cn, ev)
 			}
 		})
 		if err != nil {
@@ -135,15 +135,21 @@ func (p *Proxy) connect(to netip.AddrPort) (int, error) {
 	return fd, nil
 }
 
-// connectReady runs when cn's socket became writable: connected, or
-// failed.
-func (p *Proxy) connectReady(cn *connecting) {
+// connectReady runs when cn's socket reported ev, writable or failed:
+// connected, or failed. A failed connect reports an error (and a
+// hang-up), so a socket that reports neither is connected without a
+// getsockopt(2) for SO_ERROR.
+func (p *Proxy) connectReady(cn *connecting, ev uint32) {
 	if cn.done || cn.ufd < 0 {
 		return
 	}
-	soerr, err := rawsys.GetsockoptInt(cn.ufd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err == nil && soerr != 0 {
-		err = os.NewSyscallError("connect", unix.Errno(soerr))
+	var err error
+	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		var soerr int
+		soerr, err = rawsys.GetsockoptInt(cn.ufd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err == nil && soerr != 0 {
+			err = os.NewSyscallError("connect", unix.Errno(soerr))
+		}
 	}
 	if err != nil {
 		p.attemptFailed(cn, err)
@@ -152,9 +158,14 @@ func (p *Proxy) connectReady(cn *connecting) {
 	}
 	cn.done = true
 	cn.timer.Stop()
+	real, err := p.checkRewriteFD(cn)
+	if err != nil {
+		p.rewriteRefused(cn, err)
+		return
+	}
 	rec := cn.rec
 	rec.Upstream = cn.to
-	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, name: cn.s.name}, cn.client.pol)
+	t := p.trackRelayed(&tracked{dst: rec.Dst, upAddr: cn.to, realAddr: real, name: cn.s.name}, cn.client.pol)
 	cw, uw := cn.client.watch, cn.watch
 	p.pairUp(t, rec, cn.to, func(done func(relayloop.Result)) (*relayloop.Pair, error) {
 		return p.relayLoop().AddWatched(cw, uw, done)
@@ -164,6 +175,39 @@ func (p *Proxy) connectReady(cn *connecting) {
 		closeFD(cn.client.fd)
 		closeFD(cn.ufd)
 	})
+}
+
+// checkRewriteFD is checkRewrite for cn's connected socket; without a
+// Destinations it makes no system call.
+func (p *Proxy) checkRewriteFD(cn *connecting) (netip.AddrPort, error) {
+	if p.realDst == nil {
+		return cn.to, nil
+	}
+	sa, err := unix.Getsockname(cn.ufd)
+	if err != nil {
+		return cn.to, fmt.Errorf("cannot tell where the host sends the connection to %v: getsockname: %w", cn.to, err)
+	}
+	var local netip.AddrPort
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		local = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		local = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
+	}
+	return p.checkRewrite(cn.client.pol, cn.d.dialName, local, cn.to)
+}
+
+// rewriteRefused closes cn's connected upstream, which the host sends
+// where the guard refuses (or cannot tell where), and refuses the client
+// as dialFailed does with err.
+func (p *Proxy) rewriteRefused(cn *connecting, err error) {
+	cn.watch.Stop()
+	rawsys.Close(cn.ufd)
+	cn.ufd = -1
+	p.upstreams.release(cn.to, true, time.Now())
+	rec, s := cn.rec, cn.s
+	cn.client.unwatch()
+	p.onGoroutine(cn.client.fd, func(c *net.TCPConn) bool { p.dialFailed(c, rec, s, err); return false })
 }
 
 // attemptFailed ends cn's attempt at cn.to.

@@ -40,7 +40,10 @@
 // its first bytes, decides, dials the upstream when its addresses are known
 // without a DNS round trip, and relays the pair until both ends are done,
 // so an established connection costs two descriptors and a few hundred
-// bytes. The rest (a name to resolve, trickled first bytes, refusals,
+// bytes. The loop also answers its supervisor's heartbeats
+// (AnswerHeartbeats, heartbeat.go), so that a loop that no longer gets
+// round to what is ready has the worker replaced. The rest (a name to
+// resolve, trickled first bytes, refusals,
 // plaintext HTTP, inspected hosts) runs on goroutines as *net.TCPConn, and
 // a spliced connection that reaches its upstream that way is handed back to
 // the loop. Plaintext HTTP is the exception: its requests pass through a parser so

@@ -170,13 +170,14 @@ func (p *Proxy) decided(c *net.TCPConn, rec Record, s sniffed, pol *conf.Policy)
 		p.serveInspected(c, &rec, d, rec.Dst)
 		return false
 	}
-	up, slot, err := p.dialFor(pol, d, rec.Dst)
+	up, rt, err := p.dialFor(pol, d, rec.Dst)
 	if err != nil {
 		p.dialFailed(c, rec, s, err)
 		return false
 	}
+	slot := rt.slot
 	rec.Upstream, _ = netip.ParseAddrPort(up.RemoteAddr().String())
-	t := p.trackRelayed(&tracked{client: c, upstream: up, dst: rec.Dst, upAddr: rec.Upstream, name: s.name}, pol)
+	t := p.trackRelayed(&tracked{client: c, upstream: up, dst: rec.Dst, upAddr: rec.Upstream, realAddr: rt.real, name: s.name}, pol)
 
 	if s.proto == sniff.ProtoHTTP && s.head != nil {
 		r := p.relayHTTP(t)
@@ -200,7 +201,7 @@ func (p *Proxy) decided(c *net.TCPConn, rec Record, s sniffed, pol *conf.Policy)
 }
 
 // dialFor dials the upstream of decision d within the dial timeout.
-func (p *Proxy) dialFor(pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, netip.AddrPort, error) {
+func (p *Proxy) dialFor(pol *conf.Policy, d decision, dst netip.AddrPort) (*net.TCPConn, route, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.dialTimeout)
 	defer cancel()
 	return p.dialUpstream(ctx, pol, d, dst)

@@ -95,11 +95,11 @@ func (p *Proxy) serveInspected(c *net.TCPConn, rec *Record, d decision, dst neti
 			if now := decide(pol, rec.Name, dst); now.verdict == Deny {
 				return nil, errors.New(now.reason)
 			}
-			up, slot, err := p.dialUpstream(ctx, pol, d, dst)
+			up, rt, err := p.dialUpstream(ctx, pol, d, dst)
 			if err != nil {
 				return nil, err
 			}
-			return &slotConn{TCPConn: up, release: func() { p.upstreams.release(slot, true, time.Now()) }}, nil
+			return &slotConn{TCPConn: up, release: func() { p.upstreams.release(rt.slot, true, time.Now()) }}, nil
 		},
 	}
 	res := p.inspector().Serve(sess)

@@ -51,6 +51,11 @@ type Config struct {
 	// proxy's own network namespace. The sandbox's DNS filter may share
 	// it.
 	Guard *guard.Guard
+	// Destinations, if set, tells where the host really sends each
+	// upstream connection (package realdst: its conntrack entry), so
+	// that a connection a nat OUTPUT rule rewrote to an address the guard
+	// refuses is closed (see checkRewrite). nil: not checked.
+	Destinations Destinations
 	// CADir is the network's CA (package ca), whose leaves the proxy
 	// presents for inspected hosts; "" means none, and inspected hosts'
 	// sessions fail their handshake.
@@ -88,6 +93,13 @@ type Config struct {
 	IdleTimeout time.Duration
 }
 
+// Destinations tells where the host really sends a TCP connection it
+// made from local to remote: remote, or where a nat OUTPUT rule rewrote
+// it to (rewritten). *realdst.Table is one.
+type Destinations interface {
+	Destination(local, remote netip.AddrPort) (real netip.AddrPort, rewritten bool, err error)
+}
+
 // Resolver looks up the addresses of a name.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
@@ -118,6 +130,7 @@ type Proxy struct {
 	dialer       net.Dialer
 	resolver     *cachingResolver
 	guard        *guard.Guard
+	realDst      Destinations // nil: rewrites are not checked
 	// dial connects to an upstream; p.dialer's unless a test stands in.
 	dial func(ctx context.Context, to netip.AddrPort) (net.Conn, error)
 	// permitUpstream, set only by tests, lets loopback test servers
@@ -183,6 +196,7 @@ func New(cfg Config) *Proxy {
 		origDst:        cfg.OriginalDst,
 		logger:         cfg.Logger,
 		guard:          cfg.Guard,
+		realDst:        cfg.Destinations,
 		caDir:          cfg.CADir,
 		upstreamCAFile: cfg.UpstreamCAFile,
 		conns:          make(map[*tracked]struct{}),
@@ -394,6 +408,7 @@ type tracked struct {
 	client, upstream *net.TCPConn
 	dst              netip.AddrPort // the original destination
 	upAddr           netip.AddrPort // the upstream's address
+	realAddr         netip.AddrPort // where the host sends it, if a nat rule rewrote upAddr
 
 	// inspected: the proxy terminates this connection (package
 	// inspect); it has no one upstream.

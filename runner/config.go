@@ -62,6 +62,9 @@ type Config struct {
 	// AllowDirect are the destinations the command reaches without the
 	// proxy (the plugin's allowDirect).
 	AllowDirect []conf.Direct
+	// NAT64Prefixes are the NAT64 prefixes the host reaches besides the
+	// well-known and local-use ones (the plugin's nat64Prefixes).
+	NAT64Prefixes []netip.Prefix
 	// Bridge is the host bridge (default DefaultBridge).
 	Bridge string
 	// Subnets are the run network's ranges, at most one per family
@@ -302,20 +305,17 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	if c.UpstreamResolver.IsValid() {
 		doorman["upstreamResolver"] = c.UpstreamResolver
 	}
-	if len(c.Policy.Inspect) > 0 {
-		// The request rules, in the form ParseJSON reads (placeholders
-		// as their SHA-256).
-		js, err := c.Policy.MarshalJSON()
+	if len(c.NAT64Prefixes) > 0 {
+		doorman["nat64Prefixes"] = c.NAT64Prefixes
+	}
+	if c.Policy.HasInspection() {
+		// The request rules and rule sets, in the form ParseJSON reads
+		// (placeholders as their SHA-256).
+		js, err := c.Policy.MarshalInspectRules()
 		if err != nil {
 			return nil, err
 		}
-		var p struct {
-			Inspect json.RawMessage `json:"inspect"`
-		}
-		if err := json.Unmarshal(js, &p); err != nil {
-			return nil, err
-		}
-		doorman["inspect"] = p.Inspect
+		doorman["inspect"] = json.RawMessage(js)
 	}
 	if c.UpstreamCAFile != "" {
 		doorman["upstreamCAFile"] = c.UpstreamCAFile

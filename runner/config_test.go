@@ -107,7 +107,8 @@ func TestChainList(t *testing.T) {
 		AllowICMP:        true,
 		AllowDirect: []conf.Direct{{Prefix: netip.MustParsePrefix("203.0.113.7/32"), Ports: conf.PortRange{Lo: 5432, Hi: 5432}},
 			{Prefix: netip.MustParsePrefix("2001:db8::/64")}},
-		StateDir: "/tmp/s", LogDir: "/tmp/l",
+		NAT64Prefixes: prefixes("2001:db8:64::/96"),
+		StateDir:      "/tmp/s", LogDir: "/tmp/l",
 	}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +163,7 @@ func TestChainList(t *testing.T) {
 		"stateDir":         "/tmp/s",
 		"logDir":           "/tmp/l",
 		"upstreamResolver": "203.0.113.53:53",
+		"nat64Prefixes":    []any{"2001:db8:64::/96"},
 	}
 	if !reflect.DeepEqual(doorman, want) {
 		t.Errorf("doorman entry:\n got %v\nwant %v", doorman, want)

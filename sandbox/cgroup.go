@@ -51,6 +51,11 @@ func (s *State) makeCgroup() *cgroup.Group {
 	if s.ProxyLimits != nil {
 		lim = limitsWithDefaults(*s.ProxyLimits)
 	}
+	// The proxy's sockets are charged to its cgroup and bounded there
+	// (see proxyconf.Limits.BufferBytes). The kernel charges a socket
+	// from its making (or accept) on, so the limit is set here, before
+	// the proxy starts.
+	lim.SocketMemory = uint64(s.Limits.Effective(0).BufferBytes)
 	layout, err := cgroup.ReadLayout()
 	if err != nil {
 		s.CgroupError = err.Error()

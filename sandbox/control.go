@@ -8,20 +8,28 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/procstat"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
 // ProxyProblem says what is wrong with the proxy of a sandbox that has
 // one (not in mode none), or nil: it was stopped by an operator; no
 // worker runs (and, where its supervisor still runs, when the next one
-// starts); its supervisor is gone, so a worker that dies is not replaced;
-// its workers are crash looping. A proxy an earlier release started has
-// no supervisor, and that is no problem.
+// starts); its worker runs but serves nothing (see Unresponsive); its
+// supervisor is gone, so a worker that dies is not replaced; its workers
+// are crash looping. A proxy an earlier release started has no
+// supervisor, and that is no problem.
 func (s *State) ProxyProblem() error {
 	sup := s.supervision
+	var unresponsive string
+	if !s.Stopped {
+		unresponsive = s.Unresponsive()
+	}
 	switch {
 	case s.Stopped:
 		return errors.New("its proxy was stopped by an operator (doorman stop): the sandbox's TCP is refused until doorman start")
+	case s.Serving() && unresponsive != "":
+		return fmt.Errorf("proxy (pid %d) is unresponsive: %s", s.PID, unresponsive)
 	case !s.Serving():
 		if !s.SupervisorAlive() {
 			return fmt.Errorf("proxy (pid %d) is not running", s.PID)
@@ -39,6 +47,35 @@ func (s *State) ProxyProblem() error {
 			sup.Failures, supervise.DefaultStableAfter, lastExit(sup))
 	}
 	return nil
+}
+
+// Unresponsive says why the sandbox's running worker serves nothing, or
+// "" if nothing says so: its supervisor found it answering no heartbeat
+// (it replaces it at the heartbeat timeout), or the kernel has it stopped
+// (SIGSTOP, a debugger). A worker serves from its relay loop, which
+// answers the heartbeats; one that does not hangs every connection of the
+// sandbox while it runs and holds the listeners.
+func (s *State) Unresponsive() string {
+	sup := s.supervision
+	replaced := "its supervisor replaces it"
+	if sup != nil && sup.HeartbeatTimeout != 0 {
+		replaced += " once it has answered none for " + time.Duration(sup.HeartbeatTimeout).String()
+	}
+	switch {
+	case !s.SupervisorAlive():
+		replaced = "nothing replaces it: its supervisor is gone"
+	case sup == nil || sup.HeartbeatTimeout == 0:
+		replaced = "its supervisor does not check heartbeats (an earlier release's)"
+	}
+	if st, err := procstat.Read(s.PID); err == nil && (st.State == 'T' || st.State == 't') {
+		return fmt.Sprintf("it is stopped (SIGSTOP or a debugger) and serves nothing; %s", replaced)
+	}
+	if sup != nil && sup.State == supervise.StateUnresponsive && sup.Unresponsive != nil && sup.Worker != nil &&
+		sup.Worker.PID == s.PID && s.SupervisorAlive() {
+		return fmt.Sprintf("it has answered no heartbeat of its supervisor's for %v; %s",
+			time.Since(*sup.Unresponsive).Round(100*time.Millisecond), replaced)
+	}
+	return ""
 }
 
 // lastExit says how the last worker ended, for messages.

@@ -19,6 +19,7 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
+	"github.com/doorman-net/doorman/internal/testhook"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
@@ -156,6 +157,7 @@ func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgrou
 	if e := phasetrace.Env(); e != "" {
 		cmd.Env = append(cmd.Env, e)
 	}
+	cmd.Env = append(cmd.Env, testhook.Env()...)
 	err = cmd.Start()
 	readW.Close()
 	if err != nil {

@@ -238,3 +238,31 @@ func TestLoadOlderOTLPConfig(t *testing.T) {
 		t.Errorf("starting its proxy: %v", err)
 	}
 }
+
+// A proxy started for a sandbox gets the NAT64 prefixes it recorded
+// (Spec.NAT64Prefixes) in its config file, as it gets its cluster names.
+func TestProxyConfigNAT64Prefixes(t *testing.T) {
+	nsPath := newNetNS(t, "nat64")
+	stateDir, s := fakeSandbox(t, conf.ModeNone, "api.example.test")
+	s.NetNS, s.LogFile = nsPath, filepath.Join(t.TempDir(), "s.log")
+	s.NAT64Prefixes = []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")}
+	s.ProxyBinary = filepath.Join(t.TempDir(), "proxy")
+	if err := os.WriteFile(s.ProxyBinary, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.save(); err != nil {
+		t.Fatal(err)
+	}
+	if err := enforce.Apply(nsPath, enforce.Spec{DenyAll: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EditPolicy(stateDir, s.Key, func(cur *conf.Policy) (*conf.Policy, error) {
+		return &conf.Policy{Mode: conf.ModeAllowlist, Entries: cur.Entries}, nil
+	}); err == nil {
+		t.Fatal("a proxy that exits at once: no error")
+	}
+	cfg, err := proxyconf.Load(filepath.Join(s.Dir, proxyConfigFile))
+	if err != nil || !slices.Equal(cfg.NAT64Prefixes, s.NAT64Prefixes) {
+		t.Errorf("the proxy's config: NAT64 prefixes %v, %v; want %v", cfg.NAT64Prefixes, err, s.NAT64Prefixes)
+	}
+}

@@ -204,8 +204,8 @@ func newState(r Request) (*State, error) {
 		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
 		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
-		ClusterNames: slices.Clone(r.ClusterNames),
-		CADir:        r.CADir, UpstreamCAFile: r.UpstreamCAFile,
+		ClusterNames: slices.Clone(r.ClusterNames), NAT64Prefixes: slices.Clone(r.NAT64Prefixes),
+		CADir: r.CADir, UpstreamCAFile: r.UpstreamCAFile,
 		Limits: r.Limits,
 	}
 	lim := limitsWithDefaults(r.ProxyLimits)
@@ -350,8 +350,8 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	cfg := proxyconf.Config{
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
 		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
-		ClusterNames: s.ClusterNames,
-		CADir:        s.CADir, UpstreamCAFile: s.UpstreamCAFile,
+		ClusterNames: s.ClusterNames, NAT64Prefixes: s.NAT64Prefixes,
+		CADir: s.CADir, UpstreamCAFile: s.UpstreamCAFile,
 		Limits: s.Limits,
 	}
 	if filter {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
@@ -52,6 +53,11 @@ type Spec struct {
 	// the proxy and its DNS filter: a Kubernetes cluster's service and
 	// pod CIDRs to the names under its cluster domain (see guard.Scope).
 	ClusterNames []proxyconf.NameScope
+	// NAT64Prefixes are the prefixes of the NAT64 translators the
+	// host reaches besides the well-known and local-use ones, whose
+	// addresses the proxy and its DNS filter judge by the IPv4 address
+	// they carry (see guard.Config.NAT64Prefixes; ParseNAT64Prefixes).
+	NAT64Prefixes []netip.Prefix
 	// CADir is the sandbox's network's CA directory (package ca,
 	// hostconf.DefaultCADir/<network>), which a policy with request
 	// rules creates on first use and the proxy signs inspected hosts'
@@ -122,6 +128,11 @@ func (s *Spec) validate(a Attachment) error {
 	if err := s.Limits.Validate(); err != nil {
 		return err
 	}
+	for _, p := range s.NAT64Prefixes {
+		if err := guard.ValidateNAT64Prefix(p); err != nil {
+			return fmt.Errorf("NAT64 prefix %v: %w", p, err)
+		}
+	}
 	if w := s.ProxyLimits.CPUWeight; w > cgroup.MaxCPUWeight {
 		return fmt.Errorf("proxy CPU weight %d: want 1 to %d", w, cgroup.MaxCPUWeight)
 	}
@@ -185,6 +196,25 @@ func ParseUpstreamResolver(key, value string) ([]netip.AddrPort, error) {
 		return nil, nil
 	}
 	return ParseServers(key, value)
+}
+
+// ParseNAT64Prefixes parses the NAT64 prefixes given under key: IPv6
+// prefixes of a length RFC 6052 lays out (/32, /40, /48, /56, /64 or
+// /96), without host bits (see guard.ValidateNAT64Prefix). The error is a
+// *FieldError.
+func ParseNAT64Prefixes(key string, values []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range values {
+		p, err := netip.ParsePrefix(strings.TrimSpace(v))
+		if err != nil {
+			return nil, &FieldError{Key: key, Value: v, Reason: "not an IPv6 prefix (such as 64:ff9b::/96 or 2001:db8:64::/96)"}
+		}
+		if err := guard.ValidateNAT64Prefix(p); err != nil {
+			return nil, &FieldError{Key: key, Value: v, Reason: err.Error()}
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // ParseAddrs parses the IP addresses given under key (resolvers a sandbox

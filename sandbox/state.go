@@ -85,6 +85,9 @@ type State struct {
 	// domain (Spec.ClusterNames), as every proxy of the sandbox gets
 	// them.
 	ClusterNames []proxyconf.NameScope `json:"clusterNames,omitempty"`
+	// NAT64Prefixes are the NAT64 prefixes every proxy of the sandbox
+	// gets (Spec.NAT64Prefixes).
+	NAT64Prefixes []netip.Prefix `json:"nat64Prefixes,omitempty"`
 	// CADir is the network's CA directory; UpstreamCAFile the roots
 	// inspected hosts are verified against, if not the system's.
 	CADir          string `json:"caDir,omitempty"`

@@ -23,6 +23,7 @@ const (
 	healthRestarting   = "restarting"   // no worker runs; its supervisor starts the next one
 	healthCrashLoop    = "crashloop"    // its workers keep dying soon after they start
 	healthUnsupervised = "unsupervised" // running, but its supervisor is gone: not replaced if it dies
+	healthUnresponsive = "unresponsive" // running, but serving nothing: stopped, or answering no heartbeat
 	healthStopped      = "stopped"      // stopped by an operator (doorman stop)
 	healthNA           = "n/a"          // not enforced (a pod passed through): no proxy, nothing held
 )
@@ -68,6 +69,9 @@ type proxyInfo struct {
 	Started *time.Time `json:"started,omitempty"`
 	// Problem is what CHECK says is wrong with the proxy, if anything.
 	Problem string `json:"problem,omitempty"`
+	// Unresponsive says why a proxy that runs serves nothing: it is
+	// stopped, or it answers no heartbeat of its supervisor's.
+	Unresponsive string `json:"unresponsive,omitempty"`
 	// Supervisor is the proxy's parent, which replaces it when it dies;
 	// none for a proxy an earlier release started.
 	Supervisor *supervisorInfo `json:"supervisor,omitempty"`
@@ -144,9 +148,14 @@ func describeProxy(s *sandbox.State) proxyInfo {
 	}
 	sup := s.Supervision()
 	serving := s.Serving()
+	if serving {
+		p.Unresponsive = s.Unresponsive()
+	}
 	switch {
 	case s.Stopped:
 		p.Health = healthStopped
+	case serving && p.Unresponsive != "":
+		p.Health = healthUnresponsive
 	case serving && sup != nil && sup.CrashLooping() && s.SupervisorAlive():
 		p.Health = healthCrashLoop
 	case serving && s.Supervisor != nil && !s.SupervisorAlive():
@@ -212,7 +221,9 @@ started), connections allowed and denied since it was enforced, DNS
 queries its DNS filter refused ("-" without the filter), and its
 enforcement label. Proxy health is up; restarting (no proxy runs: its
 supervisor starts the next, and meanwhile the sandbox's TCP waits or is
-refused); crashloop (its proxies keep dying soon after they start);
+refused); unresponsive (its proxy runs but serves nothing: it is stopped,
+or answers no heartbeat of its supervisor's, which replaces it at the
+heartbeat timeout); crashloop (its proxies keep dying soon after they start);
 unsupervised (it runs, but its supervisor is gone: nothing replaces it if
 it dies); stopped (doorman stop); down (nothing runs: its TCP is refused);
 none (mode none has no proxy); n/a (not enforced). A pod in a namespace
@@ -310,9 +321,14 @@ type showInfo struct {
 	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
 	// Inspect are the request rules, as the policy file's lines (the
 	// placeholders as their SHA-256), and CADir the network's CA.
-	Inspect []string               `json:"inspect,omitempty"`
-	CADir   string                 `json:"caDir,omitempty"`
-	Recent  []decisionlog.Decision `json:"recent"`
+	Inspect []string `json:"inspect,omitempty"`
+	CADir   string   `json:"caDir,omitempty"`
+	// RuleSets are the rule sets in force, as "NAME@VERSION ACTION";
+	// Warnings what the policy leaves open (an allowed name beside an
+	// inspected one on a shared registrable domain).
+	RuleSets []string               `json:"rulesets,omitempty"`
+	Warnings []string               `json:"warnings,omitempty"`
+	Recent   []decisionlog.Decision `json:"recent"`
 }
 
 // icmpSummary says what ICMP may leave sandbox s.
@@ -362,7 +378,15 @@ recent decisions, DNS queries included.
 		for i := range info.policy.Inspect {
 			info.Inspect = append(info.Inspect, info.policy.Inspect[i].Lines()...)
 		}
-		if len(info.Inspect) > 0 {
+		for _, u := range info.policy.RuleSets {
+			ref := u.Name
+			if set, err := conf.LookupRuleSet(u.Name); err == nil {
+				ref = set.Ref()
+			}
+			info.RuleSets = append(info.RuleSets, ref+" "+u.Action)
+		}
+		info.Warnings = info.policy.SiblingWarnings()
+		if info.policy.HasInspection() {
 			info.CADir = s.CADir
 		}
 	}
@@ -464,8 +488,22 @@ func (i showInfo) policyRows(row func(k, v string)) {
 		}
 		row(k, strings.TrimPrefix(l, "inspect "))
 	}
+	for n, r := range i.RuleSets {
+		k := ""
+		if n == 0 {
+			k = "rulesets"
+		}
+		row(k, r+" (doorman "+version+"; doorman rulesets show)")
+	}
 	if i.CADir != "" {
 		row("CA", i.CADir+" (doorman ca show)")
+	}
+	for n, w := range i.Warnings {
+		k := ""
+		if n == 0 {
+			k = "warning"
+		}
+		row(k, w)
 	}
 }
 
@@ -511,6 +549,8 @@ func (i showInfo) proxyRows(row func(k, v string), now time.Time) {
 		row("proxy", fmt.Sprintf("RESTARTING: no proxy runs (the sandbox's TCP waits, or is refused); the next starts %s", next))
 	case healthUnsupervised:
 		row("proxy", up()+"; NOT SUPERVISED: its supervisor is gone, nothing replaces it if it dies (doorman start restores it)")
+	case healthUnresponsive:
+		row("proxy", up()+"; UNRESPONSIVE: "+p.Unresponsive+" (the sandbox's TCP waits meanwhile)")
 	case healthStopped:
 		row("proxy", "STOPPED by an operator: the sandbox's TCP is refused (doorman start starts it)")
 	case healthDown:
@@ -564,6 +604,12 @@ func (i showInfo) supervisionRows(row func(k, v string), now time.Time) {
 		l, u := p.Cgroup.Limits, p.Cgroup.Usage
 		v := fmt.Sprintf("%s (%s): memory %s of %s, %d of %s pids, cpu weight %d", p.Cgroup.Path, where,
 			formatBytes(u.Memory), formatLimit(l.Memory, formatBytes), u.Pids, formatLimit(l.Pids, func(n uint64) string { return fmt.Sprint(n) }), l.CPUWeight)
+		switch {
+		case l.SocketMemory != 0 && l.SocketMemory != cgroup.Max:
+			v += fmt.Sprintf(", sockets' buffers %s of %s", formatBytes(u.SocketMemory), formatBytes(l.SocketMemory))
+		case u.SocketMemory != 0:
+			v += fmt.Sprintf(", sockets' buffers %s (in memory)", formatBytes(u.SocketMemory))
+		}
 		if p.Cgroup.Unreadable != "" {
 			v = fmt.Sprintf("%s (%s): limits and usage not readable from here: %s", p.Cgroup.Path, where, p.Cgroup.Unreadable)
 		}

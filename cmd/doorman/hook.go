@@ -53,6 +53,10 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 2
 	}
+	if opts.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
+		fmt.Fprintln(stderr, "doorman hook:", err)
+		return 2
+	}
 	if err := hook.Run(fs.Arg(0), os.Stdin, opts); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -65,6 +69,7 @@ type hookFlags struct {
 	opts                     hook.Options
 	otlpConfig, limitsConfig string
 	limits                   proxyLimitFlags
+	nat64                    listFlag
 }
 
 func (f *hookFlags) register(fs *flag.FlagSet) {
@@ -77,10 +82,11 @@ func (f *hookFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&opts.UpstreamCAFile, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.BoolVar(&opts.AllowICMP, "allow-icmp", false, "let ICMP echo requests (at most 64 bytes of data) out to the container's allowDirect destinations")
 	fs.StringVar(&f.otlpConfig, "otlp-config", hostconf.OTLPFile, "OTLP export settings (JSON: endpoint, insecure, headers) for the proxies; ignored if absent")
-	fs.StringVar(&f.limitsConfig, "limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize); the defaults if absent")
+	fs.StringVar(&f.limitsConfig, "limits-config", hostconf.LimitsFile, "the proxies' caps (JSON: connections, pending, pendingBytes, sniffTimeout, perUpstream, idleTimeout, dnsQueriesPerSecond, logMaxSize, bufferBytes, heartbeatTimeout); the defaults if absent")
 	fs.BoolVar(&opts.HostLayer, "host-layer", true, "add rules on the container's host-side veth that it cannot remove, even with CAP_NET_ADMIN")
 	fs.BoolVar(&opts.DNSFilter, "dns-filter", true, "send the container's DNS through the proxy's filter, which answers only names the policy could admit")
 	f.limits.register(fs)
+	fs.Var(&f.nat64, "nat64-prefix", nat64Usage)
 }
 
 // checkDirFlags refuses a value of the named flags (paths on the host)
@@ -121,6 +127,10 @@ func runRuntime(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "doorman: exec %s: %v\n", runc, err)
 	return 1
 }
+
+// nat64Usage is the usage of --nat64-prefix, which `doorman hook`,
+// `doorman run` and `doorman proxy` share.
+const nat64Usage = "`prefix` of a NAT64 translator the host reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (repeatable; /32, /40, /48, /56, /64 or /96): the proxy refuses its addresses that carry a refused IPv4 address"
 
 // proxyLimitFlags are the flags of the proxy's cgroup limits, which
 // `doorman hook` and `doorman run` share.

@@ -22,7 +22,7 @@ appends one doorman entry to the primary conflist (converting a single-plugin
 .conf to a .conflist first), and keeps it there, watching the conf dir, until
 SIGTERM or SIGINT, which leave the entry in place. --config sets the entry's
 defaults (JSON: mode, allowedHosts, excludeNamespaces, clusterDomain,
-serviceCIDRs, podCIDRs, allowDirect, stateDir, logDir, otlpEndpoint,
+serviceCIDRs, podCIDRs, nat64Prefixes, allowDirect, stateDir, logDir, otlpEndpoint,
 otlpInsecure, otlpHeaders, dnsFilter, hostLayer, allowICMP); a bad one
 changes nothing. Logs are JSON lines on stderr, one for each change.
 

@@ -30,22 +30,24 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type proxyFlags struct {
 	config, sandbox, policy, log, netns     string
 	sniffTimeout, drainTimeout              time.Duration
-	readyFD                                 int
+	readyFD, heartbeatFD                    int
 	listenFDs, listen, dnsUDPFDs, dnsTCPFDs listFlag
 	resolvers, dnsUpstreams, allowDirect    listFlag
+	nat64                                   listFlag
 	otlpEndpoint, otlpConfig                string
 	otlpInsecure                            bool
 	otlpHeaders                             listFlag
 }
 
 func (f *proxyFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "config `file` (JSON) holding every setting below but --ready-fd, as the plugin and the hook start the proxy")
+	fs.StringVar(&f.config, "config", "", "config `file` (JSON) holding every setting below but --ready-fd and --heartbeat-fd, as the plugin and the hook start the proxy")
 	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox id, for logs and 403 pages (required; with --config, the file's)")
 	fs.StringVar(&f.policy, "policy", "", "policy file in the plain allowlist form, watched for changes (required)")
 	fs.StringVar(&f.log, "log", "-", "where decision lines go: a file (appended) or - for stderr")
 	fs.DurationVar(&f.sniffTimeout, "sniff-timeout", proxyconf.DefaultSniffTimeout, "how long to wait for the first bytes that carry a name")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", proxyconf.DefaultDrainTimeout, "on SIGTERM, how long open connections may finish before they are closed")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once serving")
+	fs.IntVar(&f.heartbeatFD, "heartbeat-fd", -1, "inherited socket `fd` on which a supervisor's heartbeats are answered (as `doorman supervise` starts the proxy)")
 	fs.Var(&f.listenFDs, "listen-fd", "inherited listening TCP socket `fd` (repeatable)")
 	fs.Var(&f.listen, "listen", "TCP `address` to bind and serve (repeatable; for tests)")
 	fs.Var(&f.dnsUDPFDs, "dns-udp-fd", "inherited UDP socket `fd` the DNS filter serves (repeatable)")
@@ -53,6 +55,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.resolvers, "resolver", "DNS server (`addr[:port]`) the proxy resolves names admitted by name rules with (repeatable: tried in order, the next on a timeout or SERVFAIL); default: this host's /etc/resolv.conf")
 	fs.Var(&f.dnsUpstreams, "dns-upstream", "resolver `addr:port` the DNS filter forwards admitted queries to (repeatable)")
 	fs.Var(&f.allowDirect, "allow-direct", "allowDirect `entry` (IP or CIDR, optional port) the sandbox reaches without the proxy: its new flows are logged from conntrack (repeatable)")
+	fs.Var(&f.nat64, "nat64-prefix", nat64Usage)
 	fs.StringVar(&f.netns, "netns", "", "network namespace `path` whose allowDirect flows are logged; default: the namespace of the first listener (for --listen-fd, the sandbox's)")
 	fs.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector to copy connection and DNS records to, as OTLP/HTTP logs: a URL (http://127.0.0.1:4318) or host:port (TLS unless --otlp-insecure); empty: the local log only")
 	fs.BoolVar(&f.otlpInsecure, "otlp-insecure", false, "plaintext HTTP to a host:port --otlp-endpoint")
@@ -78,7 +81,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 			if ready != nil {
 				ready()
 			}
-		})
+		}, f.heartbeatFD)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
@@ -106,7 +109,7 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 	if f.config != "" {
 		var others []string
 		fs.Visit(func(fl *flag.Flag) {
-			if fl.Name != "config" && fl.Name != "ready-fd" && fl.Name != "sandbox" {
+			if fl.Name != "config" && fl.Name != "ready-fd" && fl.Name != "heartbeat-fd" && fl.Name != "sandbox" {
 				others = append(others, "--"+fl.Name)
 			}
 		})
@@ -129,6 +132,9 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 		SniffTimeout: proxyconf.Duration(f.sniffTimeout), DrainTimeout: proxyconf.Duration(f.drainTimeout)}
 	var err error
 	if cfg.AllowDirect, err = parseAllowDirect(f.allowDirect); err != nil {
+		return cfg, err
+	}
+	if cfg.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		return cfg, err
 	}
 	if cfg.Resolvers, err = parseResolvers(f.resolvers); err != nil {

@@ -23,7 +23,7 @@ import (
 
 // runFlags are `doorman run`'s flags.
 type runFlags struct {
-	allow, direct, dns, subnets                 listFlag
+	allow, direct, dns, subnets, nat64          listFlag
 	mode, policyFile, upstream, bridge, cniPath string
 	name, stateDir, logDir, runDir, user        string
 	caDir, upstreamCA                           string
@@ -50,6 +50,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
 	fs.Var(&f.direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&f.dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
+	fs.Var(&f.nat64, "nat64-prefix", nat64Usage)
 	fs.Var(&f.subnets, "subnet", "run network `prefix`, one per family (repeatable; default "+runner.DefaultSubnet+")")
 	f.proxyLimits.register(fs)
 }
@@ -157,6 +158,9 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if cfg.AllowDirect, err = sandbox.ParseAllowDirect("--allow-direct", f.direct); err != nil {
 		return cfg, err
 	}
+	if cfg.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
+		return cfg, err
+	}
 	ups, err := sandbox.ParseUpstreamResolver("--upstream-resolver", f.upstream)
 	if err != nil {
 		return cfg, err
@@ -202,12 +206,13 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	m := conf.ModeAllowlist
 	var entries []string
 	var inspect []conf.InspectHost
+	var sets []conf.RuleSetUse
 	if file != "" {
 		p, err := conf.LoadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
-		m, entries, inspect = p.Mode, p.Hosts(), p.Inspect
+		m, entries, inspect, sets = p.Mode, p.Hosts(), p.Inspect, p.RuleSets
 	}
 	if mode != "" {
 		var err error
@@ -218,6 +223,12 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	p, err := conf.NewPolicy(m, append(entries, allow...))
 	if err != nil {
 		return nil, fmt.Errorf("--allow: %w", err)
+	}
+	if len(sets) > 0 {
+		// The policy file's rule sets, checked when it loaded.
+		if p, err = p.WithRuleSets(sets); err != nil {
+			return nil, err
+		}
 	}
 	if len(inspect) > 0 {
 		// The policy file's request rules, checked when it loaded.

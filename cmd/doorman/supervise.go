@@ -74,7 +74,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		Stderr:      os.Stderr,
 		StatusFile:  status,
 		StopTimeout: cfg.DrainTimeout.Or(proxyconf.DefaultDrainTimeout) + supervise.DefaultStopTimeout/2,
-		Ready:       readySignal(readyFD),
+		// A worker that answers no heartbeat this long is replaced.
+		HeartbeatTimeout: cfg.Limits.Effective(0).HeartbeatTimeout,
+		Ready:            readySignal(readyFD),
 		// A worker that runs is one the sandbox's ruleset already
 		// sends connections to: they wait in the backlog until it
 		// serves (see package supervise).

@@ -29,14 +29,16 @@ import (
 // elements are left alone, except an element with one of this sandbox's
 // keys (its interface index, or its bridge and MAC) that still points at
 // another sandbox: a leftover of a sandbox that was never removed, which
-// this one replaces. Other tables are never touched.
+// this one replaces. Other tables are never touched. Apply also turns on
+// the isolation of each bridge port (see Neighbours in the package doc)
+// before it sends the batch, and turns it off again if the batch fails.
 //
 // Apply fails, changing nothing, if an interface does not exist, is not a
 // sandbox's own (loopback, a bridge), is enslaved to anything but a Linux
 // bridge, or is a bridge port whose peer is not a veth in
-// spec.SandboxNetNS (whose MAC the layer pins) or whose sandbox MAC is
+// spec.SandboxNetNS (whose MAC the layer pins), whose sandbox MAC is
 // already pinned on that bridge for another sandbox that still has a port
-// there.
+// there, or whose isolation the kernel does not keep (before Linux 4.18).
 func Apply(nsPath string, spec Spec) ([]Pin, error) {
 	pins, err := apply(nsPath, spec)
 	if err != nil {
@@ -71,14 +73,20 @@ func apply(nsPath string, spec Spec) ([]Pin, error) {
 	if err := n.checkMACConflicts(s, ifaces, inetSets, bridgeSets); err != nil {
 		return nil, err
 	}
+	claimIsolation(ifaces, bridgeSets)
 	if err := n.stageApply(inet, s, ifaces, inetSets); err != nil {
 		return nil, fmt.Errorf("%s: %w", inet, err)
 	}
 	if err := n.stageApply(bridge, s, ifaces, bridgeSets); err != nil {
 		return nil, fmt.Errorf("%s: %w", bridge, err)
 	}
-	if err := n.Conn.Flush(); err != nil {
+	// Isolation before the rules: a failure of either leaves neither.
+	undo, err := n.isolatePorts(ifaces)
+	if err != nil {
 		return nil, err
+	}
+	if err := n.Conn.Flush(); err != nil {
+		return nil, errors.Join(err, undo())
 	}
 	pins := make([]Pin, 0, len(ifaces))
 	for _, i := range ifaces {
@@ -213,7 +221,7 @@ func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
 			return false, nil
 		}
 		ch.Table = l.table
-		if nft.CompareBaseChain(l.baseChain(b), ch) != nil {
+		if l.compareShared(b, ch) != nil {
 			return false, nil
 		}
 		// CompareRules fails on a difference and on a failed read alike:
@@ -299,7 +307,9 @@ func keyIndex(key []byte) uint32 {
 
 // Remove deletes the rules of sandbox key from the runtime's namespace at
 // nsPath: its map elements and its chain in both tables, and the tables
-// themselves when no other sandbox is left in them, in one batch. It is no
+// themselves when no other sandbox is left in them, in one batch; then it
+// turns off the isolation Apply turned on for its bridge ports that still
+// exist (isolation another tool set stays). It is no
 // error if the sandbox has no rules there or the namespace is gone, so
 // Remove can be repeated. Other sandboxes' rules and other tables are left
 // alone.
@@ -322,6 +332,10 @@ func remove(nsPath string, key string) error {
 		return err
 	}
 	defer n.Close()
+	held, err := n.heldIsolation(chainName(key))
+	if err != nil {
+		return err
+	}
 	changed := false
 	for _, l := range layouts() {
 		ok, err := n.stageRemove(l, key)
@@ -333,7 +347,10 @@ func remove(nsPath string, key string) error {
 	if !changed {
 		return nil
 	}
-	return n.Conn.Flush()
+	if err := n.Conn.Flush(); err != nil {
+		return err
+	}
+	return n.releaseIsolation(held)
 }
 
 // stageRemove queues the removal of sandbox key from one table and reports

@@ -19,8 +19,8 @@ import (
 // missing, extra or altered rule, an interface that is gone, recreated or
 // moved, a missing or misdirected element, a missing or extra pin of an
 // address, a stale element still pointing at the sandbox's chain, a
-// sandbox whose MAC changed since Apply pinned it, or br_netfilter
-// switched on or off for its bridge. spec.Pins are the pins Apply
+// sandbox whose MAC changed since Apply pinned it, a bridge port whose
+// isolation is off, or br_netfilter switched on or off for its bridge. spec.Pins are the pins Apply
 // returned; an interface without one is compared with what the sandbox's
 // end holds now. Other sandboxes' rules are not looked at.
 //
@@ -54,6 +54,17 @@ func check(nsPath string, spec Spec) error {
 		if i.peerMAC != nil && !bytes.Equal(i.peerMAC, i.mac) {
 			return fmt.Errorf("host interface %q: the sandbox's end has mac %s now, the layer pins %s", i.name, i.peerMAC, i.mac)
 		}
+		if i.bridge != "" && !i.isolated {
+			return fmt.Errorf("host interface %q: its port isolation on bridge %q is off: the sandbox's frames would reach the other sandboxes on the bridge", i.name, i.bridge)
+		}
+	}
+	bridgeSets, err := n.readSets(bridgeLayout())
+	if err != nil {
+		return fmt.Errorf("%s: %w", bridgeLayout(), err)
+	}
+	held := heldPorts(bridgeSets)
+	for i := range ifaces {
+		ifaces[i].isolationOwned = ifaces[i].bridge != "" && held[uint32(ifaces[i].index)]
 	}
 	for _, l := range layouts() {
 		if err := n.checkTable(l, s, ifaces); err != nil {
@@ -73,7 +84,7 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 		if err != nil {
 			return err
 		}
-		if err := nft.CompareBaseChain(l.baseChain(b), ch); err != nil {
+		if err := l.compareShared(b, ch); err != nil {
 			return err
 		}
 		if err := nft.CompareRules(n.Conn, ch, b.rules, "layer"); err != nil {

@@ -27,14 +27,16 @@
 //     services), and, if the policy allows ICMP, echo requests to them
 //     with at most 64 bytes of data;
 //   - ARP, IPv6 neighbour discovery to destinations on the link (see
-//     below) and MLD.
+//     below) and MLD, each held to the exact shape address resolution
+//     needs (see Neighbours).
 //
 // Everything else is dropped: no other ICMP query (timestamp, information
 // and address mask requests, larger echoes), which could carry a tunnel's
-// payload, no router advertisement and no redirect. So a workload that
-// flushes its own ruleset, adds routes, changes its MAC or addresses or
-// sends hand-made frames gets nothing out: it only loses its own
-// connectivity.
+// payload, no router advertisement and no redirect. And nothing a sandbox
+// sends on a bridge reaches another sandbox on it, frames included (see
+// Neighbours). So a workload that flushes its own ruleset, adds routes,
+// changes its MAC or addresses or sends hand-made frames gets nothing
+// out: it only loses its own connectivity.
 //
 // # Tables
 //
@@ -81,9 +83,30 @@
 //	    set sandbox-ip6 { type iface_index . ipv6_addr }     bridge port, sandbox address
 //	    set sandbox-ports { type iface_index }               bridge ports of sandboxes
 //	    set sandbox-port-macs { type iface_index . ether_addr } bridge port, sandbox MAC
+//	    set isolated-ports { type iface_index }              ports whose isolation the layer turned on
+//	    chain arp-shape                                      shared, reached by jump (see Neighbours)
+//	        arp operation != {request, reply} drop
+//	        meta len != {28, 46} drop                        no trailer; 46: padded to 60 bytes
+//	        meta len 46 @nh,224,144 != 0 drop                the padding is zeros (in two rules)
+//	    chain nd-shape                                       shared, reached by jump (see Neighbours)
+//	        for router solicitation (L 8), neighbour solicitation (L 24), neighbour advertisement (L 24):
+//	        icmpv6 type T ip6 nexthdr != ipv6-icmp drop      no extension header
+//	        icmpv6 type T @th,8,56 & MASK != 0 drop          code, reserved bits (but an advert's flags)
+//	        icmpv6 type T ip6 length . meta len != {L . 40+L, L+8 . 48+L} drop
+//	        icmpv6 type T meta len 48+L @th,L*8,16 != {OPTIONS} drop   the one option: link-layer address (or nonce)
+//	        icmpv6 type T meta len 48+L @th,L*8,16 LLADDR meta iif . @th,(L+2)*8,48 != @sandbox-port-macs drop
+//	        for mld report, mld done, mldv2 report:
+//	        icmpv6 type T ip6 nexthdr != hop-by-hop drop
+//	        icmpv6 type T @nh,320,64 != 3a00050200000100 drop   the router alert, nothing else
+//	        icmpv6 type {mld report, done} @th,8,56 & ff0000ffffffff != 0 drop
+//	        icmpv6 type {mld report, done} ip6 length . meta len != 32 . 72 drop
+//	        icmpv6 type mldv2 report @th,8,40 & ff0000ffff != 0 drop
+//	        icmpv6 type mldv2 report @th,48,16 . ip6 length . meta len != {M . 16+20M . 56+20M, M 1-8} drop
+//	        icmpv6 type mldv2 report @th,48,16 >= I+1 @th,(8+20I+1)*8,24 != 0 drop   I 0-7: no sources, no aux data
 //	    chain prerouting  type filter hook prerouting priority filter (-200), policy accept
 //	        meta iif vmap @sandboxes
 //	    chain forward     type filter hook forward priority filter (-200), policy accept
+//	        meta iif @sandbox-ports meta oif @sandbox-ports drop   no frame from a sandbox to another
 //	        ether type ip meta iif @unfiltered-ip drop
 //	        ether type ip6 meta iif @unfiltered-ip6 drop
 //	        ether daddr & 01:00:00:00:00:00 == 0 meta oif @sandbox-ports
@@ -99,9 +122,11 @@
 //	        arp hlen != 6 drop
 //	        arp plen != 4 drop
 //	        arp saddr ip != 0.0.0.0 meta iif . arp saddr ip != @sandbox-ip drop
+//	        ether type arp jump arp-shape
 //	        ether type arp accept
 //	        ether type ip meta iif . ip saddr != @sandbox-ip drop
 //	        ether type ip accept                             judged by table inet doorman-host
+//	        ether type ip6 meta l4proto ipv6-icmp jump nd-shape
 //	        ip6 saddr :: icmpv6 type nd-neighbor-solicit meta iif . icmpv6 target @sandbox-ip6 accept
 //	        ip6 saddr :: icmpv6 type {nd-router-solicit, mld-listener-report, mld2-listener-report} accept
 //	        ip6 saddr :: drop
@@ -113,7 +138,13 @@
 //
 // (One rule per type or address where the sketch shows a set: the rules
 // name each type on its own. In the bridge table's accepts, accept ends
-// the table's say only: the inet table still judges what they let pass.)
+// the table's say only: the inet table still judges what they let pass.
+// A concatenation `A . B != {...}` is one comparison of the registers A
+// and B were loaded into, each taking whole 32-bit registers, compared
+// unequal to each value in turn.)
+//
+// Besides its tables, the layer holds one setting of each bridge port:
+// its isolation (see Neighbours).
 //
 // The matches, verdicts and commented rules both tables are built from,
 // the comparison Check makes and the namespace handle are package
@@ -236,6 +267,79 @@
 // An interface enslaved to anything but a Linux bridge (an Open vSwitch
 // port, a bond) is refused: its frames would bypass these hooks.
 //
+// # Neighbours
+//
+// Sandboxes on one bridge must not reach each other at layer 2: every
+// frame a neighbour receives is a channel, whatever the IP layer says of
+// it. A sandbox's broadcasts and multicasts (ARP requests, neighbour
+// solicitations, MLD reports) reach every port of the bridge, and a
+// workload holding CAP_NET_RAW sends any frame it likes to a neighbour's
+// MAC. So two things keep a sandbox's frames from every other sandbox,
+// and either holds without the other:
+//
+//   - Apply turns on the isolation of each sandbox's bridge port
+//     (IFLA_BRPORT_ISOLATED, `bridge link set dev PORT isolated on`,
+//     Linux 4.18): the bridge forwards nothing from an isolated port to
+//     another, while the bridge itself (the host, the gateway) still
+//     receives everything and still sends to every port. Apply sets it
+//     before it sends its batch and turns it off again if the batch fails;
+//     it records the ports it isolated in set isolated-ports, and Remove
+//     turns their isolation off again (isolation another tool had set
+//     stays). Check fails on a port whose isolation is off.
+//   - The bridge table's forward hook drops every frame from a sandbox's
+//     port to another sandbox's port (`meta iif @sandbox-ports meta oif
+//     @sandbox-ports drop`). It sees bridged frames only, not the host's
+//     own, which go through the output hook.
+//
+// Both sit in the runtime's namespace, which the workload cannot reach:
+// flushing its own rules changes neither. They hold on every Linux bridge
+// the layer finds a sandbox's port on: the CNI bridge plugin's, Podman's
+// cni-podman0, docker0 and Docker's user-defined bridges (in dockerd's
+// namespace), the inner docker0 of Docker-in-Docker (in the outer
+// container's namespace, where the inner daemon's hook applies the
+// layer). A routed interface (a veth without a bridge, as the ptp plugin
+// and kindnet make) has no neighbour to isolate: its other end is the
+// host's.
+//
+// What reaches the host, and the bridge's ports that are not a sandbox's
+// (the pods of an excluded namespace, a container started without
+// doorman), is held to what address resolution needs. The sandbox
+// chain sends ARP to chain arp-shape and ICMPv6 to chain nd-shape,
+// shared by every sandbox, which drop anything but the exact layouts:
+// ARP requests and replies of exactly 28 bytes (or 46 whose last 18 are
+// zeros: padding to Ethernet's minimum frame), never a trailer; router
+// and neighbour solicitations and neighbour advertisements with no
+// extension header, code 0, reserved bits 0, at most one option (the
+// link-layer address, which must be the sandbox's MAC, or a solicitation's
+// nonce for duplicate address detection, RFC 7527) and no byte after the
+// IPv6 payload; MLD reports and dones behind exactly the router alert
+// header Linux sends, MLDv1 of 24 bytes, MLDv2 with 1 to 8 records of a
+// group each, without sources or auxiliary data. `meta len` is the frame
+// after its Ethernet header, so a frame with bytes after the packet (which
+// the host's IP layer trims, but a packet socket on a port sees) does not
+// match the lengths. What remains free is what the protocols leave free:
+// an ARP request's target hardware and protocol addresses, a
+// solicitation's target, its nonce, an MLD record's group: a few bytes a
+// frame, to the host and the ports that are not sandboxes'. The IP layer
+// (table inet doorman-host) judges the neighbour discovery and MLD that
+// pass, as before.
+//
+// Sandboxes that the policy lets talk to each other still can, through
+// the layers that judge it: the proxy dials a neighbour from the host
+// (an address entry naming it, or a name that resolves to it), and the
+// host's own frames reach every port. What no longer passes is direct
+// traffic between two sandboxes on one bridge: an allowDirect entry
+// naming a neighbour on the same bridge (its ARP and neighbour discovery
+// never reach it), and, with br_netfilter, UDP to a service address that
+// the host's DNAT sends to a sandbox on the same bridge (br_netfilter
+// bridges the rewritten frame from port to port, which isolation stops;
+// kube-proxy's ClusterIPs with a backend on the same node's bridge CNI)
+// or back to the sender itself (hairpin). TCP is unaffected: the proxy
+// takes it. The layer does not answer ARP for the neighbours in their
+// stead (proxy_arp_pvlan, RFC 3069): that is a setting of the bridge,
+// shared with every container on it, and IPv6 has no counterpart without
+// a proxy entry per address.
+//
 // # Neighbour discovery
 //
 // Neighbour and router solicitations and advertisements carry hop limit
@@ -253,11 +357,15 @@
 //     after createRuntime (see WaitHostPeers). Check reports later changes.
 //   - A connection the sandbox accepted is a channel by design: whoever
 //     connects to it gets its replies.
-//   - ARP and neighbour discovery still reach the other containers on
-//     the bridge, with the sandbox's own identity: they can learn where
-//     the sandbox is, not be told it is someone else. Broadcast and
-//     multicast frames on the bridge (ARP requests, neighbour
-//     solicitations) reach every port, the sandbox's too.
+//   - ARP and neighbour discovery, in their shapes, still reach the host
+//     and the ports of the bridge that are not sandboxes', with the
+//     sandbox's own identity; the host's own broadcasts and multicasts
+//     (its ARP requests, router advertisements) reach every port, the
+//     sandbox's too. Direct traffic between sandboxes on one bridge does
+//     not pass (see Neighbours).
+//   - An MLDv2 report with sources (source-specific multicast) or more
+//     than 8 records is dropped: the sandbox's joins of such groups go
+//     unheard where the bridge snoops multicast with a querier.
 //   - The pins hold the identity the sandbox had at the first Apply;
 //     where a workload could change its own before that (a runtime that
 //     starts it before the layer is applied), it would be pinned.

@@ -15,15 +15,18 @@ import (
 var updateGolden = flag.Bool("update", false, "rewrite testdata/layer.golden from the layer the code builds now")
 
 // TestLayerGolden pins both tables of the layer to the expressions, byte
-// for byte as netlink attributes, and the elements that earlier releases
-// installed: Check of a release compares the installed layer with what it
-// would install, so a sandbox enforced by the previous release must read
-// back as exactly this.
+// for byte as netlink attributes, and the elements that Apply installs:
+// Check of a release compares the installed layer with what it would
+// install, so a sandbox enforced by the previous release reads back as
+// exactly this unless the layer itself changed (as with the frame shapes,
+// the forward rule and the port isolation of issue 24: Check then reports
+// the older layer until a second ADD or the hook applies it again).
 func TestLayerGolden(t *testing.T) {
 	mac, _ := net.ParseMAC("02:42:c6:33:64:02")
 	routed := hostIface{name: "veth-r", index: 7, pin: Pin{HostIface: "veth-r", HostIndex: 7,
 		Addrs: addrs("198.51.100.2", "2001:db8::2", "fe80::2")}}
 	bridged := hostIface{name: "veth-b", index: 9, bridge: "br0", bridgeIndex: 3, mac: mac, peerMAC: mac, brnf4: true,
+		isolated: true, isolationOwned: true,
 		pin: Pin{HostIface: "veth-b", HostIndex: 9, MAC: mac, Addrs: addrs("203.0.113.2", "2001:db8:1::2", "fe80::42:c6ff:fe33:6402")}}
 	specs := []struct {
 		name   string
@@ -53,7 +56,11 @@ func TestLayerGolden(t *testing.T) {
 			}
 			for _, base := range l.bases {
 				ch := l.baseChain(base)
-				fmt.Fprintf(&b, "chain %s type %s hook %d priority %d policy %d\n", ch.Name, ch.Type, *ch.Hooknum, *ch.Priority, *ch.Policy)
+				if ch.Hooknum == nil {
+					fmt.Fprintf(&b, "chain %s\n", ch.Name)
+				} else {
+					fmt.Fprintf(&b, "chain %s type %s hook %d priority %d policy %d\n", ch.Name, ch.Type, *ch.Hooknum, *ch.Priority, *ch.Policy)
+				}
 				for _, r := range base.rules {
 					fmt.Fprintf(&b, "  rule %q\n", r.Comment)
 					nfttest.WriteExprs(t, &b, l.table.Family, r.Exprs)

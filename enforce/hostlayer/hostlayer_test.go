@@ -24,7 +24,7 @@ type lab struct {
 	uplinkSSH            *server      // the runtime itself, :22 on its uplink address
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	t.Helper()
 	l := &lab{topology: newTopology(t)}
 	in := l.inet
@@ -50,7 +50,7 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-func mustEntries(t *testing.T, ss ...string) []conf.Entry {
+func mustEntries(t testing.TB, ss ...string) []conf.Entry {
 	t.Helper()
 	var out []conf.Entry
 	for _, s := range ss {
@@ -65,7 +65,7 @@ func mustEntries(t *testing.T, ss ...string) []conf.Entry {
 
 // spec is the layer of one sandbox of the lab; the sandbox itself has no
 // rules at all, as if its workload had flushed them.
-func (l *lab) spec(t *testing.T, key string, sbx *testNS, iface string, allowICMP bool) Spec {
+func (l *lab) spec(t testing.TB, key string, sbx *testNS, iface string, allowICMP bool) Spec {
 	return Spec{
 		Key:          key,
 		SandboxNetNS: sbx.path,
@@ -77,7 +77,7 @@ func (l *lab) spec(t *testing.T, key string, sbx *testNS, iface string, allowICM
 	}
 }
 
-func (l *lab) apply(t *testing.T, s Spec) {
+func (l *lab) apply(t testing.TB, s Spec) {
 	t.Helper()
 	if _, err := Apply(l.runtime.path, s); err != nil {
 		t.Fatal(err)

@@ -37,6 +37,12 @@ type hostIface struct {
 	// brnf4 and brnf6 say whether br_netfilter passes the bridge's IPv4
 	// and IPv6 frames through the inet hooks (bridge ports only).
 	brnf4, brnf6 bool
+	// isolated says whether the port's isolation (IFLA_BRPORT_ISOLATED)
+	// is on now, and isolationOwned whether the layer holds it: it turns
+	// it on at Apply (see isolatePorts) and off at Remove. Isolation that
+	// was on before the layer's first Apply (another tool's) is not the
+	// layer's, and stays when it goes. Bridge ports only.
+	isolated, isolationOwned bool
 }
 
 // addrs4 and addrs6 are the sandbox's pinned addresses of each family.
@@ -111,6 +117,9 @@ func (n *runtimeNS) resolveIface(s Spec, name string) (hostIface, error) {
 		}
 		if hi.brnf4, hi.brnf6, err = bridgeNetfilter(n.path, hi.bridgeIndex); err != nil {
 			return hostIface{}, fmt.Errorf("read the br_netfilter state of bridge %q: %w", hi.bridge, err)
+		}
+		if hi.isolated, err = n.portIsolated(l); err != nil {
+			return hostIface{}, fmt.Errorf("read its port isolation on bridge %q: %w", hi.bridge, err)
 		}
 	}
 	// A bridge port's peer is always looked at: the layer must know that

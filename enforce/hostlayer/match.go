@@ -99,6 +99,76 @@ var (
 	fieldNDTarget   = nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: icmpv6NeighTargetOff, Len: 16}
 )
 
+// Where the fields the frame shapes (shape.go) read lie: the ARP
+// operation and the bytes after a 28-byte ARP packet, up to Ethernet's
+// minimum (18 of them: 16 and 2, since a comparison holds at most 16);
+// the IPv6 payload length and next header, and the 8 bytes of a hop-by-hop
+// header right after the IPv6 header; the ICMPv6 code and the reserved
+// field after the checksum, and where the options of neighbour discovery
+// and the records of an MLDv2 report start.
+var (
+	fieldARPOp       = nft.Field{Base: expr.PayloadBaseNetworkHeader, Offset: 6, Len: 2}
+	fieldARPPad      = nft.Field{Base: expr.PayloadBaseNetworkHeader, Offset: arpLen, Len: 16}
+	fieldARPPadTail  = nft.Field{Base: expr.PayloadBaseNetworkHeader, Offset: arpLen + 16, Len: arpPaddedLen - arpLen - 16}
+	fieldIPv6Len     = nft.Field{Base: expr.PayloadBaseNetworkHeader, Offset: 4, Len: 2}
+	fieldIPv6NextHdr = nft.Field{Base: expr.PayloadBaseNetworkHeader, Offset: 6, Len: 1}
+	fieldHopByHop    = nft.Field{Base: expr.PayloadBaseNetworkHeader, Offset: ipv6HeaderLen, Len: hopByHopLen}
+	// fieldICMPv6Head is the code, the checksum and the four bytes after
+	// it (reserved, flags, or MLD's delay and reserved); the checksum is
+	// masked out wherever it is compared.
+	fieldICMPv6Head = nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: 1, Len: 7}
+	fieldMLDv2Head  = nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: 1, Len: 5}
+	fieldMLDv2Nrec  = nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: 6, Len: 2}
+)
+
+// ndOption is the type and length (in units of 8 bytes) of the option
+// that starts at offset off of an ICMPv6 message, and optionMAC the
+// link-layer address it carries if it is a link-layer address option.
+func ndOption(off uint32) nft.Field {
+	return nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2}
+}
+
+func optionMAC(off uint32) nft.Field {
+	return nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: off + 2, Len: 6}
+}
+
+// mldv2Record is the aux data length and the number of sources of record
+// i of an MLDv2 report (RFC 3810 5.2.1), records of 20 bytes each.
+func mldv2Record(i int) nft.Field {
+	return nft.Field{Base: expr.PayloadBaseTransportHeader, Offset: uint32(mldv2HeaderLen + mldv2RecordLen*i + 1), Len: 3}
+}
+
+// matchLen is `meta len N`: the length of the frame after its Ethernet
+// header, as the bridge hooks see it.
+func matchLen(n uint32) []expr.Any {
+	return nft.Load(&expr.Meta{Key: expr.MetaKeyLEN, Register: nft.Reg}, nft.Eq(binaryutil.NativeEndian.PutUint32(n)))
+}
+
+// fieldNot is `FIELD != {V1, V2...}`: one load, compared unequal to each
+// value in turn.
+func fieldNot(f nft.Field, values ...[]byte) []expr.Any {
+	out := []expr.Any{f.Load(nft.Reg)}
+	for _, v := range values {
+		out = append(out, nft.Neq(v))
+	}
+	return out
+}
+
+// maskedNonZero is `FIELD & MASK != 0`.
+func maskedNonZero(f nft.Field, mask []byte) []expr.Any {
+	return []expr.Any{
+		f.Load(nft.Reg),
+		&expr.Bitwise{SourceRegister: nft.Reg, DestRegister: nft.Reg, Len: f.Len, Mask: mask, Xor: make([]byte, f.Len)},
+		nft.Neq(make([]byte, f.Len)),
+	}
+}
+
+// fieldCmp is `FIELD OP V` for an ordering op (<, <=, >, >=): the kernel
+// compares the bytes as memcmp does, which orders big-endian numbers.
+func fieldCmp(f nft.Field, op expr.CmpOp, v []byte) []expr.Any {
+	return nft.Load(f.Load(nft.Reg), &expr.Cmp{Op: op, Register: nft.Reg, Data: v})
+}
+
 // matchIifField is `meta iif . FIELD @SET` (in) or `meta iif . FIELD !=
 // @SET`: the index goes to the first 32-bit register (where register 1
 // starts, which the kernel reports as register 1), the field to the ones

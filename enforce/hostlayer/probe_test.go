@@ -29,7 +29,7 @@ const (
 	quiet    = 100 * time.Millisecond
 )
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces and nftables rules")
@@ -51,14 +51,14 @@ func network(proto string, a netip.AddrPort) string {
 
 // in runs f with the calling thread in namespace n: sockets f creates stay
 // in n.
-func in(t *testing.T, n *testNS, f func() error) {
+func in(t testing.TB, n *testNS, f func() error) {
 	t.Helper()
 	if err := n.Do(func(ns.NetNS) error { return f() }); err != nil {
 		t.Fatalf("in %s: %v", n.name, err)
 	}
 }
 
-func listenTCP(t *testing.T, n *testNS, addr string) *net.TCPListener {
+func listenTCP(t testing.TB, n *testNS, addr string) *net.TCPListener {
 	t.Helper()
 	var l net.Listener
 	in(t, n, func() (err error) { l, err = net.Listen(network("tcp", ap(addr)), addr); return err })
@@ -66,7 +66,7 @@ func listenTCP(t *testing.T, n *testNS, addr string) *net.TCPListener {
 	return l.(*net.TCPListener)
 }
 
-func listenUDP(t *testing.T, n *testNS, addr string) *net.UDPConn {
+func listenUDP(t testing.TB, n *testNS, addr string) *net.UDPConn {
 	t.Helper()
 	var c net.PacketConn
 	in(t, n, func() (err error) { c, err = net.ListenPacket(network("udp", ap(addr)), addr); return err })
@@ -95,7 +95,7 @@ type server struct {
 	accepted atomic.Int64
 }
 
-func serveTCP(t *testing.T, n *testNS, addr, name string) *server {
+func serveTCP(t testing.TB, n *testNS, addr, name string) *server {
 	t.Helper()
 	l := listenTCP(t, n, addr)
 	s := &server{addr: addr}

@@ -37,6 +37,7 @@ const (
 	setAddrs6      = "sandbox-ip6"       // iface_index . ipv6_addr (both tables)
 	setPorts       = "sandbox-ports"     // iface_index (bridge)
 	setPortMACs    = "sandbox-port-macs" // iface_index . ether_addr (bridge)
+	setIsolated    = "isolated-ports"    // iface_index (bridge): ports whose isolation the layer turned on
 )
 
 // Base chain priorities. inet: after conntrack (-200) has attached its
@@ -68,11 +69,11 @@ type setSpec struct {
 	verdicts bool
 }
 
-// baseSpec is a base chain of a table and its rules, shared by all
-// sandboxes.
+// baseSpec is a chain of a table and its rules, shared by all sandboxes:
+// a base chain, or a regular chain that sandbox chains jump to (hook nil).
 type baseSpec struct {
 	name     string
-	hook     *nftables.ChainHook
+	hook     *nftables.ChainHook // nil: a regular chain
 	priority *nftables.ChainPriority
 	rules    []nft.RuleSpec
 }
@@ -114,8 +115,24 @@ func (l layout) set(s setSpec) *nftables.Set {
 }
 
 func (l layout) baseChain(b baseSpec) *nftables.Chain {
+	if b.hook == nil {
+		return &nftables.Chain{Name: b.name, Table: l.table}
+	}
 	return &nftables.Chain{Name: b.name, Table: l.table, Type: nftables.ChainTypeFilter,
 		Hooknum: b.hook, Priority: b.priority, Policy: ptr(nftables.ChainPolicyAccept)}
+}
+
+// compareShared returns nil if got, an installed chain, is shared chain b
+// as Apply installs it: a base chain of its type, hook, priority and
+// policy, or a regular chain.
+func (l layout) compareShared(b baseSpec, got *nftables.Chain) error {
+	if b.hook == nil {
+		if got.Hooknum != nil {
+			return fmt.Errorf("chain %q is a base chain, want a regular one", b.name)
+		}
+		return nil
+	}
+	return nft.CompareBaseChain(l.baseChain(b), got)
 }
 
 func (l layout) sandboxChain(key string) *nftables.Chain {
@@ -161,8 +178,10 @@ func inetLayout() layout {
 
 // bridgeLayout is table bridge doorman-host, on the bridge ports: it pins
 // the source MAC and lets only ARP and untagged IP through to the inet
-// table, and it drops bridged IP whose family br_netfilter does not pass
-// through the inet hooks (which alone could judge it).
+// table, ARP and neighbour discovery in the shapes of shape.go only; it
+// drops every frame from one sandbox's port to another's, and bridged IP
+// whose family br_netfilter does not pass through the inet hooks (which
+// alone could judge it).
 func bridgeLayout() layout {
 	return layout{
 		table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyBridge},
@@ -174,12 +193,17 @@ func bridgeLayout() layout {
 			{name: setAddrs6, keyType: typeIfaceAddr6},
 			{name: setPorts, keyType: nftables.TypeIFIndex},
 			{name: setPortMACs, keyType: typeIfaceMAC},
+			{name: setIsolated, keyType: nftables.TypeIFIndex},
 		},
 		bases: []baseSpec{
+			{name: chainARPShape, rules: arpShapeRules()},
+			{name: chainNDShape, rules: ndShapeRules()},
 			{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: bridgePriority, rules: []nft.RuleSpec{
 				nft.Rule("sandbox ports go to their chains", dispatchIface(setIfaces)),
 			}},
 			{name: "forward", hook: nftables.ChainHookForward, priority: bridgePriority, rules: []nft.RuleSpec{
+				nft.Rule("frames from a sandbox's port to another sandbox's port are dropped",
+					matchIfaceIn(setPorts), matchOifIn(setPorts), nft.Drop()),
 				nft.Rule("bridged ipv4 that br_netfilter does not pass to the inet hooks is dropped",
 					matchEtherType(unix.ETH_P_IP), matchIfaceIn(setUnfiltered4), nft.Drop()),
 				nft.Rule("bridged ipv6 that br_netfilter does not pass to the inet hooks is dropped",
@@ -206,6 +230,9 @@ func bridgeLayout() layout {
 				}
 				if !i.brnf6 {
 					els[setUnfiltered6] = append(els[setUnfiltered6], element{key: ifIndexKey(i.index)})
+				}
+				if i.isolationOwned {
+					els[setIsolated] = append(els[setIsolated], element{key: ifIndexKey(i.index)})
 				}
 			}
 			return els
@@ -397,6 +424,7 @@ func bridgeRules(ifaces []hostIface) []nft.RuleSpec {
 	}
 	arp, ip4, ip6 := matchEtherType(unix.ETH_P_ARP), matchEtherType(unix.ETH_P_IP), matchEtherType(unix.ETH_P_IPV6)
 	icmpv6 := nft.L4Proto(unix.IPPROTO_ICMPV6)
+	arpShape, ndShape := shapeJumps()
 	unspec := nft.IPv6Saddr().Eq(make([]byte, 16))
 	return append(rules,
 		nft.Rule("arp for other hardware than ethernet is dropped", arp, fieldARPHType.Neq([]byte{0, 1}), nft.Drop()),
@@ -405,9 +433,11 @@ func bridgeRules(ifaces []hostIface) []nft.RuleSpec {
 		nft.Rule("arp with other protocol address lengths than 4 is dropped", arp, fieldARPPLen.Neq([]byte{4}), nft.Drop()),
 		nft.Rule("arp not from the sandbox's ipv4 addresses (nor a probe from 0.0.0.0) is dropped",
 			arp, fieldARPSpa.Neq(make([]byte, 4)), matchIifField(setAddrs4, fieldARPSpa, false), nft.Drop()),
+		arpShape,
 		nft.Rule("arp is accepted", arp, nft.Accept()),
 		nft.Rule("ipv4 not from the sandbox's addresses is dropped", ip4, matchIifField(setAddrs4, nft.IPv4Saddr(), false), nft.Drop()),
 		nft.Rule("ipv4 is judged by table inet "+TableName, ip4, nft.Accept()),
+		ndShape,
 		nft.Rule("duplicate address detection of the sandbox's addresses is accepted",
 			ip6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6NeighSolicit), matchIifField(setAddrs6, fieldNDTarget, true), nft.Accept()),
 		nft.Rule("router solicitation from :: is accepted", ip6, unspec, icmpv6, nft.ICMPType(nft.ICMPv6RouterSolicit), nft.Accept()),

@@ -173,6 +173,9 @@ func TestCheckDetectsTampering(t *testing.T) {
 		{"a deleted pin rule", func(t *testing.T, n *runtimeNS) {
 			deleteRule(t, n, inet, chainName("x"), 0)
 		}, "is dropped"},
+		{"a deleted shape rule", func(t *testing.T, n *runtimeNS) {
+			deleteRule(t, n, bridge, chainNDShape, 0)
+		}, chainNDShape},
 		{"a deleted table", func(t *testing.T, n *runtimeNS) {
 			n.Conn.DelTable(bridge.table)
 		}, "table is missing"},

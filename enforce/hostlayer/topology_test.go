@@ -53,7 +53,7 @@ type testNS struct {
 
 // newTestNS creates namespace dm-<purpose>-<hex> with loopback up and
 // deletes it when the test ends.
-func newTestNS(t *testing.T, purpose string) *testNS {
+func newTestNS(t testing.TB, purpose string) *testNS {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -70,7 +70,7 @@ func newTestNS(t *testing.T, purpose string) *testNS {
 	return &testNS{name: name, path: path, NetNS: n}
 }
 
-func run(t *testing.T, name string, args ...string) {
+func run(t testing.TB, name string, args ...string) {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -79,13 +79,13 @@ func run(t *testing.T, name string, args ...string) {
 }
 
 // ip runs `ip -n NS` with the whitespace-separated arguments of line.
-func (n *testNS) ip(t *testing.T, line string) {
+func (n *testNS) ip(t testing.TB, line string) {
 	t.Helper()
 	run(t, "ip", append([]string{"-n", n.name}, strings.Fields(line)...)...)
 }
 
 // sysctl writes a sysctl of the namespace (path below /proc/sys).
-func (n *testNS) sysctl(t *testing.T, key, value string) {
+func (n *testNS) sysctl(t testing.TB, key, value string) {
 	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
 		return os.WriteFile(filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/")), []byte(value), 0o644)
@@ -96,7 +96,7 @@ func (n *testNS) sysctl(t *testing.T, key, value string) {
 }
 
 // link returns interface dev of the namespace.
-func (n *testNS) link(t *testing.T, dev string) *net.Interface {
+func (n *testNS) link(t testing.TB, dev string) *net.Interface {
 	t.Helper()
 	var ifc *net.Interface
 	err := n.Do(func(ns.NetNS) (err error) { ifc, err = net.InterfaceByName(dev); return err })
@@ -109,7 +109,7 @@ func (n *testNS) link(t *testing.T, dev string) *net.Interface {
 // waitLinksUp waits until every dev is operationally up. Until then
 // (linkwatch may take up to a second after `ip link set up`) the device
 // drops what it sends.
-func (n *testNS) waitLinksUp(t *testing.T, devs ...string) {
+func (n *testNS) waitLinksUp(t testing.TB, devs ...string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for _, dev := range devs {
@@ -131,7 +131,7 @@ type topology struct {
 	runtime, inet, a, b, c *testNS
 }
 
-func newTopology(t *testing.T) *topology {
+func newTopology(t testing.TB) *topology {
 	t.Helper()
 	tp := &topology{
 		runtime: newTestNS(t, "hrt"),

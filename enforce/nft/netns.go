@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,12 +49,44 @@ func OpenNetNS(path string) (*NetNS, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())), nftables.AsLasting())
+	conn, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())), nftables.AsLasting(), nftables.WithSockOptions(bigReceiveBuffer))
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("nftables connection into %s: %w", path, err)
 	}
 	return &NetNS{File: f, Conn: conn}, nil
+}
+
+// receiveBuffer is the receive buffer of a connection: google/nftables
+// sends a batch whole and reads the kernel's acknowledgement of each of
+// its messages after, so the acknowledgements of a batch wait in the
+// buffer together, about a kilobyte each. The system default (net.core.
+// rmem_default, 208 KiB on most systems) holds those of some 200
+// messages; the first Apply of the host-side layer in a namespace sends
+// more.
+const receiveBuffer = 4 << 20
+
+// bigReceiveBuffer sets the connection's receive buffer to receiveBuffer,
+// past net.core.rmem_max where the caller may (CAP_NET_ADMIN, which every
+// caller that changes rules holds), else as far as rmem_max allows.
+func bigReceiveBuffer(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBuffer)
+		if serr != nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, receiveBuffer)
+		}
+	}); err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("netlink socket: receive buffer: %w", serr)
+	}
+	return nil
 }
 
 // Close closes the connection and the namespace.

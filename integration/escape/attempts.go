@@ -8,7 +8,8 @@ var attemptOrder = []string{
 	"tcp", "sni-spoof", "h2c", "keepalive-host", "absolute-uri", "connect",
 	"udp", "quic", "dns-rogue", "dns-tunnel", "raw-ip", "af-packet", "so-mark",
 	"ipv6", "ipv4-mapped", "proxy-port", "icmp", "icmp-lan", "router-advert",
-	"rebind", "arp-spoof", "ip-spoof", "http-desync", "h2c-upgrade", "silent",
+	"rebind", "arp-spoof", "ip-spoof", "arp-trailer", "mld-aux", "nd-options", "l2-flood",
+	"http-desync", "h2c-upgrade", "rebind-nat64", "open-nat64", "silent",
 }
 
 // attempts maps each attempt's name to its code:
@@ -58,12 +59,30 @@ var attemptOrder = []string{
 //	ip-spoof        the neighbour's addresses put on the probe's interface
 //	                (CAP_NET_ADMIN), a listener on the spoof port answering as
 //	                the neighbour, and arp-spoof's announcements meanwhile
+//	arp-trailer     ARP requests for the gateway and gratuitous replies, each
+//	                with 1000 bytes after the ARP packet, broadcast and to
+//	                the neighbour's MAC
+//	mld-aux         MLDv2 reports whose record holds 1000 bytes of auxiliary
+//	                data, and MLD reports with the data after them
+//	nd-options      neighbour solicitations and advertisements to all nodes,
+//	                router solicitations to all routers, and solicitations
+//	                to the neighbour, each with an unknown option of 1000
+//	                bytes
+//	l2-flood        frames of an unknown ethertype, broadcast, multicast and
+//	                to the neighbour's MAC; well-formed neighbour
+//	                solicitations whose target carries data, to all nodes
+//	                and to the neighbour
 //	http-desync     to the allowed host: a request whose response body holds
 //	                an "HTTP/1.1 101" line (the servers' /fake-101), a
 //	                WebSocket upgrade sent while that body is outstanding,
 //	                then a request with Host: the denied name
 //	h2c-upgrade     an Upgrade: h2c request to the allowed host, then an
 //	                HTTP/2 request with :authority the denied name
+//	rebind-nat64    rebind for the names whose DNS answers a LAN address
+//	                embedded in the local-use NAT64 prefix 64:ff9b:1::/48
+//	                (-rebind-nat64)
+//	open-nat64      HTTP and Redis commands straight to those addresses
+//	                (-nat64), as a workload in mode open names them
 //	silent          many connections to a recorder port of the denied host
 //	                that send nothing, held past the proxy's sniff timeout,
 //	                then one byte on each
@@ -90,7 +109,13 @@ var attempts = map[string]attempt{
 	"rebind":         tryRebind,
 	"arp-spoof":      tryARPSpoof,
 	"ip-spoof":       tryIPSpoof,
+	"arp-trailer":    tryARPTrailer,
+	"mld-aux":        tryMLDAux,
+	"nd-options":     tryNDOptions,
+	"l2-flood":       tryL2Flood,
 	"http-desync":    tryHTTPDesync,
 	"h2c-upgrade":    tryH2CUpgrade,
+	"rebind-nat64":   tryRebindNAT64,
+	"open-nat64":     tryOpenNAT64,
 	"silent":         trySilent,
 }

@@ -27,7 +27,8 @@
 //	tcp, sni-spoof, h2c, keepalive-host, absolute-uri, connect, udp, quic,
 //	dns-rogue, dns-tunnel, raw-ip, af-packet, so-mark, ipv6, ipv4-mapped,
 //	proxy-port, icmp, icmp-lan, router-advert, rebind, arp-spoof, ip-spoof,
-//	http-desync, h2c-upgrade, silent
+//	arp-trailer, mld-aux, nd-options, l2-flood, http-desync, h2c-upgrade,
+//	rebind-nat64, open-nat64, silent
 //
 // Other commands:
 //
@@ -51,6 +52,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -80,13 +82,16 @@ type config struct {
 	proxyPort4, proxyPort6 uint16   // the proxy's listener ports inside the sandbox (0: none)
 	marks                  []uint32 // SO_MARK values to try
 
-	neighbour4, neighbour6 netip.Addr    // a neighbour sandbox on the same bridge (icmp-lan, arp-spoof, ip-spoof)
-	lan                    []netip.Addr  // private addresses of the host's LAN (icmp-lan)
-	rebind                 []string      // allowed names whose DNS answers private addresses (rebind)
-	redisPort              uint16        // a recorder port behind the rebound names (rebind)
-	spoofPort              uint16        // the port ip-spoof listens on as the neighbour
-	raPrefix               netip.Prefix  // the prefix router-advert advertises
-	spoofTime              time.Duration // how long arp-spoof, ip-spoof and router-advert keep at it
+	neighbour4, neighbour6 netip.Addr       // a neighbour sandbox on the same bridge (icmp-lan, arp-spoof, ip-spoof)
+	neighbourMAC           net.HardwareAddr // its MAC (the layer-2 attempts send to it too)
+	lan                    []netip.Addr     // private addresses of the host's LAN (icmp-lan)
+	rebind                 []string         // allowed names whose DNS answers private addresses (rebind)
+	rebindNAT64            []string         // allowed names whose DNS answers NAT64 forms of a LAN address (rebind-nat64)
+	nat64                  []netip.Addr     // NAT64 forms of a LAN address (open-nat64)
+	redisPort              uint16           // a recorder port behind the rebound names (rebind)
+	spoofPort              uint16           // the port ip-spoof listens on as the neighbour
+	raPrefix               netip.Prefix     // the prefix router-advert advertises
+	spoofTime              time.Duration    // how long arp-spoof, ip-spoof and router-advert keep at it
 
 	silentConns int           // how many silent connections to hold
 	hold        time.Duration // how long to hold them (longer than the proxy's sniff timeout)
@@ -212,11 +217,21 @@ func parseFlags(args []string) (*config, string, []string, error) {
 	fs.DurationVar(&cfg.hold, "hold", 11*time.Second, "how long the silent attempt holds its connections")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "deadline of each connect, read and query")
 	fs.StringVar(&caps, "caps", "", "docker[,CAP...]: reduce capabilities to Docker's defaults (plus CAPs) first")
-	var neighbour4, neighbour6, lan, rebind, raPrefix string
+	var neighbour4, neighbour6, lan, rebind, rebindNAT64, nat64, raPrefix string
 	fs.StringVar(&neighbour4, "neighbour4", "", "IPv4 address of a neighbour sandbox on the same bridge")
 	fs.StringVar(&neighbour6, "neighbour6", "", "its IPv6 address")
+	fs.Func("neighbour-mac", "its MAC address", func(v string) error {
+		mac, err := net.ParseMAC(v)
+		if err != nil || len(mac) != 6 {
+			return fmt.Errorf("%q: not an Ethernet address", v)
+		}
+		cfg.neighbourMAC = mac
+		return nil
+	})
 	fs.StringVar(&lan, "lan", "", "comma-separated private addresses on the host's LAN")
 	fs.StringVar(&rebind, "rebind", "", "comma-separated allowed names whose DNS answers private addresses")
+	fs.StringVar(&rebindNAT64, "rebind-nat64", "", "comma-separated allowed names whose DNS answers a LAN address in an IPv6 NAT64 prefix")
+	fs.StringVar(&nat64, "nat64", "", "comma-separated NAT64 forms of a LAN address (open-nat64)")
 	fs.StringVar(&raPrefix, "ra-prefix", "2001:db8:bad::/64", "the prefix the router-advert attempt advertises")
 	fs.DurationVar(&cfg.spoofTime, "spoof-time", 3*time.Second, "how long arp-spoof, ip-spoof and router-advert keep at it")
 	if err := fs.Parse(args); err != nil {
@@ -249,6 +264,10 @@ func parseFlags(args []string) (*config, string, []string, error) {
 		cfg.lan = append(cfg.lan, parseAddr("lan", s, true))
 	}
 	cfg.rebind = splitList(rebind)
+	cfg.rebindNAT64 = splitList(rebindNAT64)
+	for _, s := range splitList(nat64) {
+		cfg.nat64 = append(cfg.nat64, parseAddr("nat64", s, true))
+	}
 	if err != nil {
 		return nil, "", nil, err
 	}

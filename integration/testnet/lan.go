@@ -22,13 +22,20 @@ var (
 	hostLAN6 = netip.MustParsePrefix("fe80::1/64")
 	lanHost6 = netip.MustParsePrefix("fe80::2/64")
 	cgnat    = netip.MustParsePrefix("100.64.0.0/10")
+	// localUseNAT64 is RFC 8215's local-use NAT64 prefix: a LAN host's
+	// address in it stands for a NAT64 on the host's path that delivers
+	// to the LAN (see AddLANHost).
+	localUseNAT64 = netip.MustParsePrefix("64:ff9b:1::/48")
 )
 
 // AddLANHost registers a virtual host on the host's LAN: a namespace
 // "dm-lan-<id>" (made on the first call) wired to host, where addrs (private
 // addresses: RFC 1918, CGNAT 100.64.0.0/10, which holds the metadata
-// address 100.100.100.200, and IPv6 ULA fc00::/7, which holds fd00:ec2::254)
-// are put on the loopback device and routed to from host. A Host's servers
+// address 100.100.100.200, and IPv6 ULA fc00::/7, which holds fd00:ec2::254;
+// or addresses of the local-use NAT64 prefix 64:ff9b:1::/48, which stand
+// for a LAN address behind a NAT64 on the host's path: the host holds them
+// itself, so that what is sent to them arrives as a translator would
+// deliver it) are put on the loopback device and routed to from host. A Host's servers
 // listen on each (see the package comment for the ports). DNS does not
 // answer name; a test points names at these addresses with AddRecord,
 // which is what a rebinding attacker does.
@@ -107,8 +114,8 @@ func checkLANAddr(a netip.Addr) error {
 		return fmt.Errorf("address %s has a zone; use a plain address", a)
 	case a.Is4In6():
 		return fmt.Errorf("address %s is IPv4-mapped; use %s", a, a.Unmap())
-	case !a.IsPrivate() && !cgnat.Contains(a):
-		return fmt.Errorf("address %s is not private (RFC 1918, %s or ULA fc00::/7)", a, cgnat)
+	case !a.IsPrivate() && !cgnat.Contains(a) && !localUseNAT64.Contains(a):
+		return fmt.Errorf("address %s is not private (RFC 1918, %s or ULA fc00::/7) nor in the local-use NAT64 prefix %s", a, cgnat, localUseNAT64)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/guard"
+	"github.com/doorman-net/doorman/proxy/internal/realdst"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
@@ -35,11 +36,13 @@ const hostResolvConf = "/etc/resolv.conf"
 // Run serves cfg until ctx is done or the process gets SIGTERM or SIGINT,
 // then stops accepting and lets open connections finish for the drain
 // timeout. ready, if not nil, is called once every listener is served.
-// What goes wrong before serving is the error; what goes wrong later (a
-// policy file that does not load, allowDirect flows that cannot be
-// watched) is logged and also written to stderr, and the proxy serves on:
-// a policy that does not load means deny-all.
-func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func()) error {
+// heartbeat, if not -1, is the descriptor of a supervisor's heartbeats,
+// answered from then on (see proxy.Proxy.AnswerHeartbeats). What goes
+// wrong before serving is the error; what goes wrong later (a policy file
+// that does not load, allowDirect flows that cannot be watched) is logged
+// and also written to stderr, and the proxy serves on: a policy that does
+// not load means deny-all.
+func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func(), heartbeat int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -66,6 +69,12 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 	socks.serve(&wg, p, filter)
 	if ready != nil {
 		ready()
+	}
+	if heartbeat >= 0 {
+		// Unanswered, the supervisor replaces this worker: say why.
+		if err := p.AnswerHeartbeats(heartbeat); err != nil {
+			fmt.Fprintf(stderr, "doorman proxy: heartbeats: %v\n", err)
+		}
 	}
 	// What the start touched of the binary need not stay mapped (see
 	// dropBinaryPages); a second later, so as not to compete with the
@@ -99,7 +108,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 	}
 	otlpCfg := cfg.OTLP.Config()
 	otlpCfg.Sandbox = cfg.Sandbox
-	handler, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(out, nil), otlpCfg)
+	handler, shutdown, err := otlplog.NewHandler(decisionlog.NewJSONHandler(out), otlpCfg)
 	if err != nil {
 		closeFile()
 		return nil, nil, err
@@ -124,11 +133,19 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
 func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
-	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames)})
+	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames), NAT64Prefixes: cfg.NAT64Prefixes})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
 	pc := proxy.Config{Sandbox: cfg.Sandbox, Logger: logger,
 		BatchWhileBulk: true, Guard: upstreamGuard, CADir: cfg.CADir, UpstreamCAFile: cfg.UpstreamCAFile}
+	// Where the host really sends each upstream connection: its
+	// conntrack entry, read in this process's namespace, where the
+	// proxy dials from. The table stays open for the process's life.
+	if table, err := realdst.Open(); err != nil {
+		logger.Warn(decisionlog.MsgRewritesUnchecked, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
+	} else {
+		pc.Destinations = table
+	}
 	caps := computeCaps(cfg)
 	caps.apply(&pc)
 	hasDNS := len(socks.dnsTCP)+len(socks.dnsUDP) > 0

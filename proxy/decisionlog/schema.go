@@ -62,6 +62,11 @@ const (
 	// flows' watcher could not start, or stopped (sandbox, err).
 	MsgDirectNotLogged      = "allowDirect flows are not logged"
 	MsgDirectNoLongerLogged = "allowDirect flows are no longer logged"
+	// MsgRewritesUnchecked: at start, the proxy cannot read the
+	// conntrack table of its namespace, so it cannot tell where a nat
+	// OUTPUT rule of the host sends its upstream connections (sandbox,
+	// err).
+	MsgRewritesUnchecked = "upstream rewrites are not checked"
 	// MsgAccept, MsgDNSRead and MsgDNSAccept: the proxy's or the DNS
 	// filter's listener failed and is retried (sandbox, proto for DNS,
 	// err).

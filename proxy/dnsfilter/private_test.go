@@ -63,6 +63,8 @@ func TestPrivateAnswersRefused(t *testing.T) {
 			{"alias.example.com.", dns.TypeA, "private answer 10.0.0.5: RFC 1918 (10.0.0.0/8)"},
 			{"neighbour.example.com.", dns.TypeA, "private answer 198.51.100.130: connected subnet 198.51.100.128/25 of the proxy's host"},
 			{"nat64.example.com.", dns.TypeAAAA, "private answer 64:ff9b::a00:5: NAT64 form of 10.0.0.5, RFC 1918 (10.0.0.0/8)"},
+			{"nat64-56.example.com.", dns.TypeAAAA, "private answer 64:ff9b:1:a:42:4dcb:cb00:7107: local-use NAT64 /56 form of 10.66.77.203, RFC 1918 (10.0.0.0/8)"},
+			{"teredo.example.com.", dns.TypeAAAA, "private answer 2001:0:4136:e378:8000:63bf:f5ff:fffa: Teredo client form of 10.0.0.5, RFC 1918 (10.0.0.0/8)"},
 		} {
 			r, rec := askLogged(t, tf, tc.name, tc.qtype)
 			what := string(mode) + " " + tc.name + " " + dns.Type(tc.qtype).String()

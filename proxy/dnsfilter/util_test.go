@@ -51,6 +51,11 @@ func testZone(t testing.TB) zone {
 		"rebind.example.net. 300 IN A 10.0.0.5",
 		"neighbour.example.com. 300 IN A 198.51.100.130",
 		"nat64.example.com. 300 IN AAAA 64:ff9b::10.0.0.5",
+		// 10.66.77.203 in the local-use NAT64 prefix's /56 layout, the
+		// suffix spelling 203.0.113.7; and Teredo naming 10.0.0.5 as
+		// its client.
+		"nat64-56.example.com. 300 IN AAAA 64:ff9b:1:a:42:4dcb:cb00:7107",
+		"teredo.example.com. 300 IN AAAA 2001:0:4136:e378:8000:63bf:f5ff:fffa",
 		"hints.example.com. 300 IN HTTPS 1 . alpn=h2 ipv4hint=10.0.0.5,203.0.113.77 ipv6hint=fd00::5",
 		"hintsonly.example.com. 300 IN HTTPS 1 . mandatory=ipv4hint ipv4hint=169.254.169.254 ipv6hint=2001:db8::77",
 		"7.113.0.203.in-addr.arpa. 300 IN PTR host.example.com.",

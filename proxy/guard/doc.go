@@ -44,11 +44,44 @@
 // thread's namespace and reused for a second.
 //
 // IPv4-mapped IPv6 (::ffff:a.b.c.d) is judged as the IPv4 address it is.
-// The IPv6 forms that carry an IPv4 address to a translator or a tunnel,
-// NAT64 (64:ff9b::/96, and the local-use 64:ff9b:1::/48 in its /96 form),
-// 6to4 (2002::/16), IPv4-translated (::ffff:0:0:0/96) and IPv4-compatible
-// (::/96), are refused when the IPv4 address they embed is: a NAT64 or a
-// 6to4 tunnel on the host's network would deliver them there.
+// An IPv6 address that carries an IPv4 address to a translator or a
+// tunnel is refused when an IPv4 address it carries is, in every mode: a
+// NAT64, a relay or a tunnel on the host's network would deliver it
+// there. The forms, and what is read of them:
+//
+//   - NAT64 (RFC 6052): the well-known prefix 64:ff9b::/96, in its one
+//     layout; the local-use prefix 64:ff9b:1::/48 (RFC 8215), which a
+//     network may take whole or as a /56, /64 or /96 inside it, in each
+//     of the layouts /48, /56, /64 and /96, skipping the u octet (bits 64
+//     to 71): the guard cannot know which one a NAT64 on the path uses,
+//     and the attacker picks the one that delivers, so the address is
+//     refused if any of those readings is. A reading in 0.0.0.0/8 does
+//     not count (no translator delivers there, and some layout reads
+//     every address of the prefix so) unless every reading is; a network
+//     whose /56 or /64 inside the prefix reads as private space in
+//     another layout names it in Config.NAT64Prefixes, which reads it in
+//     its own layout only. The u octet and the suffix, which RFC 6052
+//     reserves and translators ignore, are ignored here too.
+//   - A configured NAT64 prefix (Config.NAT64Prefixes: /32, /40, /48,
+//     /56, /64 or /96): the layout of its length, the longest prefix
+//     holding the address deciding. Its addresses are not refused as
+//     private space or a connected subnet themselves (a ULA prefix is
+//     the translator's), only for what they carry.
+//   - 6to4 (2002::/16): bits 16 to 47.
+//   - Teredo (2001::/32, RFC 4380): the server's address (bits 32 to
+//     63) and the client's (the last 32 bits, inverted), both: a relay
+//     sends the packets to the client's mapped address and port, and
+//     the server is the other host the address names.
+//   - IPv4-translated (::ffff:0:0:0/96) and IPv4-compatible (::/96): the
+//     last 32 bits.
+//   - ISATAP (RFC 5214): an interface identifier 0000:5efe:a.b.c.d or
+//     0200:5efe:a.b.c.d (the u and g bits free) in any prefix, since an
+//     ISATAP router tunnels to the IPv4 address it names; a prefix's own
+//     form (6to4, say) is read too.
+//
+// Not decoded: 6rd and other operator-chosen mappings whose prefix
+// nothing names (a NAT64 of such a prefix goes in Config.NAT64Prefixes),
+// and the rest of 64:ff9b::/32, which IANA assigns to no translator.
 //
 // Documentation addresses (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
 // 2001:db8::/32) are not special: they count as public unless the host is

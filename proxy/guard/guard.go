@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,14 @@ type Config struct {
 	// Kubernetes cluster's service and pod CIDRs to the names under its
 	// cluster domain (see Scope, and CheckName).
 	Scopes []Scope
+	// NAT64Prefixes are the prefixes of the NAT64 translators the
+	// proxy's host reaches, besides the well-known 64:ff9b::/96 and the
+	// local-use 64:ff9b:1::/48, each of a length RFC 6052 lays out (see
+	// ValidateNAT64Prefix; others are ignored). An address inside one is
+	// judged by the IPv4 address it carries in that prefix's layout, and
+	// is not refused as private space or a connected subnet itself: it
+	// is the translator's.
+	NAT64Prefixes []netip.Prefix
 }
 
 // Scope lets the names under Domain reach the addresses inside Prefixes
@@ -76,6 +85,10 @@ type Guard struct {
 	ownAddrs  func() ([]netip.Addr, error)
 	connected func() ([]netip.Prefix, error)
 	scopes    []Scope
+	// nat64 are the valid Config.NAT64Prefixes; translators those and
+	// builtinTranslators, whose connected routes are no subnets.
+	nat64       []netip.Prefix
+	translators []netip.Prefix
 
 	mu      sync.Mutex
 	host    hostView
@@ -91,6 +104,12 @@ type hostView struct {
 // New returns a guard configured by cfg.
 func New(cfg Config) *Guard {
 	g := &Guard{ownAddrs: cfg.OwnAddrs, connected: cfg.ConnectedSubnets, scopes: cfg.Scopes}
+	for _, p := range cfg.NAT64Prefixes {
+		if ValidateNAT64Prefix(p) == nil {
+			g.nat64 = append(g.nat64, p)
+		}
+	}
+	g.translators = append(slices.Clone(builtinTranslators), g.nat64...)
 	if g.ownAddrs == nil {
 		g.ownAddrs = interfaceAddrs
 	}
@@ -105,7 +124,9 @@ type Refusal struct {
 	// Addr is the address refused (IPv4-mapped IPv6 unmapped).
 	Addr netip.Addr
 	// Embedded, when valid, is the IPv4 address Addr carries (Form
-	// names how: "NAT64", "6to4", ...), and the one that is refused.
+	// names how: "NAT64", "local-use NAT64 /48", "NAT64
+	// 2001:db8:64::/96", "6to4", "Teredo client", "ISATAP", ...), and
+	// the one that is refused.
 	Embedded netip.Addr
 	Form     string
 	// Range is the narrowest refused range holding the address (or
@@ -187,25 +208,33 @@ func (g *Guard) CheckNameAnyPort(p *conf.Policy, name string, a netip.Addr) *Ref
 	return g.check(p, name, a, func(e conf.Entry, a netip.Addr) bool { return e.Prefix.Contains(a) })
 }
 
-// check judges a, then the IPv4 address it embeds, if any; admits says
-// whether an address entry admits an address. The Scopes of name apply
-// to a itself, never to an embedded address.
+// check judges a, then each IPv4 address it embeds (see embeddedIPv4);
+// admits says whether an address entry admits an address. The Scopes of
+// name apply to a itself, never to an embedded address; an address in a
+// configured NAT64 prefix is not refused as private itself (its prefix
+// is the translator's), only for what it carries.
 func (g *Guard) check(p *conf.Policy, name string, a netip.Addr, admits func(conf.Entry, netip.Addr) bool) *Refusal {
 	a = a.Unmap().WithZone("")
 	r := g.judge(p, a, admits)
-	if r != nil && r.private && name != "" && g.scoped(name, a) {
+	if r != nil && r.private && (name != "" && g.scoped(name, a) || g.inNAT64(a)) {
 		r = nil
 	}
 	if r != nil {
 		return r
 	}
-	if v4, form, ok := embeddedIPv4(a); ok {
-		if r := g.judge(p, v4, admits); r != nil {
-			r.Addr, r.Embedded, r.Form = a, v4, form
+	for _, e := range g.embeddedIPv4(a) {
+		if r := g.judge(p, e.v4, admits); r != nil {
+			r.Addr, r.Embedded, r.Form = a, e.v4, e.form
 			return r
 		}
 	}
 	return nil
+}
+
+// inNAT64 reports whether a lies in a configured NAT64 prefix.
+func (g *Guard) inNAT64(a netip.Addr) bool {
+	_, ok := g.nat64Prefix(a)
+	return ok
 }
 
 // judge finds the narrowest refused range holding a (a fixed range, one
@@ -237,6 +266,21 @@ func (g *Guard) judge(p *conf.Policy, a netip.Addr, admits func(conf.Entry, neti
 		return nil
 	}
 	return r
+}
+
+// Local reports whether a is the proxy's host itself: a loopback address
+// or one of the host's own addresses. It is false when the host's
+// addresses cannot be read.
+func (g *Guard) Local(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	if a.IsLoopback() {
+		return true
+	}
+	host, err := g.hostView()
+	if err != nil {
+		return false
+	}
+	return slices.Contains(host.own, a)
 }
 
 // scoped reports whether a Scope of the guard opens a to name.
@@ -288,7 +332,7 @@ func (g *Guard) hostView() (hostView, error) {
 		if c.Addr().Is4In6() {
 			c = netip.PrefixFrom(c.Addr().Unmap(), max(c.Bits()-96, 0))
 		}
-		if c = c.Masked(); usefulConnected(c) {
+		if c = c.Masked(); usefulConnected(c, g.translators) {
 			v.connected = append(v.connected, c)
 		}
 	}

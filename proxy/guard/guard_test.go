@@ -104,7 +104,7 @@ func TestClassify(t *testing.T) {
 		{"64:ff9b::169.254.169.254", "64:ff9b::a9fe:a9fe: NAT64 form of 169.254.169.254, cloud metadata service"},
 		{"64:ff9b::198.51.100.130", "64:ff9b::c633:6482: NAT64 form of 198.51.100.130, connected subnet 198.51.100.128/25 of the proxy's host"},
 		{"64:ff9b::203.0.113.7", ""},
-		{"64:ff9b:1::10.0.0.5", "64:ff9b:1::a00:5: local-use NAT64 form of 10.0.0.5, RFC 1918 (10.0.0.0/8)"},
+		{"64:ff9b:1::10.0.0.5", "64:ff9b:1::a00:5: local-use NAT64 /96 form of 10.0.0.5, RFC 1918 (10.0.0.0/8)"},
 		{"64:ff9b:1::203.0.113.7", ""},
 		{"2002:a00:5::1", "2002:a00:5::1: 6to4 form of 10.0.0.5, RFC 1918 (10.0.0.0/8)"},
 		{"2002:c0a8:101:7::9", "2002:c0a8:101:7::9: 6to4 form of 192.168.1.1, RFC 1918 (192.168.0.0/16)"},
@@ -418,6 +418,20 @@ func TestRefusedRange(t *testing.T) {
 		r, p := RefusedRange(netip.MustParsePrefix(tc.prefix))
 		if r != tc.refused || p != tc.private {
 			t.Errorf("RefusedRange(%s) = %v, %v; want %v, %v", tc.prefix, r, p, tc.refused, tc.private)
+		}
+	}
+}
+
+// Local: loopback and the host's own addresses, nothing else.
+func TestLocal(t *testing.T) {
+	g := testHost()
+	for a, want := range map[string]bool{
+		"127.0.0.1": true, "127.1.2.3": true, "::1": true, "::ffff:127.0.0.1": true,
+		"198.51.100.2": true, "2001:db8:1::2": true, "fe80::1%eth0": true,
+		"198.51.100.3": false, "10.0.0.5": false, "198.51.100.130": false, "169.254.169.254": false, "::": false,
+	} {
+		if got := g.Local(netip.MustParseAddr(a)); got != want {
+			t.Errorf("Local(%s) = %v, want %v", a, got, want)
 		}
 	}
 }

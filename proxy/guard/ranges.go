@@ -78,44 +78,13 @@ var linkScoped = []netip.Prefix{
 	netip.MustParsePrefix("fe80::/10"),
 }
 
-// embedding is an IPv6 form that carries an IPv4 address to a translator
-// or tunnel, which would deliver it to that IPv4 address.
-type embedding struct {
-	prefix netip.Prefix
-	name   string
-	at     int // offset of the IPv4 address in the 16 bytes
-}
-
-var embeddings = []embedding{
-	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64", 12},
-	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64", 12},
-	{netip.MustParsePrefix("2002::/16"), "6to4", 2},
-	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated", 12},
-	{netip.MustParsePrefix("::/96"), "IPv4-compatible", 12},
-}
-
-// embeddedIPv4 returns the IPv4 address that a (an IPv6 address, not
-// IPv4-mapped) carries to a translator or tunnel, and the name of the
-// form.
-func embeddedIPv4(a netip.Addr) (netip.Addr, string, bool) {
-	if !a.Is6() || a.Is4In6() {
-		return netip.Addr{}, "", false
-	}
-	for _, e := range embeddings {
-		if e.prefix.Contains(a) {
-			b := a.As16()
-			return netip.AddrFrom4([4]byte(b[e.at : e.at+4])), e.name, true
-		}
-	}
-	return netip.Addr{}, "", false
-}
-
 // usefulConnected reports whether a connected route's prefix says
 // something the fixed rules do not: not a default route, not link-local
-// space, not one of the IPv6 forms that embed IPv4 ("::/96 dev sit0",
-// "64:ff9b::/96 dev nat64"), whose addresses are judged by the IPv4
-// address they carry.
-func usefulConnected(p netip.Prefix) bool {
+// space, not one of the IPv6 ranges whose addresses carry an IPv4 address
+// ("::/96 dev sit0", "64:ff9b::/96 dev nat64", "2001::/32 dev teredo",
+// a configured NAT64 prefix; see translators), whose addresses are judged
+// by the IPv4 addresses they carry.
+func usefulConnected(p netip.Prefix, translators []netip.Prefix) bool {
 	if p.Bits() == 0 {
 		return false
 	}
@@ -124,8 +93,8 @@ func usefulConnected(p netip.Prefix) bool {
 			return false
 		}
 	}
-	for _, e := range embeddings {
-		if within(p, e.prefix) {
+	for _, r := range translators {
+		if within(p, r) {
 			return false
 		}
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/internal/strictjson"
+	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// Kubernetes cluster's service and pod CIDRs to the names under its
 	// cluster domain (see guard.Scope), for the proxy and the DNS filter.
 	ClusterNames []NameScope `json:"clusterNames,omitempty"`
+	// NAT64Prefixes are the prefixes of NAT64 translators the host
+	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
+	// guard.Config.NAT64Prefixes), for the proxy and the DNS filter.
+	NAT64Prefixes []netip.Prefix `json:"nat64Prefixes,omitempty"`
 	// NetNS is the network namespace whose allowDirect flows are logged;
 	// "" means the one the first listener was created in (the sandbox's,
 	// for an inherited listener).
@@ -197,6 +202,11 @@ func (c Config) Validate() error {
 			if !p.IsValid() || p.Masked() != p {
 				return fmt.Errorf("clusterNames[%d].prefixes[%d] %q: want a CIDR prefix without host bits", i, j, p)
 			}
+		}
+	}
+	for i, p := range c.NAT64Prefixes {
+		if err := guard.ValidateNAT64Prefix(p); err != nil {
+			return fmt.Errorf("nat64Prefixes[%d] %q: %w", i, p.String(), err)
 		}
 	}
 	return c.Limits.Validate()

@@ -33,12 +33,13 @@ func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "proxy-config.json")
 	want := Config{
 		Sandbox: "team-a/web-0", PodUID: "0b1c2d3e-0000-4000-8000-000000000001", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
-		AllowDirect:  mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
-		OTLP:         &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
-		DrainTimeout: Duration(500 * time.Millisecond),
-		ClusterNames: []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
-		Limits:       Limits{Connections: 100, IdleTimeout: new(Duration(0)), DNSQueriesPerSecond: 50},
-		Listeners:    Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
+		AllowDirect:   mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
+		OTLP:          &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
+		DrainTimeout:  Duration(500 * time.Millisecond),
+		ClusterNames:  []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
+		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
+		Limits:        Limits{Connections: 100, IdleTimeout: new(Duration(0)), DNSQueriesPerSecond: 50},
+		Listeners:     Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
 	}
 	if err := want.WriteFile(path); err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestConfigFile(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	var raw map[string]any
 	json.Unmarshal(data, &raw)
-	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "limits", "listeners"} {
+	for _, k := range []string{"sandbox", "policyFile", "logFile", "allowDirect", "otlp", "drainTimeout", "nat64Prefixes", "limits", "listeners"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("no key %q in %s", k, data)
 		}
@@ -78,10 +79,16 @@ func TestConfigRefuses(t *testing.T) {
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]}} {}`, "more than one JSON value"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"Cluster.Local","prefixes":["10.96.0.0/12"]}]}`, `clusterNames[0].domain "Cluster.Local"`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"clusterNames":[{"domain":"cluster.local","prefixes":["10.96.0.1/12"]}]}`, `clusterNames[0].prefixes[0] "10.96.0.1/12"`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"nat64Prefixes":["2001:db8:64::/80"]}`, `nat64Prefixes[0] "2001:db8:64::/80": length /80`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"nat64Prefixes":["10.0.0.0/8"]}`, `nat64Prefixes[0] "10.0.0.0/8": not an IPv6 prefix`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"connections":-5}}`, "limits.connections: -5 is negative"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"pendingBytes":1000}}`, "limits.pendingBytes: 1000 is less than"},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"idleTimeout":"soon"}}`, `limits.idleTimeout "soon": want a duration`},
 		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"conections":5}}`, `limits "conections": unknown key`},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"bufferBytes":-1}}`, "limits.bufferBytes: -1 is negative"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"bufferBytes":65536}}`, "limits.bufferBytes: 65536 is less than 1048576 bytes"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"heartbeatTimeout":"100ms"}}`, "limits.heartbeatTimeout: 100ms is less than 1s"},
+		{`{"sandbox":"s","policyFile":"p","listeners":{"tcp":[3]},"limits":{"heartbeatTimeout":"-2s"}}`, "negative duration"},
 	} {
 		if _, err := decode([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.json, err, tc.want)
@@ -101,14 +108,16 @@ func TestLimitsEffective(t *testing.T) {
 	e := Limits{}.Effective(28232)
 	want := Effective{Connections: DefaultConnections, Pending: DefaultPending, PerUpstream: 3529,
 		DNSQueriesPerSecond: DefaultDNSQueriesPerSecond, PendingBytes: DefaultPendingBytes, LogMaxSize: DefaultLogMaxSize,
-		SniffTimeout: DefaultSniffTimeout, IdleTimeout: DefaultIdleTimeout}
+		SniffTimeout: DefaultSniffTimeout, IdleTimeout: DefaultIdleTimeout,
+		BufferBytes: DefaultBufferBytes, HeartbeatTimeout: DefaultHeartbeatTimeout}
 	if e != want {
 		t.Errorf("defaults %+v, want %+v", e, want)
 	}
-	host := Limits{Connections: 10, IdleTimeout: new(Duration(time.Minute)), DNSQueriesPerSecond: 7}
-	net := Limits{Connections: 20, IdleTimeout: new(Duration(0))}
+	host := Limits{Connections: 10, IdleTimeout: new(Duration(time.Minute)), DNSQueriesPerSecond: 7, BufferBytes: 8 << 20}
+	net := Limits{Connections: 20, IdleTimeout: new(Duration(0)), HeartbeatTimeout: Duration(3 * time.Second)}
 	got := host.Or(net).Effective(0)
-	if got.Connections != 20 || got.IdleTimeout != 0 || got.DNSQueriesPerSecond != 7 || got.PerUpstream != 20 {
+	if got.Connections != 20 || got.IdleTimeout != 0 || got.DNSQueriesPerSecond != 7 || got.PerUpstream != 20 ||
+		got.BufferBytes != 8<<20 || got.HeartbeatTimeout != 3*time.Second {
 		t.Errorf("host.Or(network): %+v", got)
 	}
 	if *host.IdleTimeout != Duration(time.Minute) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/proxy/sniff"
+	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
 // The defaults of Limits, chosen so that a normal workload never meets
@@ -37,7 +38,26 @@ const (
 	// DefaultLogMaxSize is where the decision log rotates: a sandbox's
 	// log takes at most twice that.
 	DefaultLogMaxSize = 64 << 20
+	// DefaultBufferBytes is what the proxy's TCP sockets may hold in
+	// their queues together. A relay that keeps up holds little, but
+	// one fast local stream into a busy proxy was seen to peak at 24
+	// MiB; 64 MiB lets a few such streams and slow readers fill their
+	// autotuned windows, and the host's TCP memory-pressure threshold
+	// (tcp_mem, some 1/16 of its memory: 1.5 GiB of 24) takes two dozen
+	// sandboxes that each hold all of theirs.
+	DefaultBufferBytes = 64 << 20
+	// DefaultHeartbeatTimeout is how long a proxy worker may go without
+	// answering its supervisor's heartbeat before it is replaced.
+	DefaultHeartbeatTimeout = supervise.DefaultHeartbeatTimeout
 )
+
+// MinBufferBytes is the least bufferBytes may be: below it a single
+// stream's window no longer fits.
+const MinBufferBytes = 1 << 20
+
+// MinHeartbeatTimeout is the least heartbeatTimeout may be: below it a
+// worker that the host starves of CPU for a moment would be killed.
+const MinHeartbeatTimeout = supervise.MinHeartbeatTimeout
 
 // MinPendingBytes is the least pendingBytes may be: one ClientHello of
 // the largest size, in 1-byte records.
@@ -71,6 +91,17 @@ type Limits struct {
 	DNSQueriesPerSecond int `json:"dnsQueriesPerSecond,omitempty"`
 	// LogMaxSize is the size in bytes at which the decision log rotates.
 	LogMaxSize int64 `json:"logMaxSize,omitempty"`
+	// BufferBytes bounds what the proxy's TCP sockets hold in their
+	// queues together, the bytes in flight between the sandbox and its
+	// upstreams: the kernel charges them to the proxy's memory cgroup,
+	// which on cgroup v1 gets this as its TCP limit
+	// (memory.kmem.tcp.limit_in_bytes); on v2 they count in its memory
+	// limit instead (see package cgroup).
+	BufferBytes int64 `json:"bufferBytes,omitempty"`
+	// HeartbeatTimeout is how long the proxy's worker may go without
+	// answering its supervisor's heartbeat before the supervisor kills
+	// and replaces it (see package supervise).
+	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
 }
 
 // Validate reports the first value of l that is not a cap, naming its
@@ -86,6 +117,7 @@ func (l Limits) Validate() error {
 		{"perUpstream", int64(l.PerUpstream)},
 		{"dnsQueriesPerSecond", int64(l.DNSQueriesPerSecond)},
 		{"logMaxSize", l.LogMaxSize},
+		{"bufferBytes", l.BufferBytes},
 	} {
 		if v.n < 0 {
 			return fmt.Errorf("limits.%s: %d is negative (leave it out for the default)", v.key, v.n)
@@ -96,6 +128,12 @@ func (l Limits) Validate() error {
 	}
 	if l.LogMaxSize != 0 && l.LogMaxSize < 64<<10 {
 		return fmt.Errorf("limits.logMaxSize: %d is less than 65536 bytes: the log would rotate away the lines it just wrote", l.LogMaxSize)
+	}
+	if l.BufferBytes != 0 && l.BufferBytes < MinBufferBytes {
+		return fmt.Errorf("limits.bufferBytes: %d is less than %d bytes: one stream's window would not fit", l.BufferBytes, MinBufferBytes)
+	}
+	if d := time.Duration(l.HeartbeatTimeout); d != 0 && d < MinHeartbeatTimeout {
+		return fmt.Errorf("limits.heartbeatTimeout: %v is less than %v: a worker the host starves of CPU for a moment would be replaced", d, MinHeartbeatTimeout)
 	}
 	return nil
 }
@@ -121,6 +159,12 @@ func (l Limits) Or(o Limits) Limits {
 	if o.SniffTimeout != 0 {
 		l.SniffTimeout = o.SniffTimeout
 	}
+	if o.BufferBytes != 0 {
+		l.BufferBytes = o.BufferBytes
+	}
+	if o.HeartbeatTimeout != 0 {
+		l.HeartbeatTimeout = o.HeartbeatTimeout
+	}
 	if o.IdleTimeout != nil {
 		d := *o.IdleTimeout
 		l.IdleTimeout = &d
@@ -132,8 +176,8 @@ func (l Limits) Or(o Limits) Limits {
 // the proxy lowers Connections to what its descriptors allow.
 type Effective struct {
 	Connections, Pending, PerUpstream, DNSQueriesPerSecond int
-	PendingBytes, LogMaxSize                               int64
-	SniffTimeout, IdleTimeout                              time.Duration
+	PendingBytes, LogMaxSize, BufferBytes                  int64
+	SniffTimeout, IdleTimeout, HeartbeatTimeout            time.Duration
 }
 
 // Effective returns l's caps with the defaults in place of the values it
@@ -155,6 +199,11 @@ func (l Limits) Effective(portRange int) Effective {
 		LogMaxSize:          l.LogMaxSize,
 		SniffTimeout:        l.SniffTimeout.Or(DefaultSniffTimeout),
 		IdleTimeout:         DefaultIdleTimeout,
+		BufferBytes:         l.BufferBytes,
+		HeartbeatTimeout:    l.HeartbeatTimeout.Or(DefaultHeartbeatTimeout),
+	}
+	if e.BufferBytes == 0 {
+		e.BufferBytes = DefaultBufferBytes
 	}
 	if e.PendingBytes == 0 {
 		e.PendingBytes = DefaultPendingBytes

@@ -66,7 +66,9 @@ type ClientHello struct {
 // [MaxHelloSize] or followed by more handshake data in its last record,
 // lengths that do not add up, trailing bytes, duplicate extensions, a
 // server_name list with other than exactly one host_name, and a host name
-// that is not a valid DNS name (NUL bytes, a trailing dot, an IP literal).
+// that is not a valid DNS name (NUL bytes, an empty label, an IP literal).
+// One trailing dot is dropped ("api.example.com." is api.example.com), as
+// from an HTTP Host and a policy entry.
 // Bytes after the hello's last record are not looked at.
 func ServerName(data []byte) (string, error) {
 	h, err := ParseClientHello(data)
@@ -290,6 +292,14 @@ func parseServerNameExt(ext cryptobyte.String) ([]byte, hostCheck, error) {
 	}
 	if typ != nameTypeHostName {
 		return nil, hostCheck{}, helloErr("server name of type %d, not host_name", typ)
+	}
+	// A fully qualified name's one trailing dot is dropped, as an
+	// HTTP Host's is and a policy entry's: "api.example.com." is
+	// api.example.com. RFC 6066 says the name carries none, but clients
+	// that take a name as given send it, and servers accept it. More than
+	// one, or a dot alone, stays an empty label.
+	if len(name) > 1 && name[len(name)-1] == '.' {
+		name = name[:len(name)-1]
 	}
 	hc, err := checkHostName(name)
 	if err != nil {

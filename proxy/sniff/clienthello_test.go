@@ -328,7 +328,12 @@ func TestServerNameBuilt(t *testing.T) {
 		{name: "server_name list shorter than extension", data: defaultSpec(extension{extServerName, append(hostSNI("a.example").data, 0)}).record(), err: "does not match its list"},
 		{name: "empty host name", data: defaultSpec(hostSNI("")).record(), err: "empty host name"},
 		{name: "NUL in host name", data: defaultSpec(hostSNI("allowed.example\x00.evil.example")).record(), err: "byte 0x00"},
-		{name: "trailing dot", data: defaultSpec(hostSNI("example.com.")).record(), err: "empty label"},
+		{name: "trailing dot", data: defaultSpec(hostSNI("Example.COM.")).record(), want: "example.com"},
+		{name: "two trailing dots", data: defaultSpec(hostSNI("example.com..")).record(), err: "empty label"},
+		{name: "a dot alone", data: defaultSpec(hostSNI(".")).record(), err: "empty label"},
+		{name: "two dots alone", data: defaultSpec(hostSNI("..")).record(), err: "empty label"},
+		{name: "IPv4 literal with a trailing dot", data: defaultSpec(hostSNI("203.0.113.7.")).record(), err: "IP address"},
+		{name: "trailing dot past 253 bytes", data: defaultSpec(hostSNI(strings.Repeat("abcdefghi.", 25) + "abcd.")).record(), err: "longer than 253"},
 		{name: "leading dot", data: defaultSpec(hostSNI(".example.com")).record(), err: "empty label"},
 		{name: "double dot", data: defaultSpec(hostSNI("example..com")).record(), err: "empty label"},
 		{name: "wildcard", data: defaultSpec(hostSNI("*.example.com")).record(), err: "byte 0x2a"},
@@ -411,6 +416,11 @@ func TestServerNameHostNames(t *testing.T) {
 		got, err := ServerName(defaultSpec(hostSNI(name)).record())
 		if err != nil || got != name {
 			t.Errorf("ServerName with SNI %q = %q, %v", name, got, err)
+		}
+		// Fully qualified: the same name.
+		got, err = ServerName(defaultSpec(hostSNI(name + ".")).record())
+		if err != nil || got != name {
+			t.Errorf("ServerName with SNI %q = %q, %v", name+".", got, err)
 		}
 	}
 }

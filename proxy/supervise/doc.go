@@ -32,6 +32,17 @@
 // still comes before ready; a first worker that then does not serve is
 // handled like any later one.
 //
+// A worker can also stop serving without dying: stopped (SIGSTOP),
+// deadlocked, its relay loop wedged. It still runs and holds the
+// listeners, so no exit ever tells, while every connection of its
+// sandbox hangs. So the parent sends each serving worker a heartbeat on a
+// socket pair (the worker's end inherited after the listeners,
+// "--heartbeat-fd"), five per HeartbeatTimeout, which the worker sends
+// back from its relay loop; a worker that leaves one unanswered for two
+// heartbeats is said to be unresponsive (StateUnresponsive), and one that
+// leaves it so for HeartbeatTimeout is killed (SIGKILL) and replaced like
+// one that died.
+//
 // A worker that dies soon after it started is a failure in a row: the
 // next one starts after a delay that doubles with each such failure (none
 // for the first, so that one crash costs well under a second), and from

@@ -14,8 +14,12 @@ import (
 const (
 	StateStarting = "starting" // a worker was started and does not serve yet
 	StateServing  = "serving"  // a worker serves
-	StateBackoff  = "backoff"  // no worker: the next starts at NextStart
-	StateStopping = "stopping" // SIGTERM: the worker is being stopped
+	// StateUnresponsive: a worker runs but has answered no heartbeat
+	// for two heartbeats or more (stopped, deadlocked, its relay loop
+	// wedged); it is replaced at the heartbeat timeout.
+	StateUnresponsive = "unresponsive"
+	StateBackoff      = "backoff"  // no worker: the next starts at NextStart
+	StateStopping     = "stopping" // SIGTERM: the worker is being stopped
 )
 
 // CrashLoopAfter is how many workers in a row must die soon after they
@@ -39,6 +43,13 @@ type Status struct {
 	LastExit *Exit `json:"lastExit,omitempty"`
 	// NextStart is when the next worker starts, in StateBackoff.
 	NextStart *time.Time `json:"nextStart,omitempty"`
+	// Unresponsive, in StateUnresponsive, is when the worker last
+	// answered a heartbeat.
+	Unresponsive *time.Time `json:"unresponsiveSince,omitempty"`
+	// HeartbeatTimeout is how long a worker may go without answering a
+	// heartbeat before it is replaced (absent from the status of a
+	// supervisor of a release without heartbeats).
+	HeartbeatTimeout Duration `json:"heartbeatTimeout,omitempty"`
 	// Updated is when the supervisor wrote this.
 	Updated time.Time `json:"updated"`
 }

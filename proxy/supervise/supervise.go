@@ -39,8 +39,10 @@ type Config struct {
 	// Sandbox names the sandbox, for messages.
 	Sandbox string
 	// Path and Args are each worker's command (Args[0] its name); Env
-	// its environment. "--ready-fd N" is appended to Args: the worker
-	// writes "ready\n" to descriptor N once it serves, and closes it.
+	// its environment. "--heartbeat-fd N --ready-fd M" is appended to
+	// Args: the worker answers heartbeats on descriptor N (see
+	// HeartbeatTimeout) and writes "ready\n" to descriptor M once it
+	// serves, and closes it.
 	Path string
 	Args []string
 	Env  []string
@@ -64,6 +66,13 @@ type Config struct {
 	// follows failures in a row: none after the first failure, then
 	// BackoffBase, doubling up to BackoffMax.
 	BackoffBase, BackoffMax time.Duration
+	// HeartbeatTimeout is how long a serving worker may go without
+	// answering a heartbeat before it is killed (SIGKILL) and replaced
+	// like one that died (zero: DefaultHeartbeatTimeout). Each worker
+	// gets "--heartbeat-fd N" before "--ready-fd": a SOCK_SEQPACKET
+	// socket on which it sends back every message it gets (see
+	// heartbeat).
+	HeartbeatTimeout time.Duration
 	// Ready, if set, is called once, when the first worker serves, or
 	// with ReadyOnStart as soon as it has started.
 	Ready func()
@@ -89,6 +98,7 @@ func (c *Config) defaults() {
 	or(&c.StopTimeout, DefaultStopTimeout)
 	or(&c.BackoffBase, DefaultBackoffBase)
 	or(&c.BackoffMax, DefaultBackoffMax)
+	or(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
 }
 
 // Backoff is the delay before the next worker after failures workers in
@@ -108,6 +118,7 @@ func (c *Config) Backoff(failures int) time.Duration {
 type worker struct {
 	cmd     *exec.Cmd
 	proc    Process
+	hb      *heartbeat
 	ready   chan error // the readiness line, or why there was none
 	exited  chan struct{}
 	oomFrom uint64 // the cgroup's OOM kills when it started
@@ -133,7 +144,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("supervisor: %w", err)
 	}
-	s := &supervisor{cfg: cfg, status: Status{Supervisor: Process{PID: os.Getpid(), Start: self.Start, Started: time.Now().UTC()}}}
+	s := &supervisor{cfg: cfg, status: Status{Supervisor: Process{PID: os.Getpid(), Start: self.Start, Started: time.Now().UTC()},
+		HeartbeatTimeout: Duration(cfg.HeartbeatTimeout)}}
 	if cfg.Cgroup != nil {
 		if err := cfg.Cgroup.Join(os.Getpid()); err != nil {
 			return fmt.Errorf("join the proxy's cgroup: %w", err)
@@ -182,6 +194,8 @@ func Run(ctx context.Context, cfg Config) error {
 func (s *supervisor) serve(ctx context.Context, w *worker) (*worker, error) {
 	stable := time.NewTimer(s.cfg.StableAfter - time.Since(w.proc.Started))
 	defer stable.Stop()
+	beat := time.NewTicker(HeartbeatInterval(s.cfg.HeartbeatTimeout))
+	defer beat.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -195,8 +209,43 @@ func (s *supervisor) serve(ctx context.Context, w *worker) (*worker, error) {
 		case <-w.exited:
 			s.ended(w, "")
 			return s.next(ctx)
+		case now := <-beat.C:
+			select {
+			case <-w.exited: // how it ended says more than its silence
+				s.ended(w, "")
+				return s.next(ctx)
+			default:
+			}
+			if why := s.checkHeartbeat(w, w.hb.beat(now)); why != "" {
+				kill(w)
+				s.ended(w, why)
+				return s.next(ctx)
+			}
 		}
 	}
+}
+
+// checkHeartbeat judges w by how long it has left a heartbeat
+// unanswered: past the timeout it returns why w is to be replaced; past
+// two heartbeats the status says w is unresponsive, and once it answers
+// again that it serves.
+func (s *supervisor) checkHeartbeat(w *worker, silence time.Duration) (why string) {
+	if silence >= s.cfg.HeartbeatTimeout {
+		return fmt.Sprintf("unresponsive: answered no heartbeat for %v", silence.Round(100*time.Millisecond))
+	}
+	late := silence > 2*HeartbeatInterval(s.cfg.HeartbeatTimeout)
+	switch {
+	case late && s.status.State == StateServing:
+		since := w.hb.since()
+		s.status.State, s.status.Unresponsive = StateUnresponsive, &since
+		s.save()
+		s.logf("proxy (pid %d) has answered no heartbeat for %v: replaced if it answers none for %v", w.proc.PID, silence.Round(100*time.Millisecond), s.cfg.HeartbeatTimeout)
+	case !late && s.status.State == StateUnresponsive:
+		s.status.State, s.status.Unresponsive = StateServing, nil
+		s.save()
+		s.logf("proxy (pid %d) answers its heartbeats again", w.proc.PID)
+	}
+	return ""
 }
 
 // next starts workers, after the backoff, until one serves (returning it)
@@ -242,21 +291,30 @@ func (s *supervisor) next(ctx context.Context) (*worker, error) {
 
 // start starts a worker and records it as starting.
 func (s *supervisor) start() (*worker, error) {
-	readR, readW, err := os.Pipe()
+	hb, err := newHeartbeat()
 	if err != nil {
 		return nil, fmt.Errorf("start proxy: %w", err)
 	}
-	extra := append(append([]*os.File(nil), s.cfg.Files...), readW)
-	args := append(append([]string(nil), s.cfg.Args...), "--ready-fd", strconv.Itoa(2+len(extra)))
+	readR, readW, err := os.Pipe()
+	if err != nil {
+		hb.close()
+		return nil, fmt.Errorf("start proxy: %w", err)
+	}
+	// The listeners, the heartbeat, the readiness pipe: 3, 4, ...
+	extra := append(append([]*os.File(nil), s.cfg.Files...), hb.worker, readW)
+	args := append(append([]string(nil), s.cfg.Args...),
+		"--heartbeat-fd", strconv.Itoa(1+len(extra)), "--ready-fd", strconv.Itoa(2+len(extra)))
 	cmd := &exec.Cmd{Path: s.cfg.Path, Args: args, Env: s.cfg.Env, Stdout: nil, Stderr: s.cfg.Stderr, ExtraFiles: extra}
-	w := &worker{cmd: cmd, ready: make(chan error, 1), exited: make(chan struct{})}
+	w := &worker{cmd: cmd, hb: hb, ready: make(chan error, 1), exited: make(chan struct{})}
 	if s.cfg.Cgroup != nil {
 		w.oomFrom, _ = s.cfg.Cgroup.OOMKills()
 	}
 	err = cmd.Start()
 	readW.Close()
+	hb.worker.Close()
 	if err != nil {
 		readR.Close()
+		hb.close()
 		return nil, fmt.Errorf("start proxy %s: %w", s.cfg.Path, err)
 	}
 	phasetrace.Mark("sup.worker-spawned")
@@ -322,6 +380,7 @@ func (s *supervisor) waitReady(ctx context.Context, w *worker) error {
 // its exit status says) and returns it.
 func (s *supervisor) ended(w *worker, why string) *Exit {
 	<-w.exited
+	w.hb.close()
 	ran := time.Since(w.proc.Started)
 	e := &Exit{Time: time.Now().UTC(), PID: w.proc.PID, Ran: Duration(ran.Round(time.Millisecond))}
 	e.Reason = why
@@ -339,7 +398,7 @@ func (s *supervisor) ended(w *worker, why string) *Exit {
 	} else {
 		s.status.Failures = 1
 	}
-	s.status.LastExit, s.status.Worker = e, nil
+	s.status.LastExit, s.status.Worker, s.status.Unresponsive = e, nil, nil
 	s.save()
 	s.logf("proxy (pid %d) %s after %v", w.proc.PID, e.Reason, ran.Round(time.Millisecond))
 	return e
@@ -376,7 +435,7 @@ func signalName(sig syscall.Signal) string {
 
 // stopWorker stops w: SIGTERM (it drains), then SIGKILL after StopTimeout.
 func (s *supervisor) stopWorker(w *worker) {
-	s.status.State = StateStopping
+	s.status.State, s.status.Unresponsive = StateStopping, nil
 	s.save()
 	w.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -385,6 +444,7 @@ func (s *supervisor) stopWorker(w *worker) {
 		kill(w)
 		<-w.exited
 	}
+	w.hb.close()
 	s.status.Worker = nil
 	s.save()
 }

@@ -13,11 +13,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // envWorker makes this test binary a worker (see TestMain): "serve" says
 // ready, then answers each connection on the inherited listener (fd 3)
-// with its pid until SIGTERM; "fail" exits with status 3 at once;
+// with its pid, and each heartbeat, until SIGTERM; "fail" exits with status 3 at once;
 // "flaky" says ready and exits with status 4 a moment later; "late" serves
 // as "serve" does once the file its pid names is gone.
 const envWorker = "DOORMAN_SUPERVISE_TEST_WORKER"
@@ -43,12 +45,28 @@ func TestMain(m *testing.M) {
 				time.Sleep(2 * time.Millisecond)
 			}
 		}
-		fd := -1
+		fd, hb := -1, -1
 		for i, a := range os.Args {
 			if a == "--ready-fd" && i+1 < len(os.Args) {
 				fd, _ = strconv.Atoi(os.Args[i+1])
 			}
+			if a == "--heartbeat-fd" && i+1 < len(os.Args) {
+				hb, _ = strconv.Atoi(os.Args[i+1])
+			}
 		}
+		// Heartbeats are answered as a proxy answers them: each message
+		// sent back.
+		go func() {
+			f := os.NewFile(uintptr(hb), "heartbeat")
+			buf := make([]byte, 64)
+			for {
+				n, err := f.Read(buf)
+				if err != nil {
+					return
+				}
+				f.Write(buf[:n])
+			}
+		}()
 		term := make(chan os.Signal, 1)
 		signal.Notify(term, syscall.SIGTERM)
 		ln, err := net.FileListener(os.NewFile(3, "listener"))
@@ -367,5 +385,145 @@ func TestBackoff(t *testing.T) {
 	}
 	if got := c.Backoff(100); got != DefaultBackoffMax {
 		t.Errorf("Backoff(100) = %v, want the cap %v", got, DefaultBackoffMax)
+	}
+}
+
+// A worker that stops answering heartbeats (stopped with SIGSTOP: it runs
+// and holds the listener) is said to be unresponsive, then killed and
+// replaced at the heartbeat timeout, its end counted as a failure and
+// recorded as unresponsive; the next worker answers the connection that
+// waited meanwhile.
+func TestRunReplacesAnUnresponsiveWorker(t *testing.T) {
+	h := newHarness(t, "serve", func(c *Config) { c.HeartbeatTimeout = time.Second })
+	<-h.ready
+	first := h.waitStatus("serving", func(s *Status) bool { return s.State == StateServing && s.Worker != nil })
+	if first.HeartbeatTimeout != Duration(time.Second) {
+		t.Errorf("status %+v: want the heartbeat timeout", first)
+	}
+	// Past a few heartbeats, the worker that answered them still serves.
+	time.Sleep(3 * HeartbeatInterval(time.Second))
+	if s, _ := ReadStatus(h.status); s.State != StateServing || s.Worker.PID != first.Worker.PID {
+		t.Fatalf("a worker that answers its heartbeats: %+v", s)
+	}
+	syscall.Kill(first.Worker.PID, syscall.SIGSTOP)
+	stopped := time.Now()
+	waitStopped(t, first.Worker.PID)
+	answered := make(chan int, 1)
+	go func() { answered <- h.ask() }()
+	u := h.waitStatus("unresponsive", func(s *Status) bool { return s.State == StateUnresponsive })
+	// Unresponsive since the first heartbeat it left unanswered: one
+	// sent after the stop, or just before it.
+	if u.Worker == nil || u.Worker.PID != first.Worker.PID || u.Unresponsive == nil ||
+		u.Unresponsive.Before(stopped.Add(-2*HeartbeatInterval(time.Second))) {
+		t.Errorf("unresponsive status %+v", u)
+	}
+	s := h.waitStatus("serving a second worker", func(s *Status) bool {
+		return s.State == StateServing && s.Worker != nil && s.Worker.PID != first.Worker.PID
+	})
+	took := time.Since(stopped)
+	if s.Restarts != 1 || s.Failures != 1 || s.LastExit == nil || !strings.HasPrefix(s.LastExit.Reason, "unresponsive: answered no heartbeat for ") ||
+		s.LastExit.PID != first.Worker.PID || s.Unresponsive != nil {
+		t.Errorf("after the stop: %+v, last exit %+v", s, s.LastExit)
+	}
+	if took < time.Second {
+		t.Errorf("replaced %v after the stop, before the timeout", took)
+	}
+	if alive(first.Worker.PID) {
+		t.Errorf("the unresponsive worker %d still runs", first.Worker.PID)
+	}
+	select {
+	case pid := <-answered:
+		if pid != s.Worker.PID {
+			t.Errorf("the connection made while the worker was stopped was answered by %d, want the new worker %d", pid, s.Worker.PID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the connection made while the worker was stopped was not answered")
+	}
+}
+
+// waitStopped waits until the kernel has process pid stopped (the
+// signal is delivered when it next runs).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if i := strings.LastIndexByte(string(data), ')'); err == nil && i > 0 && i+2 < len(data) && data[i+2] == 'T' {
+			return
+		}
+	}
+	t.Fatalf("process %d never stopped", pid)
+}
+
+// A worker that misses heartbeats for less than the timeout and then
+// answers again is said to be unresponsive, then serving again, and is
+// not replaced.
+func TestRunUnresponsiveWorkerRecovers(t *testing.T) {
+	h := newHarness(t, "serve", func(c *Config) { c.HeartbeatTimeout = 3 * time.Second })
+	<-h.ready
+	first := h.waitStatus("serving", func(s *Status) bool { return s.State == StateServing && s.Worker != nil })
+	syscall.Kill(first.Worker.PID, syscall.SIGSTOP)
+	waitStopped(t, first.Worker.PID)
+	h.waitStatus("unresponsive", func(s *Status) bool { return s.State == StateUnresponsive })
+	syscall.Kill(first.Worker.PID, syscall.SIGCONT)
+	s := h.waitStatus("serving again", func(s *Status) bool { return s.State == StateServing })
+	if s.Worker == nil || s.Worker.PID != first.Worker.PID || s.Restarts != 0 || s.LastExit != nil || s.Unresponsive != nil {
+		t.Errorf("after it answered again: %+v", s)
+	}
+	if pid := h.ask(); pid != first.Worker.PID {
+		t.Errorf("answered by %d, want the first worker %d", pid, first.Worker.PID)
+	}
+}
+
+// A worker's silence counts from the first heartbeat it left unanswered,
+// judged once the answers that came are read: a supervisor held up for an
+// hour (as a stopped supervisor or a paused machine is) finds the answer
+// to what it sent before and does not take its own pause for the
+// worker's; a worker that stops answering is silent from the next
+// heartbeat on.
+func TestHeartbeatSilence(t *testing.T) {
+	hb, err := newHeartbeat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.close()
+	answering := make(chan bool, 1)
+	answering <- true
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := hb.worker.Read(buf)
+			if err != nil {
+				return
+			}
+			on := <-answering
+			answering <- on
+			if on {
+				hb.worker.Write(buf[:n])
+			}
+		}
+	}()
+	waitAnswered := func() {
+		fds := []unix.PollFd{{Fd: int32(hb.own), Events: unix.POLLIN}}
+		unix.Poll(fds, 5000)
+	}
+	t0 := time.Now()
+	if s := hb.beat(t0); s != 0 {
+		t.Errorf("first heartbeat: silence %v", s)
+	}
+	waitAnswered()
+	if s := hb.beat(t0.Add(time.Hour)); s != 0 {
+		t.Errorf("an hour later, its answer waiting: silence %v", s)
+	}
+	waitAnswered()
+	<-answering
+	answering <- false
+	if s := hb.beat(t0.Add(time.Hour + time.Second)); s != 0 {
+		t.Errorf("answered the last one: silence %v", s)
+	}
+	if s := hb.beat(t0.Add(time.Hour + 4*time.Second)); s != 3*time.Second {
+		t.Errorf("silent since the heartbeat 3s ago: silence %v", s)
+	}
+	if got := hb.since(); !got.Equal(t0.Add(time.Hour + time.Second).UTC()) {
+		t.Errorf("unresponsive since %v, want the first heartbeat it left unanswered", got)
 	}
 }
