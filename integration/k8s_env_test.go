@@ -76,7 +76,7 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 	}
 	archive := filepath.Join(dir, "doorman-image.tar")
 	mk := exec.Command("go", "run", "github.com/doorman-net/doorman/deploy/kubernetes/mkimage",
-		"-binary", doormanBin(), "-name", doormanImage, "-version", "test", "-o", archive)
+		"-binary", doormanBin(), "-agent", filepath.Join(binDir, "doorman-agent"), "-name", doormanImage, "-version", "test", "-o", archive)
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("mkimage: %v\n%s", err, out)
 	}
@@ -86,7 +86,18 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The ClusterNetworkPolicy CRD, as `make crds` copies it, and the
+	// grant the annotation tests narrow: *.test to the namespaces labelled
+	// k8sGrantLabels (the shipped ConfigMap has the agent, so annotations
+	// only narrow what the cluster grants).
+	mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/network-policy-api").Output()
+	if err != nil {
+		t.Fatalf("go list -m sigs.k8s.io/network-policy-api: %v", err)
+	}
 	start := time.Now()
+	c.MustKubectl(t, "apply", "-f", filepath.Join(strings.TrimSpace(string(mod)), "config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml"))
+	c.MustKubectl(t, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusternetworkpolicies.policy.networking.k8s.io")
+	c.Apply(t, k8sTestGrant)
 	c.MustKubectl(t, "apply", "-f", filepath.Join(manifests, "namespace.yaml"), "-f", manifests)
 	if r := c.Kubectl(t, "-n", "doorman-system", "rollout", "status", "daemonset/doorman", "--timeout=3m"); r.Exit != 0 {
 		d := c.Kubectl(t, "-n", "doorman-system", "describe", "pods")
@@ -97,6 +108,25 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 	}
 	t.Logf("doorman deployed: kubectl apply to the DaemonSet rolled out with doorman chained: %v", time.Since(start).Round(time.Millisecond))
 }
+
+// k8sGrantLabels label the namespaces of the tests whose pods' annotations
+// ask for hosts of the fake internet: k8sTestGrant grants them *.test.
+var k8sGrantLabels = map[string]string{"doorman-test/grant": "test"}
+
+// k8sTestGrant is a Baseline ClusterNetworkPolicy granting the namespaces
+// labelled k8sGrantLabels every name under .test, which their pods'
+// annotations narrow.
+const k8sTestGrant = `
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: doorman-test-grant}
+spec:
+  tier: Baseline
+  priority: 100
+  subject: {namespaces: {matchLabels: {doorman-test/grant: test}}}
+  egress:
+  - {name: test-names, action: Accept, to: [{domainNames: ["*.test"]}]}
+`
 
 // nodeChain is the plugin types of the node's primary conflist, in order.
 func nodeChain(t *testing.T, c *k8scluster.Cluster) []string {
