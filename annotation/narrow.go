@@ -23,11 +23,11 @@ import (
 //     or around it, their ports intersected. A name and an address entry
 //     never intersect: doorman cannot know where the name resolves.
 //
-// Request rules are granted's.
+// Request rules and rule sets are granted's.
 func Narrow(granted, asked *conf.Policy) (*conf.Policy, []string) {
 	switch {
 	case granted.Mode == conf.ModeNone || asked.Mode == conf.ModeNone:
-		return &conf.Policy{Mode: conf.ModeNone, Inspect: granted.Inspect}, nil
+		return &conf.Policy{Mode: conf.ModeNone, Inspect: granted.Inspect, RuleSets: granted.RuleSets}, nil
 	case asked.Mode == conf.ModeOpen:
 		return granted, nil
 	}
@@ -67,7 +67,7 @@ func Narrow(granted, asked *conf.Policy) (*conf.Policy, []string) {
 			dropped = append(dropped, a.String())
 		}
 	}
-	return &conf.Policy{Mode: conf.ModeAllowlist, Entries: Tidy(out), Inspect: granted.Inspect}, dropped
+	return &conf.Policy{Mode: conf.ModeAllowlist, Entries: Tidy(out), Inspect: granted.Inspect, RuleSets: granted.RuleSets}, dropped
 }
 
 // IntersectEntry returns the entry admitting what both a and g admit, if

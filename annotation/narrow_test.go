@@ -31,6 +31,9 @@ func TestNarrow(t *testing.T) {
 		{"api.example.com", "mode: none", "none []", nil},
 		{"api.example.com", "mode: open", "allowlist [api.example.com]", nil},
 		{"a.example.com;b.example.com", "mode: allowlist", "allowlist []", nil},
+		// Rule sets refuse, never admit: the grant's stay.
+		{"api.example.com;ruleset closed-book", "api.example.com", "allowlist [api.example.com] ruleset closed-book", nil},
+		{"api.example.com;ruleset closed-book strip", "mode: none", "none [] ruleset closed-book strip", nil},
 	} {
 		g, err := conf.ParseFile([]byte(strings.ReplaceAll(tc.granted, ";", "\n")))
 		if err != nil {

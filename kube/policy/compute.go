@@ -180,27 +180,24 @@ func Compute(pod *corev1.Pod, c *Cluster, d Defaults) (*Result, error) {
 	}
 	res.AllowICMP = d.AllowICMP
 	inspect := slices.Clone(d.Policy.Inspect)
+	sets := slices.Clone(d.Policy.RuleSets)
 
 	// The namespace's EgressPolicies.
 	eps := egressPoliciesFor(pod, ns, c.EgressPolicies)
 	for _, ep := range eps {
 		ref := Ref{Kind: KindEgressPolicy, Namespace: ep.Namespace, Name: ep.Name}
 		res.Sources = append(res.Sources, KindEgressPolicy+"/"+ep.Namespace+"/"+ep.Name)
-		narrowed, hosts, err := applyEgressPolicy(ep, granted, c.SecretFile)
+		narrowed, hosts, uses, err := applyEgressPolicy(ep, granted, c.SecretFile)
 		if err != nil {
 			// An EgressPolicy that does not read: nothing leaves.
 			note(ref, fmt.Sprintf("does not parse, so the pods it selects get mode none: %v", oneLine(err)))
-			granted, allowDirect, inspect = conf.DenyAll(), nil, nil
+			granted, allowDirect, inspect, sets = conf.DenyAll(), nil, nil, nil
 			res.AllowICMP = false
 			break
 		}
 		granted = narrowed
 		inspect = mergeInspect(inspect, hosts, ref, note)
-		for _, rs := range ep.Spec.RuleSets {
-			if !slices.Contains(res.RuleSets, rs) {
-				res.RuleSets = append(res.RuleSets, rs)
-			}
-		}
+		sets = mergeRuleSets(sets, uses)
 		if ep.Spec.ICMP != nil && !*ep.Spec.ICMP {
 			res.AllowICMP = false
 		}
@@ -257,6 +254,19 @@ func Compute(pod *corev1.Pod, c *Cluster, d Defaults) (*Result, error) {
 			return nil, fmt.Errorf("request rules: %w", err)
 		}
 		granted = p
+	}
+	// The rule sets of the installer and of every EgressPolicy: they
+	// refuse requests to hosts the policy admits and admit none, so
+	// whatever the annotations did they stay.
+	if granted.Mode != conf.ModeNone {
+		p, err := granted.WithRuleSets(sets)
+		if err != nil {
+			return nil, fmt.Errorf("rule sets: %w", err)
+		}
+		granted = p
+		for _, u := range sets {
+			res.RuleSets = append(res.RuleSets, u.String())
+		}
 	}
 	res.Policy = granted
 	res.AllowDirect = allowDirect
@@ -413,24 +423,67 @@ func egressPoliciesFor(pod *corev1.Pod, ns *corev1.Namespace, all []*v1alpha1.Eg
 }
 
 // applyEgressPolicy narrows granted by ep's allowedHosts and returns its
-// request rules.
-func applyEgressPolicy(ep *v1alpha1.EgressPolicy, granted *conf.Policy, secretFile func(ns, name, key string) string) (*conf.Policy, []conf.InspectHost, error) {
+// request rules and rule sets.
+func applyEgressPolicy(ep *v1alpha1.EgressPolicy, granted *conf.Policy, secretFile func(ns, name, key string) string) (*conf.Policy, []conf.InspectHost, []conf.RuleSetUse, error) {
 	if _, err := metav1.LabelSelectorAsSelector(&ep.Spec.PodSelector); err != nil {
-		return nil, nil, fmt.Errorf("podSelector: %w", err)
+		return nil, nil, nil, fmt.Errorf("podSelector: %w", err)
 	}
 	out := granted
 	if ep.Spec.AllowedHosts != nil {
 		asked, err := conf.NewPolicy(conf.ModeAllowlist, ep.Spec.AllowedHosts)
 		if err != nil {
-			return nil, nil, fmt.Errorf("allowedHosts: %w", err)
+			return nil, nil, nil, fmt.Errorf("allowedHosts: %w", err)
 		}
 		out, _ = annotation.Narrow(granted, asked)
 	}
 	hosts, err := InspectOf(ep, secretFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return out, hosts, nil
+	uses, err := RuleSetsOf(ep)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return out, hosts, uses, nil
+}
+
+// RuleSetsOf returns ep's rule sets: each "NAME" (its matches refused)
+// or "NAME ACTION" (deny, strip or probe), as a policy file's ruleset
+// line has them.
+func RuleSetsOf(ep *v1alpha1.EgressPolicy) ([]conf.RuleSetUse, error) {
+	var uses []conf.RuleSetUse
+	for i, s := range ep.Spec.RuleSets {
+		words := strings.Fields(s)
+		if len(words) < 1 || len(words) > 2 {
+			return nil, fmt.Errorf("ruleSets[%d] %q: want \"NAME\" or \"NAME deny|strip|probe\"", i, s)
+		}
+		u := conf.RuleSetUse{Name: words[0], Action: conf.SetDeny}
+		if len(words) == 2 {
+			u.Action = strings.ToLower(words[1])
+		}
+		if _, err := (&conf.Policy{}).WithRuleSets([]conf.RuleSetUse{u}); err != nil {
+			return nil, fmt.Errorf("ruleSets[%d] %q: %w", i, s, err)
+		}
+		uses = mergeRuleSets(uses, []conf.RuleSetUse{u})
+	}
+	return uses, nil
+}
+
+// mergeRuleSets adds uses to cur; a set both use keeps the stricter
+// action (deny, then strip, then probe).
+func mergeRuleSets(cur, uses []conf.RuleSetUse) []conf.RuleSetUse {
+	strict := map[string]int{conf.SetDeny: 3, conf.SetStrip: 2, conf.SetProbe: 1}
+	out := slices.Clone(cur)
+	for _, u := range uses {
+		i := slices.IndexFunc(out, func(x conf.RuleSetUse) bool { return x.Name == u.Name })
+		switch {
+		case i < 0:
+			out = append(out, u)
+		case strict[u.Action] > strict[out[i].Action]:
+			out[i].Action = u.Action
+		}
+	}
+	return out
 }
 
 // InspectOf returns ep's request rules in doorman's form, each inject

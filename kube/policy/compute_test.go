@@ -421,6 +421,32 @@ func TestEgressPolicy(t *testing.T) {
 	if !slices.Equal(res.RuleSets, []string{"closed-book"}) {
 		t.Errorf("rule sets %v", res.RuleSets)
 	}
+	if want := []conf.RuleSetUse{{Name: "closed-book", Action: conf.SetDeny}}; !slices.Equal(res.Policy.RuleSets, want) {
+		t.Errorf("the policy's rule sets %v, want %v", res.Policy.RuleSets, want)
+	}
+	// Annotations that narrow keep the rule sets (they refuse, never
+	// admit), and the installer's rule sets stay beside the policy's,
+	// the stricter action kept.
+	narrowed := client.DeepCopy()
+	narrowed.Annotations = map[string]string{"doorman.io/allowed-hosts": "api.anthropic.com"}
+	d2 := d
+	d2.Policy = &conf.Policy{Mode: conf.ModeAllowlist, RuleSets: []conf.RuleSetUse{{Name: "closed-book", Action: conf.SetProbe}}}
+	if res, err := Compute(narrowed, c, d2); err != nil || !slices.Equal(res.Policy.RuleSets, []conf.RuleSetUse{{Name: "closed-book", Action: conf.SetDeny}}) {
+		t.Errorf("narrowed by annotations: rule sets %v, %v", res.Policy.RuleSets, err)
+	}
+	strip := ep.DeepCopy()
+	strip.Spec.RuleSets = []string{"closed-book strip"}
+	c.EgressPolicies = []*v1alpha1.EgressPolicy{strip}
+	if res, err := Compute(client, c, d2); err != nil || !slices.Equal(res.Policy.RuleSets, []conf.RuleSetUse{{Name: "closed-book", Action: conf.SetStrip}}) {
+		t.Errorf("strip over the installer's probe: rule sets %v, %v", res.Policy.RuleSets, err)
+	}
+	unknown := ep.DeepCopy()
+	unknown.Spec.RuleSets = []string{"open-book"}
+	c.EgressPolicies = []*v1alpha1.EgressPolicy{unknown}
+	if res, err := Compute(client, c, d); err != nil || res.Policy.Mode != conf.ModeNone || len(res.Notes) == 0 {
+		t.Errorf("an unknown rule set: %v, notes %v, %v", res.Policy, res.Notes, err)
+	}
+	c.EgressPolicies = []*v1alpha1.EgressPolicy{ep, other}
 	h := res.Policy.InspectFor("api.anthropic.com")
 	if h == nil || len(h.Deny) != 1 || len(h.Allow) != 1 || len(h.Inject) != 1 {
 		t.Fatalf("request rules %+v", h)
