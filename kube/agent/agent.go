@@ -74,7 +74,10 @@ type Agent struct {
 	cnps       cache.SharedIndexInformer // nil: the CRD is not installed
 	eps        cache.SharedIndexInformer // nil: the CRD is not installed
 	allPods    cache.SharedIndexInformer // nil until a peer needs it
-	synced     chan struct{}
+	// cnpsPending and epsPending are the informers of a CRD installed
+	// after the agent started, until they have synced.
+	cnpsPending, epsPending cache.SharedIndexInformer
+	synced                  chan struct{}
 
 	trigger chan struct{}
 	events  chan *corev1.Event
@@ -160,32 +163,31 @@ func (a *Agent) Run(ctx context.Context) error {
 		inf.AddEventHandler(handler)
 		syncs = append(syncs, inf.HasSynced)
 	}
-	var npaFactory npainformers.SharedInformerFactory
-	if a.served(npa.SchemeGroupVersion.String(), "clusternetworkpolicies") {
-		npaFactory = npainformers.NewSharedInformerFactory(a.cfg.NetworkPolicy, resync)
-		a.cnps = npaFactory.Policy().V1beta1().ClusterNetworkPolicies().Informer()
-		a.cnps.AddEventHandler(handler)
+	// The CRDs' informers, if their resources are served; a discovery
+	// that fails (the API server away) is tried again, never taken for
+	// "not installed": that would drop the cluster's Deny rules.
+	cnpServed, err := a.served(ctx, npa.SchemeGroupVersion.String(), "clusternetworkpolicies")
+	if err != nil {
+		return nil // stopped
+	}
+	epServed, err := a.served(ctx, v1alpha1.GroupVersion.String(), v1alpha1.Resource)
+	if err != nil {
+		return nil
+	}
+	if cnpServed {
+		a.cnps = a.startCNPs(ctx, handler)
 		syncs = append(syncs, a.cnps.HasSynced)
 	} else {
-		a.log.Warn("not installed", "resource", "clusternetworkpolicies."+npa.GroupName+"/v1beta1", "effect", "pods get the installer's policy; restart the agent after installing the CRD")
+		a.log.Warn("not installed", "resource", "clusternetworkpolicies."+npa.GroupName+"/v1beta1", "effect", "pods get the installer's policy until it is (checked every 30 s)")
 	}
-	var dynFactory dynamicinformer.DynamicSharedInformerFactory
-	if a.served(v1alpha1.GroupVersion.String(), v1alpha1.Resource) {
-		dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(a.cfg.Dynamic, resync)
-		a.eps = dynFactory.ForResource(v1alpha1.GroupVersionResource).Informer()
-		a.eps.AddEventHandler(handler)
+	if epServed {
+		a.eps = a.startEPs(ctx, handler)
 		syncs = append(syncs, a.eps.HasSynced)
 	} else {
-		a.log.Warn("not installed", "resource", v1alpha1.Resource+"."+v1alpha1.Group+"/"+v1alpha1.Version, "effect", "no EgressPolicy applies; restart the agent after installing the CRD")
+		a.log.Warn("not installed", "resource", v1alpha1.Resource+"."+v1alpha1.Group+"/"+v1alpha1.Version, "effect", "no EgressPolicy applies until it is (checked every 30 s)")
 	}
 	nodeFactory.Start(ctx.Done())
 	clusterFactory.Start(ctx.Done())
-	if npaFactory != nil {
-		npaFactory.Start(ctx.Done())
-	}
-	if dynFactory != nil {
-		dynFactory.Start(ctx.Done())
-	}
 	if a.cfg.MetricsAddr != "" {
 		ms := &http.Server{Addr: a.cfg.MetricsAddr, Handler: promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{})}
 		go func() {
@@ -204,24 +206,86 @@ func (a *Agent) Run(ctx context.Context) error {
 	close(a.synced)
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
+	lateTick := time.NewTicker(2 * time.Second) // a late CRD's informer syncing
+	defer lateTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-a.trigger:
 		case <-tick.C:
+			a.startLateCRDs(ctx, handler)
+		case <-lateTick.C:
+			if a.cnpsPending == nil && a.epsPending == nil {
+				continue
+			}
+			a.startLateCRDs(ctx, handler)
 		}
 		a.recompute(ctx)
 	}
 }
 
 // served reports whether the API server serves resource in groupVersion.
-func (a *Agent) served(groupVersion, resource string) bool {
-	l, err := a.cfg.Kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
-	if err != nil {
-		return false
+// Only the API server's answer that it does not (404) is a no: any other
+// error is tried again (every 1 s, then up to every 30 s) until it
+// answers or ctx is done (the error then).
+func (a *Agent) served(ctx context.Context, groupVersion, resource string) (bool, error) {
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		l, err := a.cfg.Kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
+		switch {
+		case err == nil:
+			return slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }), nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		}
+		a.log.Warn("discovery", "groupVersion", groupVersion, "error", err.Error(), "retry", delay.String())
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(delay):
+		}
 	}
-	return slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == resource })
+}
+
+// startCNPs starts the ClusterNetworkPolicy informer.
+func (a *Agent) startCNPs(ctx context.Context, h cache.ResourceEventHandler) cache.SharedIndexInformer {
+	f := npainformers.NewSharedInformerFactory(a.cfg.NetworkPolicy, 10*time.Minute)
+	inf := f.Policy().V1beta1().ClusterNetworkPolicies().Informer()
+	inf.AddEventHandler(h)
+	f.Start(ctx.Done())
+	return inf
+}
+
+// startEPs starts the EgressPolicy informer.
+func (a *Agent) startEPs(ctx context.Context, h cache.ResourceEventHandler) cache.SharedIndexInformer {
+	f := dynamicinformer.NewDynamicSharedInformerFactory(a.cfg.Dynamic, 10*time.Minute)
+	inf := f.ForResource(v1alpha1.GroupVersionResource).Informer()
+	inf.AddEventHandler(h)
+	f.Start(ctx.Done())
+	return inf
+}
+
+// startLateCRDs starts the informer of a CRD installed after the agent
+// started, and puts it to use once it has synced (so that a policy is
+// never computed from part of the objects).
+func (a *Agent) startLateCRDs(ctx context.Context, h cache.ResourceEventHandler) {
+	check := func(inUse, pending *cache.SharedIndexInformer, gv, resource string, start func(context.Context, cache.ResourceEventHandler) cache.SharedIndexInformer) {
+		switch {
+		case *inUse != nil:
+		case *pending != nil:
+			if (*pending).HasSynced() {
+				*inUse, *pending = *pending, nil
+				a.log.Info("watching", "resource", resource+"."+gv, "why", "installed after the agent started")
+			}
+		default:
+			l, err := a.cfg.Kube.Discovery().ServerResourcesForGroupVersion(gv)
+			if err == nil && slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }) {
+				*pending = start(ctx, h)
+			}
+		}
+	}
+	check(&a.cnps, &a.cnpsPending, npa.SchemeGroupVersion.String(), "clusternetworkpolicies", a.startCNPs)
+	check(&a.eps, &a.epsPending, v1alpha1.GroupVersion.String(), v1alpha1.Resource, a.startEPs)
 }
 
 // poke asks for a recomputation.

@@ -12,6 +12,11 @@
 // what doorman could not express exactly as Events on the object that
 // says it and on the node.
 //
+// A CRD's resource the API server says it does not serve (404) is taken
+// for not installed, and looked for again every 30 s (its informer put
+// to use once synced); any other discovery error is tried again, never
+// taken for "not installed", which would drop the cluster's rules.
+//
 // It answers the CNI plugin's ADD over a unix socket (<dir>/agent.sock,
 // see package agentclient) from its caches, only once they have synced,
 // waiting briefly for a pod it has not seen yet. It reads the Secrets
