@@ -54,8 +54,13 @@ spec:
 	}
 	c.WaitFor(t, 30*time.Second, "the agent's Event on the pod", func() (bool, string) {
 		r := c.Kubectl(t, "-n", ns, "get", "events", "--field-selector", "reason=PolicyNotExact", "-o", "jsonpath={.items[*].message}")
-		return strings.Contains(r.Stdout, "not granted: "+later.Name()), r.Stdout + r.Stderr
+		return strings.Contains(r.Stdout, "not granted: ") && strings.Contains(r.Stdout, later.Name()), r.Stdout + r.Stderr
 	})
+
+	// doorman show on the node says it too.
+	if r := c.NodeRun(t, "/opt/cni/bin/doorman", "show", ns+"/probe"); !strings.Contains(r.Stdout, "not exact") || !strings.Contains(r.Stdout, later.Name()) || !strings.Contains(r.Stdout, "ClusterNetworkPolicy/"+ns) {
+		t.Errorf("doorman show does not say what the cluster did not grant:\n%v", r)
+	}
 
 	// A live change: the cluster grants the second host too.
 	start := time.Now()

@@ -39,7 +39,7 @@ var k8sDeploy struct {
 
 // doormanCluster is the shared cluster with doorman deployed on it and
 // the probe image imported: the first test to ask deploys it.
-func doormanCluster(t *testing.T) *k8scluster.Cluster {
+func doormanCluster(t testing.TB) *k8scluster.Cluster {
 	t.Helper()
 	c := k8scluster.Shared(t)
 	k8sDeploy.mu.Lock()
@@ -68,7 +68,7 @@ func doormanCluster(t *testing.T) *k8scluster.Cluster {
 // `kubectl apply` of deploy/kubernetes and the DaemonSet's rollout. It
 // checks that the installer chained doorman into the node's primary
 // conflist, and logs how long apply → rollout took.
-func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
+func deployDoorman(t testing.TB, c *k8scluster.Cluster) {
 	t.Helper()
 	dir := filepath.Join(c.Dir(), "images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -114,8 +114,9 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 var k8sGrantLabels = map[string]string{"doorman-test/grant": "test"}
 
 // k8sTestGrant is a Baseline ClusterNetworkPolicy granting the namespaces
-// labelled k8sGrantLabels every name under .test, which their pods'
-// annotations narrow.
+// labelled k8sGrantLabels the names of the tests' hosts under .test, which
+// their pods' annotations narrow. (The API's domainNames need two labels
+// after "*.": "*.test" is refused.)
 const k8sTestGrant = `
 apiVersion: policy.networking.k8s.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -125,11 +126,13 @@ spec:
   priority: 100
   subject: {namespaces: {matchLabels: {doorman-test/grant: test}}}
   egress:
-  - {name: test-names, action: Accept, to: [{domainNames: ["*.test"]}]}
+  - name: test-names
+    action: Accept
+    to: [{domainNames: ["*.allowed.test", "*.denied.test", "*.restart.test", "example.test"]}]
 `
 
 // nodeChain is the plugin types of the node's primary conflist, in order.
-func nodeChain(t *testing.T, c *k8scluster.Cluster) []string {
+func nodeChain(t testing.TB, c *k8scluster.Cluster) []string {
 	t.Helper()
 	types, err := chainOf(c.NodePath("/etc/cni/net.d/" + k8scluster.PrimaryConflist))
 	if err != nil {
@@ -184,7 +187,7 @@ func probePod(namespace, name string, annotations map[string]string) string {
 
 // startProbePod applies probePod and waits until it is Ready, logging how
 // long that took.
-func startProbePod(t *testing.T, c *k8scluster.Cluster, namespace, name string, annotations map[string]string) {
+func startProbePod(t testing.TB, c *k8scluster.Cluster, namespace, name string, annotations map[string]string) {
 	t.Helper()
 	start := time.Now()
 	c.Apply(t, probePod(namespace, name, annotations))
@@ -200,7 +203,7 @@ func nodeState(c *k8scluster.Cluster, id string) (*sandbox.State, error) {
 
 // mustNodeState is nodeState that fails the test unless the state is
 // there.
-func mustNodeState(t *testing.T, c *k8scluster.Cluster, id string) *sandbox.State {
+func mustNodeState(t testing.TB, c *k8scluster.Cluster, id string) *sandbox.State {
 	t.Helper()
 	s, err := nodeState(c, id)
 	if err != nil {
@@ -213,7 +216,7 @@ func mustNodeState(t *testing.T, c *k8scluster.Cluster, id string) *sandbox.Stat
 // assertK8sEnforced checks that doorman enforces pod namespace/name on the
 // node: its state (runtime cni, the pod's id, label full, both protective
 // layers) and one live proxy, the recorded one.
-func assertK8sEnforced(t *testing.T, c *k8scluster.Cluster, namespace, name string) *sandbox.State {
+func assertK8sEnforced(t testing.TB, c *k8scluster.Cluster, namespace, name string) *sandbox.State {
 	t.Helper()
 	id := namespace + "/" + name
 	s := mustNodeState(t, c, id)
@@ -228,7 +231,7 @@ func assertK8sEnforced(t *testing.T, c *k8scluster.Cluster, namespace, name stri
 }
 
 // podUID is the uid of pod namespace/name.
-func podUID(t *testing.T, c *k8scluster.Cluster, namespace, name string) string {
+func podUID(t testing.TB, c *k8scluster.Cluster, namespace, name string) string {
 	t.Helper()
 	return c.MustKubectl(t, "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid}")
 }
@@ -240,7 +243,7 @@ func isNoMatch(err error) bool {
 }
 
 // probeGet runs `probe get URL --ca /ca.pem [extra...]` in the pod.
-func probeGet(t *testing.T, c *k8scluster.Cluster, namespace, pod, url string, extra ...string) k8scluster.Result {
+func probeGet(t testing.TB, c *k8scluster.Cluster, namespace, pod, url string, extra ...string) k8scluster.Result {
 	t.Helper()
 	return c.Exec(t, namespace, pod, append([]string{"/probe", "get", url, "--ca", "/ca.pem"}, extra...)...)
 }

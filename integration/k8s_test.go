@@ -236,7 +236,7 @@ func TestK8sInstallerRestartKeepsEntry(t *testing.T) {
 	}
 }
 
-func randomSuffix(t *testing.T) string {
+func randomSuffix(t testing.TB) string {
 	b := make([]byte, 3)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
