@@ -411,6 +411,13 @@ func (a *Agent) recompute(ctx context.Context) {
 		if p.Spec.HostNetwork || slices.Contains(a.cfg.Settings.ExcludeNamespaces, p.Namespace) || p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodRunning {
 			continue
 		}
+		if c.Namespaces[p.Namespace] == nil {
+			// The pod's namespace is not in the cache yet (its event
+			// may come after the pod's): without its labels the policies
+			// selecting it would not select the pod. No answer until it
+			// is: the plugin waits, and its namespace's event recomputes.
+			continue
+		}
 		ans := a.answer(p, c)
 		id := p.Namespace + "/" + p.Name
 		next[id] = ans
