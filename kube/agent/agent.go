@@ -310,8 +310,9 @@ func needsAllPods(cnps []*npa.ClusterNetworkPolicy) bool {
 	return false
 }
 
-// snapshot is what the caches hold now.
-func (a *Agent) snapshot(ctx context.Context) (*policy.Cluster, []*corev1.Pod) {
+// snapshot is what the caches hold now; false if the cluster's pods are
+// needed (a pods or namespaces peer) and not all known within 10 s.
+func (a *Agent) snapshot(ctx context.Context) (*policy.Cluster, []*corev1.Pod, bool) {
 	c := &policy.Cluster{Namespaces: map[string]*corev1.Namespace{}, SecretFile: a.secretFile}
 	for _, o := range a.namespaces.GetStore().List() {
 		n := o.(*corev1.Namespace)
@@ -341,17 +342,23 @@ func (a *Agent) snapshot(ctx context.Context) (*policy.Cluster, []*corev1.Pod) {
 	}
 	if needsAllPods(c.Policies) {
 		a.startAllPods(ctx)
-		if a.allPods.HasSynced() {
-			for _, o := range a.allPods.GetStore().List() {
-				c.Pods = append(c.Pods, o.(*corev1.Pod))
+		if !a.allPods.HasSynced() {
+			// Until every pod is known, a Deny or Pass of a pods peer
+			// would select fewer pods than it does: wider. Wait a
+			// little, then give up this recomputation (the answers stay
+			// as they were; the informer's events trigger another).
+			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+			synced := cache.WaitForCacheSync(wait.Done(), a.allPods.HasSynced)
+			cancel()
+			if !synced {
+				return nil, nil, false
 			}
-		} else {
-			// Until every pod is known, the peers select only this
-			// node's pods: fewer than they will, never more.
-			c.Pods = nodePods
+		}
+		for _, o := range a.allPods.GetStore().List() {
+			c.Pods = append(c.Pods, o.(*corev1.Pod))
 		}
 	}
-	return c, nodePods
+	return c, nodePods, true
 }
 
 // startAllPods starts the cluster-wide pod informer, once; it keeps of
@@ -399,7 +406,11 @@ func toEgressPolicy(o any) (*v1alpha1.EgressPolicy, error) {
 // recompute computes every pod of the node's policy, writes it, applies
 // it and reports its notes.
 func (a *Agent) recompute(ctx context.Context) {
-	c, pods := a.snapshot(ctx)
+	c, pods, ok := a.snapshot(ctx)
+	if !ok {
+		a.log.Warn("not recomputed", "why", "the cluster's pods, which a ClusterNetworkPolicy's peer selects, are not all known yet")
+		return
+	}
 	states, err := sandbox.List(a.cfg.Settings.StateDir)
 	if err != nil {
 		a.log.Error("list sandboxes", "error", err.Error())

@@ -4,7 +4,8 @@
 // ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1) and doorman's
 // EgressPolicies, and, cluster-wide, every pod only once a
 // ClusterNetworkPolicy has a pods or namespaces peer (whose addresses
-// doorman must know). On any change it recomputes the policy of every
+// doorman must know; until that informer has synced it recomputes
+// nothing, since a Deny of fewer pods would be wider). On any change it recomputes the policy of every
 // pod of its node (package kube/policy), writes it to the node
 // (<dir>/pods/<namespace>/<name>.json, which the CNI plugin falls back to
 // when the agent does not answer), puts it in force on the pod's live
