@@ -313,3 +313,136 @@ scrape_configs:
 		return true, ""
 	})
 }
+
+// TestK8sEgressPolicy: a namespace's EgressPolicy (doorman's CRD), applied
+// with kubectl, narrows what the cluster grants a running pod, live: the
+// host it leaves out is no longer reached, and the host it names but the
+// cluster does not grant is not reached either (it never widens). Its
+// request rules and rule set are in force in the pod's sandbox (doorman
+// show on the node), and the proxy now terminates the inspected host's
+// TLS: the probe, which trusts only the fake internet's CA, refuses
+// doorman's certificate, and the host's server sees nothing. A
+// namespace's admin may write EgressPolicies, not ClusterNetworkPolicies.
+func TestK8sEgressPolicy(t *testing.T) {
+	c := doormanCluster(t)
+	ns := c.Namespace(t, nil)
+	kept := c.AddHost(t, ns+".kept.example")
+	dropped := c.AddHost(t, ns+".dropped.example")
+	never := c.AddHost(t, ns+".never.example")
+	c.Apply(t, fmt.Sprintf(`
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: %s}
+spec:
+  tier: Admin
+  priority: 50
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %s}}}
+  egress:
+  - {name: granted, action: Accept, to: [{domainNames: ["%s", "%s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
+`, ns, ns, kept.Name(), dropped.Name()))
+	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", ns, "--ignore-not-found") })
+	pod := probePod(ns, "ep", nil)
+	pod = strings.Replace(pod, `"name":"ep"`, `"labels":{"app":"ep"},"name":"ep"`, 1)
+	c.Apply(t, pod)
+	c.WaitPodReady(t, ns, "ep", 2*time.Minute)
+	for _, h := range []*testnet.Host{kept, dropped} {
+		if r := probeGet(t, c, ns, "ep", "https://"+h.Name()+"/before"); !servedBy(r, h.Name()) {
+			t.Fatalf("before the EgressPolicy, %s: %v", h.Name(), r)
+		}
+	}
+
+	c.Apply(t, fmt.Sprintf(`
+apiVersion: doorman.io/v1alpha1
+kind: EgressPolicy
+metadata: {name: narrow, namespace: %s}
+spec:
+  podSelector: {matchLabels: {app: ep}}
+  allowedHosts: ["%s", "%s"]
+  ruleSets: [closed-book]
+  inspect:
+  - host: %s
+    deny: [{method: [POST], path: /v1/files}]
+`, ns, kept.Name(), never.Name(), kept.Name()))
+	c.WaitFor(t, 30*time.Second, "the EgressPolicy reaching the running pod", func() (bool, string) {
+		r := probeGet(t, c, ns, "ep", "https://"+dropped.Name()+"/after")
+		return r.Exit != 0, r.String()
+	})
+	before := dropped.RequestsFor(dropped.Name())
+	if r := probeGet(t, c, ns, "ep", "https://"+dropped.Name()+"/after-again"); r.Exit == 0 || dropped.RequestsFor(dropped.Name()) != before {
+		t.Errorf("the host the EgressPolicy leaves out: %v", r)
+	}
+	if r := probeGet(t, c, ns, "ep", "https://"+never.Name()+"/widen"); r.Exit == 0 || never.Requests() != 0 {
+		t.Errorf("the host only the EgressPolicy names (never granted): %v, %d requests", r, never.Requests())
+	}
+	show := c.NodeRun(t, "/opt/cni/bin/doorman", "show", ns+"/ep", "-o", "json")
+	var info struct {
+		Policy   []string `json:"policy"`
+		Inspect  []string `json:"inspect"`
+		RuleSets []string `json:"rulesets"`
+	}
+	if err := json.Unmarshal([]byte(show.Stdout), &info); err != nil || strings.Join(info.Policy, ",") != kept.Name()+":443" ||
+		!strings.Contains(strings.Join(info.Inspect, "\n"), "deny POST /v1/files") || len(info.RuleSets) != 1 || !strings.HasPrefix(info.RuleSets[0], "closed-book") {
+		t.Errorf("the pod's sandbox after the EgressPolicy: %v\n%v", err, show)
+	}
+	n := kept.RequestsFor(kept.Name())
+	if r := probeGet(t, c, ns, "ep", "https://"+kept.Name()+"/inspected"); r.Exit == 0 || !strings.Contains(r.Stderr, "certificate") {
+		t.Errorf("the inspected host: want the probe to refuse doorman's certificate: %v", r)
+	}
+	if got := kept.RequestsFor(kept.Name()); got != n {
+		t.Errorf("the inspected host's server saw %d requests through a TLS connection the probe refused", got-n)
+	}
+
+	// RBAC: a namespace's admin may write EgressPolicies there (the
+	// ClusterRole aggregated to admin), not ClusterNetworkPolicies.
+	c.MustKubectl(t, "-n", ns, "create", "rolebinding", "ns-admin", "--clusterrole=admin", "--user=ns-admin")
+	c.WaitFor(t, 30*time.Second, "a namespace admin allowed to write EgressPolicies", func() (bool, string) {
+		r := c.Kubectl(t, "auth", "can-i", "create", "egresspolicies.doorman.io", "-n", ns, "--as=ns-admin")
+		return strings.TrimSpace(r.Stdout) == "yes", r.String()
+	})
+	if r := c.Kubectl(t, "auth", "can-i", "create", "clusternetworkpolicies.policy.networking.k8s.io", "--as=ns-admin"); strings.TrimSpace(r.Stdout) != "no" {
+		t.Errorf("a namespace admin may write ClusterNetworkPolicies: %v", r)
+	}
+}
+
+// TestK8sAnnotationsReplace: the installer's option "annotations":
+// "replace" (single-tenant clusters) restores the annotations' meaning
+// before the agent: a pod's doorman.io/allowed-hosts is its policy, even
+// where no ClusterNetworkPolicy grants it. With the shipped "narrow", the
+// same pod reaches nothing.
+func TestK8sAnnotationsReplace(t *testing.T) {
+	c := doormanCluster(t)
+	ns := c.Namespace(t, nil)
+	host := c.AddHost(t, ns+".own.example")
+	ann := map[string]string{"doorman.io/allowed-hosts": host.Name()}
+	startProbePod(t, c, ns, "narrow", ann)
+	if r := probeGet(t, c, ns, "narrow", "https://"+host.Name()+"/narrow"); r.Exit == 0 || host.Requests() != 0 {
+		t.Fatalf("annotations narrow (the default), yet the pod reached a host no policy grants: %v", r)
+	}
+
+	setAnnotations := func(mode string) {
+		t.Helper()
+		cm := c.MustKubectl(t, "-n", "doorman-system", "get", "configmap", "doorman-config", "-o", "jsonpath={.data.install-cni\\.json}")
+		var cfg map[string]any
+		if err := json.Unmarshal([]byte(cm), &cfg); err != nil {
+			t.Fatalf("install-cni.json: %v\n%s", err, cm)
+		}
+		agent, _ := cfg["agent"].(map[string]any)
+		if agent == nil {
+			t.Fatalf("install-cni.json has no agent key: %s", cm)
+		}
+		agent["annotations"] = mode
+		data, _ := json.Marshal(cfg)
+		patch, _ := json.Marshal(map[string]any{"data": map[string]string{"install-cni.json": string(data)}})
+		c.MustKubectl(t, "-n", "doorman-system", "patch", "configmap", "doorman-config", "--type", "merge", "-p", string(patch))
+		c.MustKubectl(t, "-n", "doorman-system", "rollout", "restart", "daemonset/doorman")
+		if r := c.Kubectl(t, "-n", "doorman-system", "rollout", "status", "daemonset/doorman", "--timeout=3m"); r.Exit != 0 {
+			t.Fatalf("rollout: %v", r)
+		}
+	}
+	setAnnotations("replace")
+	t.Cleanup(func() { setAnnotations("narrow") })
+	startProbePod(t, c, ns, "replace", ann)
+	if r := probeGet(t, c, ns, "replace", "https://"+host.Name()+"/replace"); !servedBy(r, host.Name()) {
+		t.Errorf("annotations replace: %v", r)
+	}
+}
