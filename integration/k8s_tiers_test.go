@@ -81,14 +81,10 @@ spec:
 		return servedBy(probeGet(t, c, ns, pod, "https://"+h.Name()+path), h.Name())
 	}
 	for _, h := range []*testnet.Host{one, two, three} {
-		if !reaches(nsA, "a", h, "/a") {
-			t.Errorf("%s/a does not reach %s", nsA, h.Name())
-		}
+		waitServed(t, c, nsA, "a", h, "/a")
 	}
 	for _, h := range []*testnet.Host{one, two} {
-		if !reaches(nsB, "b", h, "/b") {
-			t.Errorf("%s/b does not reach %s", nsB, h.Name())
-		}
+		waitServed(t, c, nsB, "b", h, "/b")
 	}
 	before := three.RequestsFor(three.Name())
 	if reaches(nsB, "b", three, "/b-denied") {
@@ -133,9 +129,7 @@ spec:
 	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", ns, "--ignore-not-found") })
 	// The agent has seen the policy once a pod's answer holds it.
 	startProbePod(t, c, ns, "first", nil)
-	if r := probeGet(t, c, ns, "first", "https://"+granted.Name()+"/first"); !servedBy(r, granted.Name()) {
-		t.Fatalf("first: %v", r)
-	}
+	waitServed(t, c, ns, "first", granted, "/first")
 
 	// The API server killed while a pod is being created.
 	c.Apply(t, probePod(ns, "during", nil))
@@ -346,9 +340,7 @@ spec:
 	c.Apply(t, pod)
 	c.WaitPodReady(t, ns, "ep", 2*time.Minute)
 	for _, h := range []*testnet.Host{kept, dropped} {
-		if r := probeGet(t, c, ns, "ep", "https://"+h.Name()+"/before"); !servedBy(r, h.Name()) {
-			t.Fatalf("before the EgressPolicy, %s: %v", h.Name(), r)
-		}
+		waitServed(t, c, ns, "ep", h, "/before")
 	}
 
 	c.Apply(t, fmt.Sprintf(`
@@ -445,4 +437,17 @@ func TestK8sAnnotationsReplace(t *testing.T) {
 	if r := probeGet(t, c, ns, "replace", "https://"+host.Name()+"/replace"); !servedBy(r, host.Name()) {
 		t.Errorf("annotations replace: %v", r)
 	}
+}
+
+// waitServed waits until pod namespace/name's request to h is served: a
+// pod's first policy is the agent's view of the cluster when the pod
+// started, which lags the API server when its watches are backing off
+// (after the API server restarted, in TestK8sComponentsRestart); the
+// change then reaches the running pod.
+func waitServed(t *testing.T, c *k8scluster.Cluster, namespace, name string, h *testnet.Host, path string) {
+	t.Helper()
+	c.WaitFor(t, 60*time.Second, namespace+"/"+name+" reaching "+h.Name(), func() (bool, string) {
+		r := probeGet(t, c, namespace, name, "https://"+h.Name()+path)
+		return servedBy(r, h.Name()), r.String()
+	})
 }
