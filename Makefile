@@ -57,11 +57,13 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseFile$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzParseDirect$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzInspectLine$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRuleSetList$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzJSONPath$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzStrictJSON$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzSpelling$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzRuleSetJudge$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuleSet$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzRuleSetOnePass$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzJSONScanner$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzTripwire$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzServerName$$' -fuzztime=$(FUZZTIME) ./proxy/sniff

@@ -53,6 +53,10 @@ type SetJudgement struct {
 	// Rule names the line that refused, for the log and the 403 page;
 	// Reason says why when the line alone does not.
 	Rule, Reason string
+	// Spelling says how the request's method and path were read to
+	// match the rule that refused ("path parameters (;) dropped"), when
+	// not as sent: "" if as sent.
+	Spelling string
 	// Findings are every tool and refusal the set found (in probe
 	// mode, what it would have stopped).
 	Findings []SetFinding
@@ -66,12 +70,14 @@ type SetJudgement struct {
 }
 
 // NeedsBody reports whether judging r needs its body: a rule with
-// conditions matches its method and path.
+// conditions matches a spelling of its method and path.
 func (a *ActiveRuleSet) NeedsBody(r *Request) bool {
-	path := setPathForm(r.Path)
 	for _, p := range a.Providers {
 		for i := range p.Rules {
-			if (len(p.Rules[i].Conds) > 0 || len(p.Rules[i].Anchor.steps) > 0) && p.Rules[i].Head.match(r, path) {
+			if !p.Rules[i].readsBody() {
+				continue
+			}
+			if ok, _ := p.Rules[i].Head.match(r); ok {
 				return true
 			}
 		}
@@ -79,13 +85,21 @@ func (a *ActiveRuleSet) NeedsBody(r *Request) bool {
 	return false
 }
 
+// readsBody reports whether the rule looks into the body.
+func (r *SetRule) readsBody() bool { return len(r.Conds) > 0 || len(r.Anchor.steps) > 0 }
+
 // Judge judges r (whose Body holds the request's body if NeedsBody said
 // so) by the set, in the set's action: deny refuses a request with a
 // tool or a refusal; strip removes the tools (Body, Removed) and refuses
 // only what cannot be removed safely; probe refuses nothing. Findings
-// are filled in every action.
+// are filled in every action. A rule's method and path hold for every
+// spelling of the request a user's deny rule's do (see spelling.go); a
+// request whose target no rule can be trusted to judge is refused.
 func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 	j := SetJudgement{Verdict: VerdictAllow}
+	if why := r.spell().refuse; why != "" && a.Action != SetProbe {
+		return SetJudgement{Verdict: VerdictDeny, Reason: "ambiguous request: " + why}
+	}
 	var doc *jsonDoc
 	var root jval
 	var docErr error
@@ -99,15 +113,51 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 		}
 		return doc, docErr
 	}
+	how := "" // how the rule being judged matched the request's spelling
 	refuse := func(rule, reason string) {
 		if a.Action != SetProbe && j.Verdict == VerdictAllow {
-			j.Verdict, j.Rule, j.Reason = VerdictDeny, rule, reason
+			j.Verdict, j.Rule, j.Reason, j.Spelling = VerdictDeny, rule, reason, how
 		}
 	}
+	// Whether each rule's method, path and headers match, and how:
+	// matched once per rule (by provider, then rule).
+	heads := make([][]headMatch, len(a.Providers))
+	head := func(pi, i int) (bool, string) {
+		if heads[pi] == nil {
+			heads[pi] = make([]headMatch, len(a.Providers[pi].Rules))
+		}
+		h := &heads[pi][i]
+		if !h.done {
+			h.done = true
+			h.ok, h.how = a.Providers[pi].Rules[i].Head.match(r)
+		}
+		return h.ok, h.how
+	}
+	// What one walk of the body found for each provider's rules, made
+	// when the first of them reads the body.
+	scans := make([]*anchorScan, len(a.Providers))
+	scanFor := func(pi int, d *jsonDoc) *anchorScan {
+		if scans[pi] == nil {
+			p := a.Providers[pi]
+			t := p.anchors
+			if t == nil {
+				t = compileAnchors(p)
+			}
+			live := make([]bool, len(p.Rules))
+			for i := range p.Rules {
+				rule := &p.Rules[i]
+				if rule.readsBody() && (!rule.With || a.Action == SetStrip) {
+					live[i], _ = head(pi, i)
+				}
+			}
+			s := d.scanAnchors(t, root, live)
+			scans[pi] = &s
+		}
+		return scans[pi]
+	}
 	var plan stripPlan
-	path := setPathForm(r.Path)
 	for pass := 0; pass < 2; pass++ {
-		for _, p := range a.Providers {
+		for pi, p := range a.Providers {
 			for i := range p.Rules {
 				rule := &p.Rules[i]
 				// Tools and refusals first; then, when strip removes a
@@ -115,10 +165,11 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 				if rule.With != (pass == 1) || (pass == 1 && (a.Action != SetStrip || !plan.removes(rule.ID))) {
 					continue
 				}
-				if !rule.Head.match(r, path) {
+				var ok bool
+				if ok, how = head(pi, i); !ok {
 					continue
 				}
-				if len(rule.Conds) == 0 && len(rule.Anchor.steps) == 0 {
+				if !rule.readsBody() {
 					j.Findings = append(j.Findings, SetFinding{ID: rule.ID, Refuse: rule.Refuse, Line: rule.Line})
 					refuse(rule.Line, "")
 					continue
@@ -131,8 +182,8 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 				if d == nil {
 					continue // no body: no tool in it
 				}
-				cands, err := d.collect(d.scratch[:0], candidate{v: root}, rule.Anchor.steps)
-				d.scratch = cands[:0]
+				sc := scanFor(pi, d)
+				cands, err := sc.found(i)
 				for ci := 0; err == nil && ci < len(cands); ci++ {
 					c := cands[ci]
 					var ok bool
@@ -174,6 +225,13 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 	return j
 }
 
+// headMatch is whether a rule's method, path and headers matched a
+// request, and how (see setHead.match).
+type headMatch struct {
+	done, ok bool
+	how      string
+}
+
 // candidate is one value an anchor found.
 type candidate struct {
 	v jval
@@ -202,47 +260,6 @@ func (c *candidate) where() string {
 		return c.key
 	}
 	return c.base + "." + c.key
-}
-
-// collect appends to dst every value steps find from c, in order.
-func (d *jsonDoc) collect(dst []candidate, c candidate, steps []setStep) ([]candidate, error) {
-	if len(steps) == 0 {
-		return append(dst, c), nil
-	}
-	st := steps[0]
-	if st.array {
-		if d.kind(c.v) != '[' {
-			return dst, nil
-		}
-		base := c.where()
-		for i, e := range d.elements(c.v) {
-			var err error
-			if dst, err = d.collect(dst, candidate{v: e, base: base, inArr: true, arr: c.v, idx: i, owner: c.owner, hasOwner: c.hasOwner}, steps[1:]); err != nil {
-				return dst, err
-			}
-		}
-		return dst, nil
-	}
-	if d.kind(c.v) != '{' {
-		return dst, nil
-	}
-	ms, err := d.members(c.v)
-	if err != nil {
-		return dst, err
-	}
-	var base string
-	for _, m := range ms {
-		if m.fold != st.key {
-			continue
-		}
-		if base == "" {
-			base = c.where()
-		}
-		if dst, err = d.collect(dst, candidate{v: m.val, base: base, key: m.key, owner: c.v, hasOwner: true}, steps[1:]); err != nil {
-			return dst, err
-		}
-	}
-	return dst, nil
 }
 
 // candidates returns the values anchor finds from root (root itself for

@@ -103,6 +103,7 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 	t.Helper()
 	dockerBin := dockerTools(t)
 	lockDockerTests(t)
+	sweepStaleDockerLinks(t)
 	n := testnet.New(t)
 	id := strings.TrimPrefix(n.HostNS().Name(), "dm-host-")
 	dir, err := os.MkdirTemp("", "dm-docker-")

@@ -5,11 +5,11 @@
 // happened through its output and, above all, its exit status, so a test can
 // tell "allowed", "denied by a TLS alert", "refused" and "dropped" apart:
 //
-//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--timeout D] [--every D [URL...]]
-//	    HTTP(S) GET; prints "status: N" and the body. With --every, GETs
-//	    each URL in turn every D, each on a new connection, forever,
-//	    printing nothing (a pod whose requests a benchmark watches
-//	    arrive at the servers).
+//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--timeout D] [--every D [URL...]]
+//	    HTTP(S) GET (with --data, a POST of that JSON body); prints
+//	    "status: N" and the body. With --every, GETs each URL in turn
+//	    every D, each on a new connection, forever, printing nothing (a
+//	    pod whose requests a benchmark watches arrive at the servers).
 //	probe tcp ADDR:PORT [--send DATA] [--timeout D]
 //	    connects; with --send, writes DATA and waits for a reply.
 //	probe udp ADDR:PORT [--send DATA] [--timeout D]
@@ -94,7 +94,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT | dns SERVER NAME | sleep DURATION  [--timeout D]")
+	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT | dns SERVER NAME | sleep DURATION  [--timeout D]")
 	os.Exit(exitUsage)
 }
 
@@ -156,6 +156,7 @@ func runGet(args []string) error {
 	caFile := fs.String("ca", "", "PEM file of the CA to trust (default: the system's)")
 	resolve := fs.String("resolve", "", "HOST:ADDR: connect to ADDR whenever HOST is dialled")
 	timeout := fs.Duration("timeout", defaultWait, "overall deadline")
+	data := fs.String("data", "", "a JSON body to POST instead of a GET")
 	every := fs.Duration("every", 0, "repeat every D, forever, on new connections, silently")
 	want := 1
 	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--every") || strings.HasPrefix(a, "-every") }) {
@@ -210,9 +211,16 @@ func runGet(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pos[0], nil)
+	method, reqBody := http.MethodGet, io.Reader(nil)
+	if *data != "" {
+		method, reqBody = http.MethodPost, strings.NewReader(*data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, pos[0], reqBody)
 	if err != nil {
 		return usageError{fmt.Sprintf("URL %q: %v", pos[0], err)}
+	}
+	if *data != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
