@@ -72,6 +72,9 @@ type Config struct {
 	// plugin reads them; passed on as written.
 	Limits      json.RawMessage `json:"limits,omitempty"`
 	ProxyLimits json.RawMessage `json:"proxyLimits,omitempty"`
+	// Agent says that the doorman node agent computes each pod's policy
+	// (plugin.AgentSettings: dir, wait, withoutAgent, annotations).
+	Agent json.RawMessage `json:"agent,omitempty"`
 }
 
 // Defaults of the keys a --config file may leave out: the plugin's.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -20,6 +21,7 @@ import (
 	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
@@ -142,6 +144,74 @@ func (n *NetConf) basePolicy(args *skel.CmdArgs) (*conf.Policy, error) {
 	return n.Settings.Policy, nil
 }
 
+// fromAgent sets the policy, allowDirect and ICMP of pod's spec s from
+// the doorman node agent (package agentclient): its answer, else the
+// file it last wrote for the pod. Without either, the ADD fails so that
+// the kubelet retries (withoutAgent "refuse", the default), or the pod
+// gets the network's policy narrowed by its annotations (withoutAgent
+// "default"). A pod the agent refuses (its annotations do not parse)
+// fails with the agent's reason.
+func (n *NetConf) fromAgent(pod Pod, s *sandbox.Spec) error {
+	a, fromFile, err := agentclient.Get(n.Agent.Dir, pod.Namespace, pod.Name, pod.UID, n.Agent.Wait.Duration)
+	var pe *agentclient.PodError
+	switch {
+	case errors.As(err, &pe):
+		return types.NewError(types.ErrInvalidNetworkConfig, "doorman: pod "+pod.ID()+": "+pe.Reason, "")
+	case err != nil && n.Agent.WithoutAgent == "default":
+		fmt.Fprintf(os.Stderr, "doorman: pod %s: %v: it gets the node's default policy (withoutAgent: default)\n", pod.ID(), err)
+		return n.withoutAgent(pod, s)
+	case err != nil:
+		return types.NewError(types.ErrTryAgainLater,
+			"doorman: pod "+pod.ID()+": no policy from the doorman node agent (withoutAgent: refuse): the pod waits until the agent answers", err.Error())
+	}
+	if fromFile {
+		fmt.Fprintf(os.Stderr, "doorman: pod %s: the node agent did not answer: the policy it last wrote for the pod (computed %s) applies\n", pod.ID(), a.Computed.Format(time.RFC3339))
+	}
+	s.Policy, s.AllowDirect, s.AllowICMP = a.Policy, a.AllowDirect, a.AllowICMP
+	return nil
+}
+
+// withoutAgent is a pod's policy when the agent has none for it and the
+// installer says "default": the network's, narrowed by the pod's
+// annotations (or replaced, with annotations "replace").
+func (n *NetConf) withoutAgent(pod Pod, s *sandbox.Spec) error {
+	ann := n.RuntimeConfig.PodAnnotations
+	fail := func(err error) error {
+		return types.NewError(types.ErrInvalidNetworkConfig, "doorman: pod "+pod.ID()+": "+err.Error(), "")
+	}
+	if err := annotation.CheckKnown(ann); err != nil {
+		return fail(err)
+	}
+	asked, ok, err := annotation.Policy(ann)
+	if err != nil {
+		return fail(err)
+	}
+	direct, err := annotation.Direct(ann)
+	if err != nil {
+		return fail(err)
+	}
+	replace := n.Agent.Annotations == "replace"
+	s.Policy = n.Settings.Policy
+	if ok {
+		if replace {
+			s.Policy = asked
+		} else {
+			s.Policy, _ = annotation.Narrow(n.Settings.Policy, asked)
+		}
+	}
+	if replace {
+		s.AllowDirect = append(s.AllowDirect, direct...)
+	} else if _, has := ann[annotation.AllowDirect]; has {
+		var kept []conf.Direct
+		for _, d := range direct {
+			x, _ := annotation.NarrowDirect(d, s.AllowDirect)
+			kept = append(kept, x...)
+		}
+		s.AllowDirect = kept
+	}
+	return nil
+}
+
 // describePod names the pod (or container) of args in an error.
 func describePod(args *skel.CmdArgs) string {
 	if pod, ok := podOf(cniArgs(args.Args)); ok {
@@ -197,14 +267,20 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
 	}
 	var err error
-	if s.Policy, err = n.policy(args); err != nil {
-		return s, err
+	if pod, ok := podOf(cniArgs(args.Args)); ok && n.Agent != nil {
+		if err := n.fromAgent(pod, &s); err != nil {
+			return s, err
+		}
+	} else {
+		if s.Policy, err = n.policy(args); err != nil {
+			return s, err
+		}
+		podDirect, err := annotation.Direct(n.RuntimeConfig.PodAnnotations)
+		if err != nil {
+			return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
+		}
+		s.AllowDirect = append(s.AllowDirect, podDirect...)
 	}
-	podDirect, err := annotation.Direct(n.RuntimeConfig.PodAnnotations)
-	if err != nil {
-		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
-	}
-	s.AllowDirect = append(s.AllowDirect, podDirect...)
 	if s.Resolvers, err = n.resolvers(prev); err != nil {
 		return s, err
 	}

@@ -10,11 +10,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/strictjson"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
@@ -29,7 +31,7 @@ var Keys = []string{
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
-	"inspect", "caDir", "upstreamCAFile", "limits", "proxyLimits",
+	"inspect", "caDir", "upstreamCAFile", "limits", "proxyLimits", "agent",
 }
 
 // CNIKeys are the keys of a plugin's entry that belong to the CNI and the
@@ -106,6 +108,84 @@ type Settings struct {
 	// proxyLimits ({"memory": "256Mi", "pids": 512, "cpuWeight": 100},
 	// see sandbox.ProxyLimitsConfig); a zero field is the default.
 	ProxyLimits cgroup.Limits
+	// Agent, if set, says that a doorman node agent computes each pod's
+	// policy (from "agent"; see AgentSettings). nil: the pod's policy
+	// comes from its annotations and these settings, as without a
+	// cluster.
+	Agent *AgentSettings
+}
+
+// AgentSettings are the "agent" key's: where the node agent is and what a
+// pod gets when it does not answer.
+type AgentSettings struct {
+	// Dir holds the agent's socket and the files it writes
+	// (default agentclient.DefaultDir).
+	Dir string `json:"dir,omitempty"`
+	// Wait bounds how long ADD waits for the agent's answer (default
+	// 5s, at most 60s).
+	Wait Duration `json:"wait,omitempty"`
+	// WithoutAgent is what a pod gets when neither the agent nor a file
+	// it wrote has its policy: "refuse" (default: the ADD fails and the
+	// kubelet retries) or "default" (the node's policy, mode and
+	// allowedHosts, narrowed by the pod's annotations).
+	WithoutAgent string `json:"withoutAgent,omitempty"`
+	// Annotations is what pods' doorman.io/* annotations do: "narrow"
+	// (default: they narrow what the cluster grants) or "replace" (they
+	// replace it, as without the agent: for single-tenant clusters). The
+	// agent reads it too.
+	Annotations string `json:"annotations,omitempty"`
+}
+
+// Duration is a time.Duration written as "5s" in JSON.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"5s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q: want a duration such as \"5s\"", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON renders d as "5s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// check fills in a's defaults and checks its values.
+func (a *AgentSettings) check() error {
+	if a.Dir == "" {
+		a.Dir = agentclient.DefaultDir
+	}
+	var errs []error
+	if !filepath.IsAbs(a.Dir) || filepath.Clean(a.Dir) != a.Dir {
+		errs = append(errs, fmt.Errorf("agent.dir %q: want a clean absolute path on the node", a.Dir))
+	}
+	switch {
+	case a.Wait.Duration == 0:
+		a.Wait.Duration = 5 * time.Second
+	case a.Wait.Duration < 0 || a.Wait.Duration > time.Minute:
+		errs = append(errs, fmt.Errorf("agent.wait %v: want more than 0 and at most 1m", a.Wait.Duration))
+	}
+	switch a.WithoutAgent {
+	case "":
+		a.WithoutAgent = "refuse"
+	case "refuse", "default":
+	default:
+		errs = append(errs, fmt.Errorf("agent.withoutAgent %q: want refuse or default", a.WithoutAgent))
+	}
+	switch a.Annotations {
+	case "":
+		a.Annotations = "narrow"
+	case "narrow", "replace":
+	default:
+		errs = append(errs, fmt.Errorf("agent.annotations %q: want narrow or replace", a.Annotations))
+	}
+	return errors.Join(errs...)
 }
 
 // defaultSettings are the settings of an entry with none of Keys.
@@ -224,6 +304,18 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 			errs = append(errs, err)
 		} else {
 			s.Limits = l
+		}
+	}
+	if raw, has := v.raw["agent"]; has && string(raw) != "null" {
+		var a AgentSettings
+		err := strictjson.Decode("agent", raw, &a)
+		if err == nil {
+			err = a.check()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			s.Agent = &a
 		}
 	}
 	v.boolean("dnsFilter", &s.DNSFilter)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
@@ -134,5 +135,26 @@ func TestParseEntryInspect(t *testing.T) {
 	}
 	if _, err := ParseEntry([]byte(`{"upstreamCAFile": "roots.pem"}`)); err == nil || !strings.Contains(err.Error(), `upstreamCAFile "roots.pem"`) {
 		t.Errorf("a relative upstreamCAFile: %v", err)
+	}
+}
+
+func TestAgentSettings(t *testing.T) {
+	s, err := ParseSettings([]byte(`{"agent": {}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.Agent; a == nil || a.Dir != "/run/doorman/agent" || a.Wait.Duration != 5*time.Second || a.WithoutAgent != "refuse" || a.Annotations != "narrow" {
+		t.Errorf("defaults %+v", s.Agent)
+	}
+	if s, err := ParseSettings([]byte(`{}`)); err != nil || s.Agent != nil {
+		t.Errorf("no agent key: %+v, %v", s.Agent, err)
+	}
+	for _, bad := range []string{
+		`{"agent": {"withoutAgent": "open"}}`, `{"agent": {"annotations": "widen"}}`,
+		`{"agent": {"wait": "2m"}}`, `{"agent": {"wait": 5}}`, `{"agent": {"dir": "run"}}`, `{"agent": {"sock": "/x"}}`,
+	} {
+		if _, err := ParseSettings([]byte(bad)); err == nil || !strings.Contains(err.Error(), "agent") {
+			t.Errorf("%s: err %v", bad, err)
+		}
 	}
 }

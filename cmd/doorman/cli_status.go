@@ -10,6 +10,7 @@ import (
 
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/sandbox"
@@ -335,6 +336,33 @@ type showInfo struct {
 	RuleSets []string               `json:"rulesets,omitempty"`
 	Warnings []string               `json:"warnings,omitempty"`
 	Recent   []decisionlog.Decision `json:"recent"`
+	// Cluster is what the Kubernetes node agent last wrote for the pod
+	// (its policy's sources, and what doorman could not express exactly
+	// and how it erred closed), if the sandbox is a pod it computed.
+	Cluster *clusterInfo `json:"cluster,omitempty"`
+}
+
+// clusterInfo is a pod's answer from the node agent's file.
+type clusterInfo struct {
+	File     string    `json:"file"`
+	Computed time.Time `json:"computed"`
+	Sources  []string  `json:"sources,omitempty"`
+	Notes    []string  `json:"notes,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// clusterOf reads what the node agent (its files under dir) last wrote
+// for pod sandbox s; nil if s is no pod or the agent wrote nothing.
+func clusterOf(dir string, s *sandbox.State) *clusterInfo {
+	ns, name, ok := strings.Cut(s.ID, "/")
+	if s.Runtime != "cni" || !ok {
+		return nil
+	}
+	a, err := agentclient.ReadFile(dir, ns, name, s.PodUID)
+	if err != nil {
+		return nil
+	}
+	return &clusterInfo{File: agentclient.PodFile(dir, ns, name), Computed: a.Computed, Sources: a.Sources, Notes: a.Notes, Error: a.Error}
 }
 
 // icmpSummary says what ICMP may leave sandbox s.
@@ -352,8 +380,10 @@ func icmpSummary(s *sandbox.State) string {
 }
 
 func runShow(args []string, stdout, stderr io.Writer) int {
-	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
-Shows one sandbox: its policy, resolvers, enforcement label (for a pod,
+	c := newCLI("show", "SANDBOX [-n N] [--agent-dir DIR] [-o json]", `
+Shows one sandbox: its policy (for a pod the Kubernetes node agent
+computed, what shaped it and what doorman could not express exactly and
+how it erred closed), resolvers, enforcement label (for a pod,
 its uid and the cgroup the runtime named), proxy pid and uptime, its
 supervisor, how many times a proxy that died was replaced and how the last
 one ended, the cgroup it runs in with its limits and usage, counts of
@@ -363,6 +393,7 @@ recent decisions, DNS queries included.
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
 	n := c.fs.Int("n", 10, "how many recent decisions to show")
+	agentDir := c.fs.String("agent-dir", agentclient.DefaultDir, "the Kubernetes node agent's directory, for a pod's sources and notes")
 	pos, code, ok := c.parseOutput(args, 1, 1, out)
 	if !ok {
 		return code
@@ -404,6 +435,7 @@ recent decisions, DNS queries included.
 	if info.Recent == nil {
 		info.Recent = []decisionlog.Decision{}
 	}
+	info.Cluster = clusterOf(*agentDir, s)
 	if *out == "json" {
 		return c.writeJSON(info)
 	}
@@ -416,6 +448,7 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	i.identityRows(row, now)
 	i.policyRows(row)
+	i.clusterRows(row)
 	i.networkRows(row)
 	i.proxyRows(row, now)
 	row("log", i.LogFile)
@@ -513,6 +546,24 @@ func (i showInfo) policyRows(row func(k, v string)) {
 			k = "warning"
 		}
 		row(k, w)
+	}
+}
+
+// clusterRows are show's rows on what the node agent computed for a pod.
+func (i showInfo) clusterRows(row func(k, v string)) {
+	if i.Cluster == nil {
+		return
+	}
+	row("cluster", fmt.Sprintf("%s (node agent, computed %s)", orDash(strings.Join(i.Cluster.Sources, ", ")), i.Cluster.Computed.Local().Format(time.DateTime)))
+	if i.Cluster.Error != "" {
+		row("refused", i.Cluster.Error)
+	}
+	for n, note := range i.Cluster.Notes {
+		k := ""
+		if n == 0 {
+			k = "not exact"
+		}
+		row(k, note)
 	}
 }
 

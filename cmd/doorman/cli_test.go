@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/sandbox"
 )
 
@@ -438,5 +439,49 @@ func TestOCIRuntimeFlag(t *testing.T) {
 	rt, err := ociRuntime(bin, []string{"--platform=systrap"})
 	if err != nil || !slices.Equal(rt, []string{bin, "--network=sandbox", "--ignore-cgroups", "--overlay2=none", "--platform=systrap"}) {
 		t.Errorf("--runtime %s: %v %v", bin, rt, err)
+	}
+}
+
+// show of a pod the Kubernetes node agent computed says what shaped its
+// policy and what doorman could not express exactly (from the agent's
+// file on the node); a file for another pod of the same name is not its.
+func TestCLIShowClusterNotes(t *testing.T) {
+	stateDir := filepath.Join(t.TempDir(), "state")
+	s := fakeSandbox(t, stateDir, "ccc333-eth0", "team-a/web-0", "web-0", conf.ModeAllowlist, false, []string{"api.example.test:443"})
+	s.PodUID = "uid-1"
+	if data, err := json.Marshal(s); err != nil || os.WriteFile(filepath.Join(s.Dir, "state.json"), data, 0o600) != nil {
+		t.Fatalf("state: %v", err)
+	}
+	agentDir := t.TempDir()
+	write := func(uid string) {
+		p, _ := conf.NewPolicy(conf.ModeAllowlist, []string{"api.example.test:443"})
+		data, _ := json.Marshal(agentclient.Answer{Namespace: "team-a", Name: "web-0", UID: uid, Policy: p,
+			Sources: []string{"ClusterNetworkPolicy/grant", "annotations (narrow)"},
+			Notes:   []string{"Pod team-a/web-0: annotation doorman.io/allowed-hosts asks for more than the cluster grants; not granted: evil.example.test"}})
+		os.MkdirAll(filepath.Join(agentDir, "pods", "team-a"), 0o755)
+		if err := os.WriteFile(agentclient.PodFile(agentDir, "team-a", "web-0"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("uid-1")
+	r := doorman(stateDir, "show", "web-0", "--agent-dir", agentDir)
+	for _, want := range []string{
+		"cluster      ClusterNetworkPolicy/grant, annotations (narrow) (node agent, computed ",
+		"not exact    Pod team-a/web-0: annotation doorman.io/allowed-hosts asks for more than the cluster grants; not granted: evil.example.test\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show: no %q in\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	r = doorman(stateDir, "show", "web-0", "--agent-dir", agentDir, "-o", "json")
+	var show struct {
+		Cluster *struct{ Notes []string } `json:"cluster"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil || show.Cluster == nil || len(show.Cluster.Notes) != 1 {
+		t.Errorf("show -o json: %v %s", err, r.stdout)
+	}
+	write("uid-0")
+	if r := doorman(stateDir, "show", "web-0", "--agent-dir", agentDir); strings.Contains(r.stdout, "not exact") || strings.Contains(r.stdout, "cluster ") {
+		t.Errorf("show took another pod's file:\n%s", r.stdout)
 	}
 }

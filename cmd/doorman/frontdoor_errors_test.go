@@ -638,6 +638,7 @@ var badValues = map[string]map[string][]badValue{
 		"upstreamCAFile":                           {{value: `"roots.pem"`}},
 		"limits":                                   {{value: `"4096"`}},
 		"proxyLimits":                              {{value: `256`}},
+		"agent":                                    {{value: `{"withoutAgent": "open"}`, shown: `"open"`}, {value: `{"wait": "2m"}`, shown: "2m"}, {value: `"on"`}},
 		"limits.connections":                       {{value: `-1`}, {value: `"many"`}},
 		"limits.pending":                           {{value: `-5`}, {value: `1.5`}},
 		"limits.pendingBytes":                      {{value: `1000`}, {value: `"16MiB"`}},
