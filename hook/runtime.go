@@ -17,6 +17,7 @@ import (
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // RuntimeConfigFile configures the runtime wrapper; it is optional.
@@ -70,10 +71,10 @@ type RuntimeConfig struct {
 	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 	// ProxyLimits are the limits of each proxy's cgroup: {"memory":
 	// "256Mi", "pids": 512, "cpuWeight": 100} (the defaults).
-	ProxyLimits *sandbox.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
+	ProxyLimits *spec.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
 	// NAT64Prefixes are the prefixes of the NAT64 translators the host
 	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
-	// sandbox.ParseNAT64Prefixes).
+	// spec.ParseNAT64Prefixes).
 	NAT64Prefixes []string `json:"nat64Prefixes,omitempty"`
 
 	source string // the file this was read from, for messages
@@ -124,14 +125,14 @@ func (c RuntimeConfig) hookArgs() ([]string, error) {
 	add("--default-policy", c.DefaultPolicy)
 	add("--ca-dir", c.CADir)
 	add("--upstream-ca-file", c.UpstreamCAFile)
-	ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", c.UpstreamResolver)
+	ups, err := spec.ParseUpstreamResolver("upstreamResolver", c.UpstreamResolver)
 	if err != nil {
 		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
 	}
 	for _, ap := range ups {
 		add("--upstream-resolver", ap.String())
 	}
-	nat64, err := sandbox.ParseNAT64Prefixes("nat64Prefixes", c.NAT64Prefixes)
+	nat64, err := spec.ParseNAT64Prefixes("nat64Prefixes", c.NAT64Prefixes)
 	if err != nil {
 		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
 	}

@@ -20,9 +20,8 @@ import (
 	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // NetConf is doorman's entry in a conflist, as the runtime passes it:
@@ -167,17 +166,19 @@ func policyNames(args *skel.CmdArgs) []string {
 // and the annotation package): its policy (see policy), its resolvers,
 // the upstream resolver, allowDirect (the network's and its pod's), the
 // cluster's names, the layers, the log directory and the OTLP export.
-func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, error) {
-	s := sandbox.Spec{
+func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (spec.Spec, error) {
+	s := spec.Spec{
 		AllowICMP:         n.AllowICMP,
 		DNSFilter:         n.DNSFilter,
 		HostLayer:         n.HostLayer,
 		LogDir:            n.LogDir,
 		UpstreamResolvers: n.UpstreamResolvers,
-		AllowDirect:       slices.Clone(n.Settings.AllowDirect),
 		ProxyLimits:       n.ProxyLimits,
-		CADir:             filepath.Join(n.CADir, n.Name),
-		UpstreamCAFile:    n.UpstreamCAFile,
+		Proxy: spec.Proxy{
+			AllowDirect:    slices.Clone(n.Settings.AllowDirect),
+			CADir:          filepath.Join(n.CADir, n.Name),
+			UpstreamCAFile: n.UpstreamCAFile,
+		},
 	}
 	if n.Name == "" || n.Name == "." || n.Name == ".." || filepath.Base(n.Name) != n.Name {
 		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
@@ -207,12 +208,12 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 
 // clusterNames open the network's serviceCIDRs and podCIDRs to the names
 // under its clusterDomain (none if it names no CIDR).
-func (n *NetConf) clusterNames() []proxyconf.NameScope {
+func (n *NetConf) clusterNames() []spec.NameScope {
 	prefixes := slices.Concat(n.ServiceCIDRs, n.PodCIDRs)
 	if len(prefixes) == 0 {
 		return nil
 	}
-	return []proxyconf.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
+	return []spec.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
 }
 
 // resolvers picks the DNS servers containers may query: the network's
@@ -263,7 +264,7 @@ func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
 
 // parseAddrs parses the addresses of key.
 func parseAddrs(key string, values []string) ([]netip.Addr, error) {
-	addrs, err := sandbox.ParseAddrs(key, values)
+	addrs, err := spec.ParseAddrs(key, values)
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
 	}
@@ -282,7 +283,7 @@ func sandboxKey(containerID, ifName string) string {
 }
 
 // otlp returns the OTLP export settings: the network's, else the host's.
-func (n *NetConf) otlp() (otlplog.Config, error) {
+func (n *NetConf) otlp() (spec.OTLP, error) {
 	if n.OTLP.Endpoint != "" {
 		return n.OTLP, nil
 	}
@@ -291,7 +292,7 @@ func (n *NetConf) otlp() (otlplog.Config, error) {
 
 // limits returns the caps: the network's limits key (Settings.Limits,
 // checked by ParseEntry) over those of the host's file at hostFile.
-func (n *NetConf) limits(hostFile string) (proxyconf.Limits, error) {
+func (n *NetConf) limits(hostFile string) (spec.Limits, error) {
 	host, err := hostconf.Limits(hostFile)
 	if err != nil {
 		return host, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")

@@ -11,7 +11,7 @@
 // and why, and refusing keys it does not know. It is the one parser of
 // those keys: the Kubernetes installer (package cniinstall) checks its
 // --config with it, so that it never writes an entry the plugin refuses.
-// ADD turns the settings into one sandbox.Spec. A DEL or GC whose entry
+// ADD turns the settings into one spec.Spec. A DEL or GC whose entry
 // does not parse still tears down, with the defaults of the bad keys.
 //
 // # Kubernetes pods

@@ -15,9 +15,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/strictjson"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Keys are doorman's own keys in its conflist entry, in the order the
@@ -70,7 +68,7 @@ type Settings struct {
 	ServiceCIDRs, PodCIDRs []netip.Prefix
 	// NAT64Prefixes are the prefixes of the NAT64 translators the node
 	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
-	// sandbox.Spec.NAT64Prefixes).
+	// spec.Proxy.NAT64Prefixes).
 	NAT64Prefixes []netip.Prefix
 	// AllowDirect are destinations reached without the proxy.
 	AllowDirect []conf.Direct
@@ -85,7 +83,7 @@ type Settings struct {
 	PolicyDir, StateDir, LogDir string
 	// OTLP is the network's export settings; with no Endpoint, the
 	// host's (hostconf.OTLPFile) apply.
-	OTLP otlplog.Config
+	OTLP spec.OTLP
 	// DNSFilter and HostLayer (default true) are the protective layers;
 	// AllowICMP (default false) lets small echo requests out to the
 	// AllowDirect destinations.
@@ -98,13 +96,13 @@ type Settings struct {
 	// inspected hosts' certificates against, instead of the host's.
 	UpstreamCAFile string
 	// Limits are the caps of each container's proxy, in the keys of
-	// proxyconf.Limits; each key given wins over the host's
+	// spec.Limits; each key given wins over the host's
 	// /etc/doorman/limits.json (hostconf.LimitsFile), each one left out
 	// is the host's, else the default.
-	Limits proxyconf.Limits
+	Limits spec.Limits
 	// ProxyLimits are the limits of each proxy's cgroup, from
 	// proxyLimits ({"memory": "256Mi", "pids": 512, "cpuWeight": 100},
-	// see sandbox.ProxyLimitsConfig); a zero field is the default.
+	// see spec.ProxyLimitsConfig); a zero field is the default.
 	ProxyLimits cgroup.Limits
 }
 
@@ -173,7 +171,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	var nat64 []string
 	if v.strings("nat64Prefixes", &nat64) {
 		for i, n := range nat64 {
-			p, err := sandbox.ParseNAT64Prefixes(fmt.Sprintf("nat64Prefixes[%d]", i), []string{n})
+			p, err := spec.ParseNAT64Prefixes(fmt.Sprintf("nat64Prefixes[%d]", i), []string{n})
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -184,7 +182,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	var direct []string
 	if v.strings("allowDirect", &direct) {
 		for i, d := range direct {
-			parsed, err := sandbox.ParseAllowDirect(fmt.Sprintf("allowDirect[%d]", i), []string{d})
+			parsed, err := spec.ParseAllowDirect(fmt.Sprintf("allowDirect[%d]", i), []string{d})
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -209,7 +207,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	}
 	s.parseOTLP(v)
 	if raw, has := v.raw["proxyLimits"]; has && string(raw) != "null" {
-		var c sandbox.ProxyLimitsConfig
+		var c spec.ProxyLimitsConfig
 		err := strictjson.Decode("proxyLimits", raw, &c)
 		if err == nil {
 			s.ProxyLimits, err = c.Limits("proxyLimits")
@@ -219,7 +217,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 		}
 	}
 	if raw, has := v.raw["limits"]; has && string(raw) != "null" {
-		l, err := hostconf.ParseLimits(raw)
+		l, err := spec.ParseLimits(raw)
 		if err != nil {
 			errs = append(errs, err)
 		} else {
@@ -322,7 +320,7 @@ func (s *Settings) parseDNS(v valueReader) {
 	var resolvers []string
 	if v.strings("resolvers", &resolvers) {
 		for i, r := range resolvers {
-			a, err := sandbox.ParseAddrs(fmt.Sprintf("resolvers[%d]", i), []string{r})
+			a, err := spec.ParseAddrs(fmt.Sprintf("resolvers[%d]", i), []string{r})
 			if err != nil {
 				*v.errs = append(*v.errs, err)
 			}
@@ -331,7 +329,7 @@ func (s *Settings) parseDNS(v valueReader) {
 	}
 	var upstream string
 	if v.str("upstreamResolver", &upstream) {
-		ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", upstream)
+		ups, err := spec.ParseUpstreamResolver("upstreamResolver", upstream)
 		if err != nil {
 			*v.errs = append(*v.errs, err)
 		}
@@ -341,7 +339,7 @@ func (s *Settings) parseDNS(v valueReader) {
 
 // parseOTLP reads otlpEndpoint, otlpInsecure and otlpHeaders.
 func (s *Settings) parseOTLP(v valueReader) {
-	c := otlplog.Config{}
+	c := spec.OTLP{}
 	v.str("otlpEndpoint", &c.Endpoint)
 	v.boolean("otlpInsecure", &c.Insecure)
 	if r, ok := v.raw["otlpHeaders"]; ok {
@@ -357,7 +355,7 @@ func (s *Settings) parseOTLP(v valueReader) {
 	}
 	if err := c.Validate(); err != nil {
 		// Its errors name the setting (as otlp.json does) and the value.
-		var se *otlplog.SettingError
+		var se *spec.SettingError
 		if errors.As(err, &se) {
 			e := *se
 			e.Key = otlpKeys[e.Key]
@@ -373,7 +371,7 @@ func (s *Settings) parseOTLP(v valueReader) {
 }
 
 // otlpKeys are the entry's keys of the OTLP settings, by their keys in
-// otlp.json (otlplog.SettingError).
+// otlp.json (spec.SettingError).
 var otlpKeys = map[string]string{"endpoint": "otlpEndpoint", "insecure": "otlpInsecure", "headers": "otlpHeaders"}
 
 // valueReader decodes the values of an entry's keys into their fields,

@@ -12,8 +12,8 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Defaults of the run network.
@@ -83,7 +83,7 @@ type Config struct {
 	// Limits are the proxy's caps, written as the network's "limits"
 	// (the zero value: the host's /etc/doorman/limits.json, else the
 	// defaults).
-	Limits proxyconf.Limits
+	Limits spec.Limits
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
 	// ProxyLimits are the limits of the sandbox proxy's cgroup (the
@@ -329,10 +329,10 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	if c.CADir != "" {
 		doorman["caDir"] = c.CADir
 	}
-	if c.Limits != (proxyconf.Limits{}) {
+	if c.Limits != (spec.Limits{}) {
 		doorman["limits"] = c.Limits
 	}
-	if l := sandbox.ProxyLimitsConfigOf(c.ProxyLimits); l != nil {
+	if l := spec.ProxyLimitsConfigOf(c.ProxyLimits); l != nil {
 		doorman["proxyLimits"] = l
 	}
 	return json.Marshal(map[string]any{

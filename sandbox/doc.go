@@ -5,12 +5,11 @@
 // state for a network namespace.
 //
 // A front door describes a sandbox once, typed: an Attachment (who: the
-// container, its runtime, its netns, its label) and a Spec (what: the
+// container, its runtime, its netns, its label) and a spec.Spec (what: the
 // policy, the resolvers, the upstream resolver, allowDirect, the layers,
-// logging and export). It builds the Spec from its own keys with the
-// parsers here (ParseAllowDirect, ParseServers, ...), whose FieldError
-// names the key as that front door spells it, so that a bad value reads
-// the same from every door. Nothing after that parses a setting again.
+// logging and export), which it builds from its own keys with the parsers
+// of package spec. Nothing after that parses a setting again: the state
+// embeds the Spec, and the proxy's config file its Proxy part.
 //
 // Enforcing a sandbox means, in this order:
 //

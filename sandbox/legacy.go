@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -70,12 +69,12 @@ func (s *State) migrate(data []byte) {
 	if len(s.ProxyResolvers) == 0 {
 		s.ProxyResolvers = legacyResolver(old.ProxyResolver)
 	}
-	if s.OTLP == nil && old.OTLPConfig != "" {
-		c, err := otlplog.LoadFile(old.OTLPConfig)
+	if s.OTLP.Endpoint == "" && old.OTLPConfig != "" {
+		o, err := hostconf.LoadOTLP(old.OTLPConfig)
 		if err != nil {
 			s.legacyErr = fmt.Errorf("the OTLP settings an earlier doorman recorded: %w", err)
 		}
-		s.OTLP = proxyconf.OTLPOf(c)
+		s.OTLP = o
 	}
 	if s.ProxyBinary != "" || s.migrateLaunch() {
 		// The recorded binary takes flags; this one, the config file.

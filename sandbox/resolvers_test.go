@@ -220,7 +220,7 @@ func TestLoadOlderOTLPConfig(t *testing.T) {
 	os.WriteFile(otlpFile, []byte(`{"endpoint":"https://otel.example.test:4318","headers":{"Authorization":"Bearer x"}}`), 0o600)
 	writeOlderState(t, s, map[string]any{"proxyBinary": "/usr/bin/doorman", "otlpConfig": otlpFile})
 	got, err := Load(stateDir, s.Key)
-	if err != nil || got.OTLP == nil || got.OTLP.Endpoint != "https://otel.example.test:4318" || got.OTLP.Headers["Authorization"] != "Bearer x" || got.legacyErr != nil {
+	if err != nil || got.OTLP.Endpoint != "https://otel.example.test:4318" || got.OTLP.Headers["Authorization"] != "Bearer x" || got.legacyErr != nil {
 		t.Fatalf("older OTLP settings: %+v, %v", got.OTLP, err)
 	}
 	if err := got.save(); err != nil {

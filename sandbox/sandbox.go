@@ -20,13 +20,14 @@ import (
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Request says what to enforce on one sandbox: who it is, what it
 // enforces, and where its state and proxy binary are.
 type Request struct {
 	Attachment
-	Spec
+	spec.Spec
 	StateDir string // default hostconf.DefaultStateDir
 	// ProxyBinary is the doorman binary to run as `doorman proxy`
 	// (default: this executable).
@@ -50,7 +51,7 @@ func (r *Request) defaults() error {
 	if r.ID == "" {
 		r.ID = r.Key
 	}
-	return r.Spec.validate(r.Attachment)
+	return validate(&r.Spec, r.Attachment)
 }
 
 // Enforce puts sandbox r under its policy: listeners in its netns, a proxy
@@ -200,16 +201,11 @@ func newState(r Request) (*State, error) {
 	}
 	s := &State{
 		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
-		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
-		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
-		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
-		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
-		ClusterNames: slices.Clone(r.ClusterNames), NAT64Prefixes: slices.Clone(r.NAT64Prefixes),
-		CADir: r.CADir, UpstreamCAFile: r.UpstreamCAFile,
-		Limits: r.Limits,
+		NetNS: r.NetNS, Mode: r.Policy.Mode, BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
+		Spec:        r.Spec.Clone(),
+		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers),
 	}
-	lim := limitsWithDefaults(r.ProxyLimits)
-	s.ProxyLimits = &lim
+	s.ProxyLimits = spec.ProxyLimitsWithDefaults(r.ProxyLimits)
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
 		os.RemoveAll(dir)
@@ -349,10 +345,8 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	defer socks.close()
 	cfg := proxyconf.Config{
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
-		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
-		ClusterNames: s.ClusterNames, NAT64Prefixes: s.NAT64Prefixes,
-		CADir: s.CADir, UpstreamCAFile: s.UpstreamCAFile,
-		Limits: s.Limits,
+		DrainTimeout: spec.Duration(proxyDrainTimeout),
+		Proxy:        s.Proxy,
 	}
 	if filter {
 		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)
@@ -504,7 +498,7 @@ func reenforce(s *State, r Request) (*State, error) {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	} else if r.HostLayer {
-		s.HostLayerWanted = true
+		s.Spec.HostLayer = true
 		if err := s.applyHostLayer(r.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}

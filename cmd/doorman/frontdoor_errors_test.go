@@ -20,9 +20,8 @@ import (
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/plugin"
-	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // envAsDoorman makes the test binary run main(): the front doors are fed
@@ -375,8 +374,8 @@ func jsonFile(key, value string) []byte {
 }
 
 func frontDoors() []frontDoor {
-	limitKeys := strictjson.Keys(proxyconf.Limits{})
-	proxyLimitKeys := strictjson.Keys(sandbox.ProxyLimitsConfig{})
+	limitKeys := strictjson.Keys(spec.Limits{})
+	proxyLimitKeys := strictjson.Keys(spec.ProxyLimitsConfig{})
 
 	// The conflist entry: doorman's keys, with those of its nested
 	// objects.
@@ -409,9 +408,9 @@ func frontDoors() []frontDoor {
 		case "listeners":
 			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(proxyconf.Listeners{}))...)
 		case "otlp":
-			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(proxyconf.OTLP{}))...)
+			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(spec.OTLP{}))...)
 		case "clusterNames":
-			proxyKeys = append(proxyKeys, prefixed(k+"[]", strictjson.Keys(proxyconf.NameScope{}))...)
+			proxyKeys = append(proxyKeys, prefixed(k+"[]", strictjson.Keys(spec.NameScope{}))...)
 		}
 	}
 	runtimeKeys := strictjson.Keys(hook.RuntimeConfig{})
@@ -539,7 +538,7 @@ func frontDoors() []frontDoor {
 		},
 		{
 			name:    "otlp.json",
-			keys:    strictjson.Keys(otlplog.FileConfig{}),
+			keys:    strictjson.Keys(spec.OTLP{}),
 			unknown: map[string]string{"header": `{}`},
 			feed: func(t *testing.T, dir, key, value string) string {
 				m := map[string]any{}

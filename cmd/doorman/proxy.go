@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/daemon"
-	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // listFlag collects a repeatable flag.
@@ -44,7 +44,7 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.sandbox, "sandbox", "", "sandbox id, for logs and 403 pages (required; with --config, the file's)")
 	fs.StringVar(&f.policy, "policy", "", "policy file in the plain allowlist form, watched for changes (required)")
 	fs.StringVar(&f.log, "log", "-", "where decision lines go: a file (appended) or - for stderr")
-	fs.DurationVar(&f.sniffTimeout, "sniff-timeout", proxyconf.DefaultSniffTimeout, "how long to wait for the first bytes that carry a name")
+	fs.DurationVar(&f.sniffTimeout, "sniff-timeout", spec.DefaultSniffTimeout, "how long to wait for the first bytes that carry a name")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", proxyconf.DefaultDrainTimeout, "on SIGTERM, how long open connections may finish before they are closed")
 	fs.IntVar(&f.readyFD, "ready-fd", -1, "file descriptor to write \"ready\\n\" to (then close) once serving")
 	fs.IntVar(&f.heartbeatFD, "heartbeat-fd", -1, "inherited socket `fd` on which a supervisor's heartbeats are answered (as `doorman supervise` starts the proxy)")
@@ -129,12 +129,12 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 		return proxyconf.Config{}, fmt.Errorf("no listener: give --listen-fd or --listen")
 	}
 	cfg := proxyconf.Config{Sandbox: f.sandbox, PolicyFile: f.policy, LogFile: f.log, NetNS: f.netns,
-		SniffTimeout: proxyconf.Duration(f.sniffTimeout), DrainTimeout: proxyconf.Duration(f.drainTimeout)}
+		SniffTimeout: spec.Duration(f.sniffTimeout), DrainTimeout: spec.Duration(f.drainTimeout)}
 	var err error
 	if cfg.AllowDirect, err = parseAllowDirect(f.allowDirect); err != nil {
 		return cfg, err
 	}
-	if cfg.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
+	if cfg.NAT64Prefixes, err = spec.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		return cfg, err
 	}
 	if cfg.Resolvers, err = parseResolvers(f.resolvers); err != nil {
@@ -147,7 +147,7 @@ func (f *proxyFlags) build(fs *flag.FlagSet) (proxyconf.Config, error) {
 		return cfg, err
 	}
 	otlp, err := otlpSettings(f.otlpConfig, f.otlpEndpoint, f.otlpInsecure, f.otlpHeaders)
-	cfg.OTLP = proxyconf.OTLPOf(otlp)
+	cfg.OTLP = otlp
 	return cfg, err
 }
 
@@ -172,7 +172,7 @@ func (f *proxyFlags) listeners(l *proxyconf.Listeners) error {
 
 // parseResolvers parses the --resolver values.
 func parseResolvers(raw []string) ([]netip.AddrPort, error) {
-	return sandbox.ParseServers("--resolver", raw...)
+	return spec.ParseServers("--resolver", raw...)
 }
 
 // parseDNSUpstreams parses the --dns-upstream values: addr:port each.
@@ -190,24 +190,24 @@ func parseDNSUpstreams(raw []string) ([]netip.AddrPort, error) {
 
 // parseAllowDirect parses the --allow-direct values: address entries only.
 func parseAllowDirect(raw []string) ([]conf.Direct, error) {
-	return sandbox.ParseAllowDirect("--allow-direct", raw)
+	return spec.ParseAllowDirect("--allow-direct", raw)
 }
 
 // otlpSettings gathers the OTLP export settings from --otlp-config file,
 // or else from the --otlp-endpoint, --otlp-insecure and --otlp-header
 // flags (key=value each).
-func otlpSettings(file, endpoint string, insecure bool, headerFlags []string) (otlplog.Config, error) {
+func otlpSettings(file, endpoint string, insecure bool, headerFlags []string) (spec.OTLP, error) {
 	if file != "" {
 		if endpoint != "" || insecure || len(headerFlags) > 0 {
-			return otlplog.Config{}, fmt.Errorf("--otlp-config %s: give either it or the --otlp-endpoint, --otlp-insecure and --otlp-header flags", file)
+			return spec.OTLP{}, fmt.Errorf("--otlp-config %s: give either it or the --otlp-endpoint, --otlp-insecure and --otlp-header flags", file)
 		}
-		return otlplog.LoadFile(file)
+		return hostconf.LoadOTLP(file)
 	}
 	var headers map[string]string
 	for _, kv := range headerFlags {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || strings.TrimSpace(k) == "" {
-			return otlplog.Config{}, fmt.Errorf("--otlp-header %q: want key=value", kv)
+			return spec.OTLP{}, fmt.Errorf("--otlp-header %q: want key=value", kv)
 		}
 		if headers == nil {
 			headers = make(map[string]string, len(headerFlags))
@@ -215,7 +215,7 @@ func otlpSettings(file, endpoint string, insecure bool, headerFlags []string) (o
 		headers[strings.TrimSpace(k)] = v
 	}
 	if endpoint == "" && (insecure || len(headers) > 0) {
-		return otlplog.Config{}, fmt.Errorf("--otlp-insecure and --otlp-header need --otlp-endpoint")
+		return spec.OTLP{}, fmt.Errorf("--otlp-insecure and --otlp-header need --otlp-endpoint")
 	}
-	return otlplog.Config{Endpoint: endpoint, Insecure: insecure, Headers: headers}, nil
+	return spec.OTLP{Endpoint: endpoint, Insecure: insecure, Headers: headers}, nil
 }

@@ -16,9 +16,8 @@ import (
 	"syscall"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/runner"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // runFlags are `doorman run`'s flags.
@@ -145,7 +144,7 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if cfg.Policy.Mode == conf.ModeAllowlist && len(cfg.Policy.Entries) == 0 {
 		fmt.Fprintln(stderr, "doorman run: the allowlist is empty: the command may reach no host (give --allow)")
 	}
-	if cfg.Resolvers, err = sandbox.ParseAddrs("--dns", f.dns); err != nil {
+	if cfg.Resolvers, err = spec.ParseAddrs("--dns", f.dns); err != nil {
 		return cfg, err
 	}
 	for _, s := range f.subnets {
@@ -155,13 +154,13 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		}
 		cfg.Subnets = append(cfg.Subnets, p)
 	}
-	if cfg.AllowDirect, err = sandbox.ParseAllowDirect("--allow-direct", f.direct); err != nil {
+	if cfg.AllowDirect, err = spec.ParseAllowDirect("--allow-direct", f.direct); err != nil {
 		return cfg, err
 	}
-	if cfg.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
+	if cfg.NAT64Prefixes, err = spec.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		return cfg, err
 	}
-	ups, err := sandbox.ParseUpstreamResolver("--upstream-resolver", f.upstream)
+	ups, err := spec.ParseUpstreamResolver("--upstream-resolver", f.upstream)
 	if err != nil {
 		return cfg, err
 	}
@@ -185,7 +184,7 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--limits: %w", err)
 		}
-		if cfg.Limits, err = hostconf.ParseLimits(data); err != nil {
+		if cfg.Limits, err = spec.ParseLimits(data); err != nil {
 			return cfg, fmt.Errorf("--limits %s: %w", f.limits, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/relayloop"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // fdsPerConn is what one relayed connection costs the proxy in
@@ -41,7 +42,7 @@ const portRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 // caps are the caps a proxy runs with: the configured ones, with the
 // connection cap lowered to what the descriptor limit allows.
 type caps struct {
-	proxyconf.Effective
+	spec.Effective
 	noFile    uint64
 	portRange int
 	limitedBy string
@@ -59,7 +60,7 @@ func capsWithin(cfg proxyconf.Config, noFile uint64, portRange int) caps {
 	c := caps{noFile: noFile, portRange: portRange}
 	c.Effective = cfg.Limits.Effective(c.portRange)
 	if cfg.SniffTimeout != 0 {
-		c.SniffTimeout = cfg.SniffTimeout.Or(proxyconf.DefaultSniffTimeout)
+		c.SniffTimeout = cfg.SniffTimeout.Or(spec.DefaultSniffTimeout)
 	}
 	if fit := (int64(c.noFile) - fdReserve) / fdsPerConn; fit < int64(c.Connections) {
 		c.limitedBy = fmt.Sprintf("a descriptor limit of %d, less a reserve of %d, fits %d connections of %d descriptors",

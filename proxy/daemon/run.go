@@ -23,6 +23,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/otlplog"
 	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // otlpShutdownTimeout bounds how long an exiting proxy spends sending the
@@ -106,9 +107,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		}
 		out, closeFile = f, func() { f.Close() }
 	}
-	otlpCfg := cfg.OTLP.Config()
-	otlpCfg.Sandbox = cfg.Sandbox
-	handler, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(out, nil), otlpCfg)
+	handler, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(out, nil), otlplog.Config{OTLP: cfg.OTLP, Sandbox: cfg.Sandbox})
 	if err != nil {
 		closeFile()
 		return nil, nil, err
@@ -178,7 +177,7 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 }
 
 // scopes are the guard's scopes of the cluster names c.
-func scopes(c []proxyconf.NameScope) []guard.Scope {
+func scopes(c []spec.NameScope) []guard.Scope {
 	var out []guard.Scope
 	for _, n := range c {
 		out = append(out, guard.Scope{Domain: n.Domain, Prefixes: n.Prefixes})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Run serves an inherited listener with the policy file and decision log
@@ -40,8 +41,14 @@ func TestRunServesItsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := proxyconf.Config{Sandbox: "ctr-run", PolicyFile: policy, LogFile: logFile, DrainTimeout: proxyconf.Duration(100 * time.Millisecond),
-		Listeners: proxyconf.Listeners{TCP: []int{fd}}, Limits: proxyconf.Limits{Connections: 77}}
+	cfg := proxyconf.Config{
+		Sandbox:      "ctr-run",
+		PolicyFile:   policy,
+		LogFile:      logFile,
+		DrainTimeout: spec.Duration(100 * time.Millisecond),
+		Listeners:    proxyconf.Listeners{TCP: []int{fd}},
+		Proxy:        spec.Proxy{Limits: spec.Limits{Connections: 77}},
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready, done := make(chan struct{}), make(chan error, 1)

@@ -20,17 +20,13 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/internal/strictjson"
-	"github.com/doorman-net/doorman/proxy/guard"
-	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/spec"
 )
 
-// Defaults for the zero values of Config's timeouts.
-const (
-	DefaultSniffTimeout = 10 * time.Second
-	DefaultDrainTimeout = 10 * time.Second
-)
+// DefaultDrainTimeout is how long open connections may finish after
+// SIGTERM when Config.DrainTimeout is zero.
+const DefaultDrainTimeout = 10 * time.Second
 
 // Config is what one proxy process serves, as its config file holds it
 // (JSON, the keys below). The sandbox package writes it (WriteFile), and
@@ -55,48 +51,24 @@ type Config struct {
 	// DNSUpstreams are the servers the DNS filter forwards admitted
 	// queries to.
 	DNSUpstreams []netip.AddrPort `json:"dnsUpstreams,omitempty"`
-	// AllowDirect are the destinations the sandbox reaches without the
-	// proxy: their new flows are logged from conntrack in NetNS.
-	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
-	// ClusterNames open private ranges to the names under a domain: a
-	// Kubernetes cluster's service and pod CIDRs to the names under its
-	// cluster domain (see guard.Scope), for the proxy and the DNS filter.
-	ClusterNames []NameScope `json:"clusterNames,omitempty"`
-	// NAT64Prefixes are the prefixes of NAT64 translators the host
-	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
-	// guard.Config.NAT64Prefixes), for the proxy and the DNS filter.
-	NAT64Prefixes []netip.Prefix `json:"nat64Prefixes,omitempty"`
 	// NetNS is the network namespace whose allowDirect flows are logged;
 	// "" means the one the first listener was created in (the sandbox's,
 	// for an inherited listener).
 	NetNS string `json:"netns,omitempty"`
-	// OTLP, if set, also exports the decision and DNS records.
-	OTLP *OTLP `json:"otlp,omitempty"`
 	// SniffTimeout bounds the wait for the first bytes that carry a
-	// name; DrainTimeout how long open connections may finish after
-	// SIGTERM. Zero means the defaults above.
-	SniffTimeout Duration `json:"sniffTimeout,omitempty"`
-	DrainTimeout Duration `json:"drainTimeout,omitempty"`
-	// CADir is the network's CA directory (package ca), whose leaves
-	// the proxy presents for inspected hosts; "" means none.
-	CADir string `json:"caDir,omitempty"`
-	// UpstreamCAFile, if set, holds the PEM roots inspected hosts'
-	// certificates are verified against instead of the system's (which
-	// SSL_CERT_FILE in the proxy's environment can also name).
-	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
-	// Limits are the sandbox's caps (see Limits); sniffTimeout above, if
-	// set, wins over limits.sniffTimeout.
-	Limits Limits `json:"limits,omitzero"`
+	// name (zero: limits.sniffTimeout, else spec.DefaultSniffTimeout);
+	// set, it wins over limits.sniffTimeout. DrainTimeout is how long
+	// open connections may finish after SIGTERM (zero:
+	// DefaultDrainTimeout).
+	SniffTimeout spec.Duration `json:"sniffTimeout,omitempty"`
+	DrainTimeout spec.Duration `json:"drainTimeout,omitempty"`
 	// Listeners are the sockets to serve.
 	Listeners Listeners `json:"listeners"`
-}
-
-// NameScope is one of Config.ClusterNames: the names under Domain (a DNS
-// name in canonical form, such as "cluster.local") may reach the private
-// addresses inside Prefixes.
-type NameScope struct {
-	Domain   string         `json:"domain"`
-	Prefixes []netip.Prefix `json:"prefixes"`
+	// Proxy is what the sandbox's spec says its proxy enforces besides
+	// the policy: allowDirect (whose new flows are logged from conntrack
+	// in NetNS), clusterNames, nat64Prefixes, otlp, caDir,
+	// upstreamCAFile and limits (see spec.Proxy).
+	spec.Proxy
 }
 
 // Listeners say which sockets a proxy serves: descriptors it inherited
@@ -110,60 +82,6 @@ type Listeners struct {
 	DNSTCP []int `json:"dnsTCP,omitempty"`
 	// Addrs are TCP addresses to bind and serve (a proxy run by hand).
 	Addrs []string `json:"addrs,omitempty"`
-}
-
-// OTLP is the OTLP export part of a Config, with the keys of
-// /etc/doorman/otlp.json (see otlplog.LoadFile).
-type OTLP struct {
-	Endpoint  string            `json:"endpoint"`
-	Insecure  bool              `json:"insecure,omitempty"`
-	Headers   map[string]string `json:"headers,omitempty"`
-	QueueSize int               `json:"queueSize,omitempty"`
-}
-
-// OTLPOf returns the file form of c, or nil if c exports nothing.
-func OTLPOf(c otlplog.Config) *OTLP {
-	if c.Endpoint == "" {
-		return nil
-	}
-	return &OTLP{Endpoint: c.Endpoint, Insecure: c.Insecure, Headers: c.Headers, QueueSize: c.QueueSize}
-}
-
-// Config returns o as export settings; nil exports nothing.
-func (o *OTLP) Config() otlplog.Config {
-	if o == nil {
-		return otlplog.Config{}
-	}
-	return otlplog.Config{Endpoint: o.Endpoint, Insecure: o.Insecure, Headers: o.Headers, QueueSize: o.QueueSize}
-}
-
-// Duration is a time.Duration written as in Go ("500ms", "10s").
-type Duration time.Duration
-
-// MarshalText renders d as time.Duration.String does.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText parses text with time.ParseDuration; negative durations
-// are refused. The error says why, not what: the caller names the key
-// and the value.
-func (d *Duration) UnmarshalText(text []byte) error {
-	v, err := time.ParseDuration(string(text))
-	if err != nil {
-		return errors.New(`want a duration such as "10s", "1m30s" or "0s"`)
-	}
-	if v < 0 {
-		return errors.New("a negative duration")
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// Or returns d, or def if d is zero.
-func (d Duration) Or(def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return time.Duration(d)
 }
 
 // Validate reports the first setting of c that a proxy would refuse,
@@ -187,29 +105,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if err := c.OTLP.Config().Validate(); err != nil {
-		var se *otlplog.SettingError
-		if errors.As(err, &se) {
-			return fmt.Errorf("otlp.%w", err)
-		}
-		return fmt.Errorf("otlp: %w", err)
-	}
-	for i, n := range c.ClusterNames {
-		if d, err := conf.NormalizeName(n.Domain); err != nil || d != n.Domain || d == "" {
-			return fmt.Errorf("clusterNames[%d].domain %q: want a DNS name in canonical form, such as cluster.local", i, n.Domain)
-		}
-		for j, p := range n.Prefixes {
-			if !p.IsValid() || p.Masked() != p {
-				return fmt.Errorf("clusterNames[%d].prefixes[%d] %q: want a CIDR prefix without host bits", i, j, p)
-			}
-		}
-	}
-	for i, p := range c.NAT64Prefixes {
-		if err := guard.ValidateNAT64Prefix(p); err != nil {
-			return fmt.Errorf("nat64Prefixes[%d] %q: %w", i, p.String(), err)
-		}
-	}
-	return c.Limits.Validate()
+	return c.Proxy.Validate()
 }
 
 // Load reads the config file at path. Unknown keys are errors: a
