@@ -132,6 +132,17 @@
 // (ParseTarget; see spelling.go, "One request, many spellings"). Rules do
 // not admit a host; an entry must.
 //
+// # Rule sets
+//
+// A policy may also name rule sets shipped with doorman (RuleSetUse;
+// conf/rulesets/*.rules, compiled by ParseRuleSet): "ruleset closed-book
+// [deny|strip|probe]" in the file form, {"rulesets": [...]} in the
+// inspect JSON (ParseInspectRules). A set inspects the hosts it covers
+// (InspectFor, InspectedHosts) and judges their requests beside the
+// hosts' own rules (ActiveRuleSet.Judge), matching JSON keys loosely and
+// rewriting the body's exact bytes to strip a tool; its evidence lines
+// (EvidenceMatcher) are what the proxy's response tripwire looks for.
+//
 // MarshalFile renders it with canonical entries and WriteFileAtomic
 // replaces a file with it atomically; the canonical form of every entry
 // (Entry.String) parses back to an equal entry.

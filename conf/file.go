@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -18,6 +19,7 @@ const fileHeader = `# doorman policy: "mode: none|allowlist|open", then one entr
 # each optionally with :port or :lo-hi. '#' starts a comment.
 # Request rules: "inspect HOST allow|deny CONDITION...", "inspect HOST default allow|deny",
 # "inspect HOST inject HEADER PLACEHOLDER SECRETFILE", "inspect HOST max-body BYTES".
+# Rule sets: "ruleset NAME [deny|strip|probe]" (doorman's own, see docs/rulesets.md).
 `
 
 // ParseFile parses the plain file form of a policy, the form that live
@@ -44,6 +46,7 @@ func parseFile(where string, data []byte) (*Policy, error) {
 		mode     = ModeAllowlist
 		modeLine int
 		inspect  inspectLines
+		sets     []RuleSetUse
 	)
 	for i, line := range strings.Split(string(data), "\n") {
 		n := i + 1
@@ -57,6 +60,19 @@ func parseFile(where string, data []byte) (*Policy, error) {
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s%d: %w", where, n, err))
 			}
+			continue
+		}
+		if t := strings.TrimSpace(line); isRuleSetLine(t) {
+			u, err := parseRuleSetLine(t)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s%d: %w", where, n, err))
+				continue
+			}
+			if slices.ContainsFunc(sets, func(v RuleSetUse) bool { return v.Name == u.Name }) {
+				errs = append(errs, fmt.Errorf("%s%d: ruleset %s: used twice", where, n, u.Name))
+				continue
+			}
+			sets = append(sets, u)
 			continue
 		}
 		line = strings.TrimSpace(stripComment(line))
@@ -94,7 +110,7 @@ func parseFile(where string, data []byte) (*Policy, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Policy{Mode: mode, Entries: entries, Inspect: hosts}, nil
+	return &Policy{Mode: mode, Entries: entries, Inspect: hosts, RuleSets: sets}, nil
 }
 
 // stripComment cuts line at the first '#' that starts it or follows
@@ -136,6 +152,9 @@ func (p *Policy) MarshalFile() []byte {
 	b.WriteString("mode: " + string(p.Mode) + "\n")
 	for _, e := range p.Entries {
 		b.WriteString(e.String() + "\n")
+	}
+	for _, l := range p.ruleSetLines() {
+		b.WriteString(l + "\n")
 	}
 	for i := range p.Inspect {
 		for _, l := range p.Inspect[i].Lines() {

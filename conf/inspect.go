@@ -637,6 +637,10 @@ func (p *Policy) InspectFor(name string) *InspectHost {
 			best = h
 		}
 	}
+	if best == nil && len(p.RuleSets) > 0 {
+		// A host only a rule set covers: inspected, no rules of its own.
+		best = p.ruleSetHostFor(name)
+	}
 	return best
 }
 
@@ -649,6 +653,11 @@ func (p *Policy) InspectedHosts() []string {
 	out := make([]string, len(p.Inspect))
 	for i, h := range p.Inspect {
 		out[i] = h.Host
+	}
+	for _, h := range p.ruleSetHosts() {
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
 	}
 	return out
 }

@@ -84,6 +84,9 @@ func ParseInspectJSON(data []byte) ([]InspectHost, error) {
 	if err := json.Unmarshal(data, &raw); err != nil || raw == nil {
 		return nil, fmt.Errorf("inspect %s: want an object from each inspected host to its rules", strictjson.Compact(data))
 	}
+	if _, ok := raw[ruleSetsKey]; ok {
+		return nil, errors.New("inspect: rulesets: rule sets are not read from this configuration yet (name them in the policy file: \"ruleset NAME\", or in a conflist's inspect key)")
+	}
 	var errs []error
 	var hosts []InspectHost
 	keys := make([]string, 0, len(raw))

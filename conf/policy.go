@@ -20,17 +20,20 @@ type Policy struct {
 	// proxy terminates, one per host, ordered by host (see InspectHost).
 	// A host without an InspectHost is relayed untouched.
 	Inspect []InspectHost
+	// RuleSets are the shipped rule sets in use (see RuleSetUse): they
+	// inspect the hosts they cover beside Inspect's.
+	RuleSets []RuleSetUse
 }
 
 // WithEntries returns a copy of p with entries instead of its own: what
 // an edit of the allowlist makes, the mode and request rules kept.
 func (p *Policy) WithEntries(entries []Entry) *Policy {
-	return &Policy{Mode: p.Mode, Entries: entries, Inspect: p.Inspect}
+	return &Policy{Mode: p.Mode, Entries: entries, Inspect: p.Inspect, RuleSets: p.RuleSets}
 }
 
 // WithMode returns a copy of p in mode m.
 func (p *Policy) WithMode(m Mode) *Policy {
-	return &Policy{Mode: m, Entries: p.Entries, Inspect: p.Inspect}
+	return &Policy{Mode: m, Entries: p.Entries, Inspect: p.Inspect, RuleSets: p.RuleSets}
 }
 
 // WithInspect returns a copy of p with the request rules hosts instead of
@@ -41,7 +44,7 @@ func (p *Policy) WithInspect(hosts []InspectHost) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{Mode: p.Mode, Entries: p.Entries, Inspect: hosts}, nil
+	return &Policy{Mode: p.Mode, Entries: p.Entries, Inspect: hosts, RuleSets: p.RuleSets}, nil
 }
 
 // NewPolicy validates mode and every entry and returns the policy. On any
@@ -130,7 +133,7 @@ func (p *Policy) Equal(q *Policy) bool {
 	if p == nil || q == nil {
 		return p == q
 	}
-	if p.Mode != q.Mode || len(p.Entries) != len(q.Entries) || !equalInspect(p.Inspect, q.Inspect) {
+	if p.Mode != q.Mode || len(p.Entries) != len(q.Entries) || !equalInspect(p.Inspect, q.Inspect) || !slices.Equal(p.RuleSets, q.RuleSets) {
 		return false
 	}
 	for i := range p.Entries {
@@ -161,6 +164,9 @@ func (p *Policy) String() string {
 	s := string(p.Mode) + " [" + strings.Join(p.Hosts(), " ") + "]"
 	if len(p.Inspect) > 0 {
 		s += " inspect [" + strings.Join(p.InspectedHosts(), " ") + "]"
+	}
+	for _, u := range p.RuleSets {
+		s += " ruleset " + u.String()
 	}
 	return s
 }
@@ -198,17 +204,17 @@ func ParseJSON(data []byte) (*Policy, error) {
 		return fmt.Sprintf("policy JSON: allowedHosts[%d]: ", i)
 	})
 	errs = append(errs, entryErrs...)
-	var inspect []InspectHost
+	var inspect InspectRules
 	if len(jp.Inspect) > 0 && string(jp.Inspect) != "null" {
 		var err error
-		if inspect, err = ParseInspectJSON(jp.Inspect); err != nil {
+		if inspect, err = ParseInspectRules(jp.Inspect); err != nil {
 			errs = append(errs, fmt.Errorf("policy JSON: %w", err))
 		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return &Policy{Mode: mode, Entries: entries, Inspect: inspect}, nil
+	return &Policy{Mode: mode, Entries: entries, Inspect: inspect.Hosts, RuleSets: inspect.RuleSets}, nil
 }
 
 // MarshalJSON renders p in the form ParseJSON reads, with canonical
@@ -219,8 +225,8 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 	}
 	mode := string(p.Mode)
 	jp := jsonPolicy{Mode: &mode, AllowedHosts: p.Hosts()}
-	if len(p.Inspect) > 0 {
-		raw, err := json.Marshal(inspectJSON(p.Inspect))
+	if p.HasInspection() {
+		raw, err := marshalInspectRules(p.Inspect, p.RuleSets)
 		if err != nil {
 			return nil, err
 		}

@@ -60,7 +60,7 @@ var trustedBundlePath = ca.SystemBundlePaths[0]
 // REQUESTS_CA_BUNDLE and CURL_CA_BUNDLE at it. The CA's key stays on the
 // host.
 func addTrust(raw map[string]any, spec *specs.Spec, bundle, id string, pol *conf.Policy, caRoot string) error {
-	if len(pol.Inspect) == 0 {
+	if !pol.HasInspection() {
 		return nil
 	}
 	dir := caDirFor(caRoot)

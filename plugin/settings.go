@@ -250,10 +250,10 @@ func (s *Settings) parsePolicy(v valueReader) {
 			ok = false
 		}
 	}
-	var inspect []conf.InspectHost
+	var inspect conf.InspectRules
 	if raw, has := v.raw["inspect"]; has && string(raw) != "null" {
 		var err error
-		if inspect, err = conf.ParseInspectJSON(raw); err != nil {
+		if inspect, err = conf.ParseInspectRules(raw); err != nil {
 			// Its errors name the key, "inspect", and the host.
 			*v.errs = append(*v.errs, err)
 			ok = false
@@ -264,7 +264,10 @@ func (s *Settings) parsePolicy(v valueReader) {
 	}
 	p, err := conf.NewPolicy(m, hosts)
 	if err == nil {
-		p, err = p.WithInspect(inspect)
+		p, err = p.WithInspect(inspect.Hosts)
+	}
+	if err == nil && len(inspect.RuleSets) > 0 {
+		p, err = p.WithRuleSets(inspect.RuleSets)
 	}
 	if err != nil {
 		// Every part was checked above.

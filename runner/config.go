@@ -308,20 +308,14 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 	if len(c.NAT64Prefixes) > 0 {
 		doorman["nat64Prefixes"] = c.NAT64Prefixes
 	}
-	if len(c.Policy.Inspect) > 0 {
-		// The request rules, in the form ParseJSON reads (placeholders
-		// as their SHA-256).
-		js, err := c.Policy.MarshalJSON()
+	if c.Policy.HasInspection() {
+		// The request rules and rule sets, in the form ParseJSON reads
+		// (placeholders as their SHA-256).
+		js, err := c.Policy.MarshalInspectRules()
 		if err != nil {
 			return nil, err
 		}
-		var p struct {
-			Inspect json.RawMessage `json:"inspect"`
-		}
-		if err := json.Unmarshal(js, &p); err != nil {
-			return nil, err
-		}
-		doorman["inspect"] = p.Inspect
+		doorman["inspect"] = json.RawMessage(js)
 	}
 	if c.UpstreamCAFile != "" {
 		doorman["upstreamCAFile"] = c.UpstreamCAFile

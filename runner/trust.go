@@ -24,7 +24,7 @@ func (c Config) caDir() string {
 // which the doorman plugin's ADD made) and picks the host's bundle paths
 // the command sees it at. The CA's key is never mounted.
 func (s *Sandbox) addTrust(c Config) error {
-	if len(c.Policy.Inspect) == 0 {
+	if !c.Policy.HasInspection() {
 		return nil
 	}
 	path, err := ca.WriteBundle(c.caDir(), s.Key(), ca.ReadSystemBundle("/"))

@@ -14,7 +14,7 @@ import (
 // without request rules needs nothing. On error the policy must not be
 // put in force: the error says why, never a secret's content.
 func prepareInspect(caDir string, p *conf.Policy) error {
-	if p == nil || len(p.Inspect) == 0 {
+	if !p.HasInspection() {
 		return nil
 	}
 	if err := p.CheckSecrets(); err != nil {

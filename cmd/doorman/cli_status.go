@@ -321,9 +321,14 @@ type showInfo struct {
 	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
 	// Inspect are the request rules, as the policy file's lines (the
 	// placeholders as their SHA-256), and CADir the network's CA.
-	Inspect []string               `json:"inspect,omitempty"`
-	CADir   string                 `json:"caDir,omitempty"`
-	Recent  []decisionlog.Decision `json:"recent"`
+	Inspect []string `json:"inspect,omitempty"`
+	CADir   string   `json:"caDir,omitempty"`
+	// RuleSets are the rule sets in force, as "NAME@VERSION ACTION";
+	// Warnings what the policy leaves open (an allowed name beside an
+	// inspected one on a shared registrable domain).
+	RuleSets []string               `json:"rulesets,omitempty"`
+	Warnings []string               `json:"warnings,omitempty"`
+	Recent   []decisionlog.Decision `json:"recent"`
 }
 
 // icmpSummary says what ICMP may leave sandbox s.
@@ -373,7 +378,15 @@ recent decisions, DNS queries included.
 		for i := range info.policy.Inspect {
 			info.Inspect = append(info.Inspect, info.policy.Inspect[i].Lines()...)
 		}
-		if len(info.Inspect) > 0 {
+		for _, u := range info.policy.RuleSets {
+			ref := u.Name
+			if set, err := conf.LookupRuleSet(u.Name); err == nil {
+				ref = set.Ref()
+			}
+			info.RuleSets = append(info.RuleSets, ref+" "+u.Action)
+		}
+		info.Warnings = info.policy.SiblingWarnings()
+		if info.policy.HasInspection() {
 			info.CADir = s.CADir
 		}
 	}
@@ -475,8 +488,22 @@ func (i showInfo) policyRows(row func(k, v string)) {
 		}
 		row(k, strings.TrimPrefix(l, "inspect "))
 	}
+	for n, r := range i.RuleSets {
+		k := ""
+		if n == 0 {
+			k = "rulesets"
+		}
+		row(k, r+" (doorman "+version+"; doorman rulesets show)")
+	}
 	if i.CADir != "" {
 		row("CA", i.CADir+" (doorman ca show)")
+	}
+	for n, w := range i.Warnings {
+		k := ""
+		if n == 0 {
+			k = "warning"
+		}
+		row(k, w)
 	}
 }
 

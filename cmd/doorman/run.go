@@ -205,12 +205,13 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	m := conf.ModeAllowlist
 	var entries []string
 	var inspect []conf.InspectHost
+	var sets []conf.RuleSetUse
 	if file != "" {
 		p, err := conf.LoadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
-		m, entries, inspect = p.Mode, p.Hosts(), p.Inspect
+		m, entries, inspect, sets = p.Mode, p.Hosts(), p.Inspect, p.RuleSets
 	}
 	if mode != "" {
 		var err error
@@ -221,6 +222,12 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	p, err := conf.NewPolicy(m, append(entries, allow...))
 	if err != nil {
 		return nil, fmt.Errorf("--allow: %w", err)
+	}
+	if len(sets) > 0 {
+		// The policy file's rule sets, checked when it loaded.
+		if p, err = p.WithRuleSets(sets); err != nil {
+			return nil, err
+		}
 	}
 	if len(inspect) > 0 {
 		// The policy file's request rules, checked when it loaded.

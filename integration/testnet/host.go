@@ -73,6 +73,10 @@ type Host struct {
 
 	mu     sync.Mutex
 	byHost map[string]int // the Host of each request (lowercased, without port) → requests
+
+	// providers records the model calls a provider's fake API got (see
+	// ProviderOf).
+	providers providerLog
 }
 
 // traffic counts what arrived on one port.
@@ -317,6 +321,9 @@ func (h *Host) handleHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.serveInspectPaths(w, r) {
+		return
+	}
+	if r.TLS != nil && h.serveProvider(w, r) {
 		return
 	}
 	_, _ = io.Copy(io.Discard, r.Body)

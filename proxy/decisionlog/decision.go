@@ -51,6 +51,13 @@ type Decision struct {
 	Method string `json:"method,omitempty"`
 	Path   string `json:"path,omitempty"`
 	Status int    `json:"status,omitempty"`
+	// What rule sets found in a request and its response (see
+	// Request).
+	RuleSet  string   `json:"ruleset,omitempty"`
+	Tools    []string `json:"tools,omitempty"`
+	Removed  []string `json:"removed,omitempty"`
+	Evidence []string `json:"evidence,omitempty"`
+	Declared []string `json:"declared,omitempty"`
 
 	// Denials and limit lines only.
 	Count int       `json:"count,omitempty"` // how many denials or refusals the line stands for

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,14 @@ const (
 	// query (which may hold what the workload should not have logged).
 	RequestPathKey = "path"
 	StatusKey      = "status" // integer: the status the client got; 0 if none was sent
+
+	// The rule sets' fields, on the lines of requests to a host a rule
+	// set covers (each only when it has something to say).
+	RuleSetKey  = "ruleset"  // string: the sets in force and their actions, "closed-book@1 strip"
+	ToolsKey    = "tools"    // array of strings: the provider-side tools the request asked for, "anthropic.web_search at tools[1] (web_search_20250305)"
+	RemovedKey  = "removed"  // array of strings: of those, what strip removed before forwarding
+	EvidenceKey = "evidence" // array of strings: evidence of provider-side tool use the response showed
+	DeclaredKey = "declared" // array of strings: every tool type the request declared ("bash_20250124", "googleSearch"), in probe mode
 )
 
 // The reasons, and starts of reasons, of request lines.
@@ -37,6 +46,9 @@ const (
 	// ReasonWrongAuthority starts the reason of a request that names
 	// another host than the TLS session's.
 	ReasonWrongAuthority = "request for another host inside the session: "
+	// ReasonEvidence starts the reason of a request whose response was
+	// cut because it showed a provider-side tool (the tripwire).
+	ReasonEvidence = "the response shows a provider-side tool: "
 )
 
 // Request is a request line.
@@ -55,11 +67,18 @@ type Request struct {
 	BytesUp   int64 // request body bytes
 	BytesDown int64 // response body bytes
 	Duration  time.Duration
+	// The rule sets' findings (see the keys above); empty on a host no
+	// set covers.
+	RuleSet  string
+	Tools    []string
+	Removed  []string
+	Evidence []string
+	Declared []string
 }
 
 // Attrs returns the line's fields, in the order they are written.
 func (r Request) Attrs() []slog.Attr {
-	return []slog.Attr{
+	attrs := []slog.Attr{
 		slog.String(SandboxKey, r.Sandbox),
 		slog.String(ClientKey, r.Client.String()),
 		slog.String(DstKey, r.Dst.String()),
@@ -75,6 +94,18 @@ func (r Request) Attrs() []slog.Attr {
 		slog.Int64(BytesDownKey, r.BytesDown),
 		durationAttr(r.Duration),
 	}
+	if r.RuleSet != "" {
+		attrs = append(attrs, slog.String(RuleSetKey, r.RuleSet))
+	}
+	for _, f := range []struct {
+		key  string
+		list []string
+	}{{ToolsKey, r.Tools}, {RemovedKey, r.Removed}, {EvidenceKey, r.Evidence}, {DeclaredKey, r.Declared}} {
+		if len(f.list) > 0 {
+			attrs = append(attrs, slog.Any(f.key, f.list))
+		}
+	}
+	return attrs
 }
 
 // Log writes the line: INFO allowed, WARN denied, ERROR when the upstream
@@ -95,6 +126,14 @@ func formatRequest(d Decision) string {
 		d.Method + " " + d.Path + " " + strconv.Itoa(d.Status) + ", " + why
 	if d.Verdict == Allow {
 		s += " (up " + size(d.BytesUp) + ", down " + size(d.BytesDown) + ", " + duration(d.DurationMS) + ")"
+	}
+	if len(d.Removed) > 0 {
+		s += "; removed " + strings.Join(d.Removed, ", ")
+	} else if len(d.Tools) > 0 {
+		s += "; tools " + strings.Join(d.Tools, ", ")
+	}
+	if len(d.Evidence) > 0 {
+		s += "; evidence " + strings.Join(d.Evidence, ", ")
 	}
 	return s
 }

@@ -63,7 +63,10 @@ func TestDecisionReadsWhatIsWritten(t *testing.T) {
 		Connection{Verdict: Allow, Upstream: netip.MustParseAddrPort("203.0.113.7:443")}.Log(ctx, WithPod(l, "0b1c"))
 	})
 	query := lineKeys(t, func(l *slog.Logger) { DNSQuery{Verdict: Deny}.Log(ctx, WithPod(l, "0b1c")) })
-	request := lineKeys(t, func(l *slog.Logger) { Request{Verdict: Deny}.Log(ctx, WithPod(l, "0b1c")) })
+	request := lineKeys(t, func(l *slog.Logger) {
+		Request{Verdict: Deny, RuleSet: "closed-book@1", Tools: []string{"t"}, Removed: []string{"t"}, Evidence: []string{"e"},
+			Declared: []string{"d"}}.Log(ctx, WithPod(l, "0b1c"))
+	})
 	denials := lineKeys(t, func(l *slog.Logger) { Denials{Kind: KindConnection, Count: 2}.Log(ctx, l) })
 	dnsDenials := lineKeys(t, func(l *slog.Logger) { Denials{Kind: KindDNS, Count: 2}.Log(ctx, l) })
 	limit := lineKeys(t, func(l *slog.Logger) {

@@ -48,6 +48,17 @@
 //   - If a body rule applies, a body of at most the host's limit (413
 //     otherwise), not content-encoded.
 //
+// # Rule sets
+//
+// On a host a rule set covers (conf.Policy.RuleSetsFor), a request the
+// host's own rules passed is judged by the set too (rulesets.go): deny
+// refuses it with a JSON error naming the tool, strip forwards the body
+// the set rewrote (a gzip or deflate body decoded first), probe only
+// records. Its response goes through the tripwire (tripwire.go,
+// jsonscan.go): event streams are held one event at a time and JSON is
+// tokenized as it streams, and evidence of a provider-side tool ends the
+// response there. doorman asks such hosts for identity encoding.
+//
 // Responses stream: a body of unknown length (chunked, server-sent
 // events) is flushed to the client as each part arrives; request bodies
 // are read whole only when a body rule needs them.

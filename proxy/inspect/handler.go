@@ -26,6 +26,7 @@ type requestRecord struct {
 	verdict, rule, reason string
 	status                int
 	up, down              atomic.Int64
+	sets                  *setRecord // what rule sets did (nil: no set covers the host)
 }
 
 // serveHTTP judges one request of a session and relays or refuses it.
@@ -51,11 +52,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 {
 			proto = "h2"
 		}
-		decisionlog.Request{
+		line := decisionlog.Request{
 			Sandbox: s.cfg.Sandbox, Client: sess.Client, Dst: sess.Dst, Proto: proto, Name: sess.Name,
 			Method: logSafe(r.Method), Path: logSafe(r.URL.Path), Rule: rec.rule, Verdict: rec.verdict, Reason: rec.reason,
 			Status: rec.status, BytesUp: rec.up.Load(), BytesDown: rec.down.Load(), Duration: time.Since(start),
-		}.Log(context.Background(), s.cfg.Logger)
+		}
+		rec.sets.logFields(&line)
+		line.Log(context.Background(), s.cfg.Logger)
 	}()
 	refuse := func(status int, rule, reason string) {
 		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status
@@ -119,6 +122,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.rule = j.Rule
 	if j.Verdict == conf.VerdictDeny {
 		refuse(http.StatusForbidden, j.Rule, j.Reason)
+		return
+	}
+	if !s.applyRuleSets(sw, r, sess, h, req, rec) {
 		return
 	}
 	for _, in := range h.Inject {

@@ -93,6 +93,23 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 		return
 	}
 	defer resp.Body.Close()
+	body, why := rec.sets.armTripwire(resp)
+	if why != "" {
+		rec.verdict, rec.reason, rec.status = decisionlog.Deny, why, http.StatusBadGateway
+		http.Error(w, "doorman: "+why, http.StatusBadGateway)
+		return
+	}
+	body, tripped, err := rec.sets.readWhole(resp, body)
+	if tripped {
+		reason := rec.sets.reason(rec)
+		rec.status = http.StatusForbidden
+		s.writeSetRefusal(w, r, sc.s.Name, http.StatusForbidden, rec.rule, reason, "")
+		return
+	}
+	if err != nil {
+		s.upstreamFailed(w, sc, rec, err)
+		return
+	}
 	rec.status = resp.StatusCode
 	removeHopByHop(resp.Header)
 	copyHeader(w.Header(), resp.Header)
@@ -105,7 +122,10 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, sc *sessionConn, 
 		w.Header().Add("Trailer", strings.Join(keys, ", "))
 	}
 	w.WriteHeader(resp.StatusCode)
-	if err := copyBody(w, resp.Body, streams(resp), &rec.down); err != nil {
+	if err := copyBody(w, body, streams(resp), &rec.down); err != nil {
+		if errors.Is(err, errTripped) {
+			rec.sets.tripped(w, rec, s.cfg.Sandbox)
+		}
 		// The status is sent: all that is left is to cut the
 		// response short, so the client cannot take it for whole.
 		panic(http.ErrAbortHandler)
