@@ -63,7 +63,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./internal/strictjson
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
-	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/proxyconf
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/launch
 	$(GO) test -run='^$$' -fuzz='^FuzzPolicy$$' -fuzztime=$(FUZZTIME) ./annotation
 	$(GO) test -run='^$$' -fuzz='^FuzzParseEntry$$' -fuzztime=$(FUZZTIME) ./plugin
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuntimeConfig$$' -fuzztime=$(FUZZTIME) ./plugin

@@ -15,7 +15,7 @@
 //
 //  1. create the proxy's listening sockets inside the sandbox's network
 //     namespace (they stay bound to it after the thread leaves);
-//  2. write the proxy's config file (package proxyconf), make the proxy's
+//  2. write the proxy's config file (package launch), make the proxy's
 //     cgroup (package cgroup: below the cgroup the runtime names, else in
 //     doorman's slice, with the Spec's limits), start one detached
 //     `doorman supervise` in the caller's namespace (package supervise),

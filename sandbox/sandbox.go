@@ -19,7 +19,7 @@ import (
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/phasetrace"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/spec"
 )
 
@@ -343,7 +343,7 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	}
 	phasetrace.Mark("enforce.listeners")
 	defer socks.close()
-	cfg := proxyconf.Config{
+	cfg := launch.Config{
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
 		DrainTimeout: spec.Duration(proxyDrainTimeout),
 		Proxy:        s.Proxy,
@@ -360,8 +360,8 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	if err != nil {
 		return nil, err
 	}
-	// Descriptors 3 and up: the listeners, then the DNS filter's sockets
-	// (the readiness pipe follows).
+	// The listeners, in the order the config names them (see package
+	// launch): inherited as descriptors 3 and up.
 	var files []*os.File
 	pass := func(fds *[]int, fs []*os.File) {
 		for _, f := range fs {
@@ -383,9 +383,14 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 		return nil, err
 	}
 	phasetrace.Mark("enforce.proxy-config")
-	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files, ready)
+	status := filepath.Join(s.Dir, supervisorFile)
+	p, err := launch.Start(launch.Request{Binary: s.ProxyBinary, Sandbox: s.ID, ConfigFile: path, StatusFile: status,
+		LogFile: s.LogFile, Cgroup: grp, Listeners: files, ReadyOnStart: ready == workerStarted})
 	phasetrace.Mark("enforce.spawned")
-	return p, err
+	if err != nil {
+		return nil, err
+	}
+	return &spawnedProxy{Process: p, status: status, cgroup: grp}, nil
 }
 
 // supervisedBy records p's supervisor as the sandbox's proxy, which is
@@ -403,7 +408,7 @@ func (s *State) supervisedBy(p *spawnedProxy) error {
 // readiness): the supervisor (unless supervisedBy did), its first
 // worker, and what its status says.
 func (s *State) started(p *spawnedProxy) error {
-	if s.Supervisor == nil || s.Supervisor.PID != p.cmd.Process.Pid {
+	if s.Supervisor == nil || s.Supervisor.PID != p.Pid() {
 		if err := s.supervisedBy(p); err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/plugin"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/spec"
 )
 
@@ -400,13 +400,13 @@ func frontDoors() []frontDoor {
 
 	// The proxy's config file, every key of its nested objects too.
 	var proxyKeys []string
-	for _, k := range strictjson.Keys(proxyconf.Config{}) {
+	for _, k := range strictjson.Keys(launch.Config{}) {
 		proxyKeys = append(proxyKeys, k)
 		switch k {
 		case "limits":
 			proxyKeys = append(proxyKeys, prefixed(k, limitKeys)...)
 		case "listeners":
-			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(proxyconf.Listeners{}))...)
+			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(launch.Listeners{}))...)
 		case "otlp":
 			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(spec.OTLP{}))...)
 		case "clusterNames":

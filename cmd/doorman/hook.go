@@ -128,8 +128,8 @@ func runRuntime(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// nat64Usage is the usage of --nat64-prefix, which `doorman hook`,
-// `doorman run` and `doorman proxy` share.
+// nat64Usage is the usage of --nat64-prefix, which `doorman hook` and
+// `doorman run` share.
 const nat64Usage = "`prefix` of a NAT64 translator the host reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (repeatable; /32, /40, /48, /56, /64 or /96): the proxy refuses its addresses that carry a refused IPv4 address"
 
 // proxyLimitFlags are the flags of the proxy's cgroup limits, which

@@ -10,7 +10,7 @@ import (
 
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/proxy/relayloop"
 	"github.com/doorman-net/doorman/spec"
 )
@@ -50,13 +50,13 @@ type caps struct {
 
 // computeCaps raises the process's descriptor limit to its hard limit
 // and works out the caps of cfg within it.
-func computeCaps(cfg proxyconf.Config) caps {
+func computeCaps(cfg launch.Config) caps {
 	return capsWithin(cfg, raiseNoFile(), portRange())
 }
 
 // capsWithin works out the caps of cfg for a descriptor limit of noFile
 // and portRange ephemeral ports.
-func capsWithin(cfg proxyconf.Config, noFile uint64, portRange int) caps {
+func capsWithin(cfg launch.Config, noFile uint64, portRange int) caps {
 	c := caps{noFile: noFile, portRange: portRange}
 	c.Effective = cfg.Limits.Effective(c.portRange)
 	if cfg.SniffTimeout != 0 {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/spec"
 )
 
@@ -41,12 +41,12 @@ func TestRunServesItsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := proxyconf.Config{
+	cfg := launch.Config{
 		Sandbox:      "ctr-run",
 		PolicyFile:   policy,
 		LogFile:      logFile,
 		DrainTimeout: spec.Duration(100 * time.Millisecond),
-		Listeners:    proxyconf.Listeners{TCP: []int{fd}},
+		Listeners:    launch.Listeners{TCP: []int{fd}},
 		Proxy:        spec.Proxy{Limits: spec.Limits{Connections: 77}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -110,10 +110,10 @@ func TestRunServesItsConfig(t *testing.T) {
 
 // A config Run cannot serve is an error before anything starts.
 func TestRunRefuses(t *testing.T) {
-	for _, cfg := range []proxyconf.Config{
-		{PolicyFile: "p", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}},
-		{Sandbox: "s", PolicyFile: "p", Listeners: proxyconf.Listeners{Addrs: []string{"no-such-address"}}},
-		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}},
+	for _, cfg := range []launch.Config{
+		{PolicyFile: "p", Listeners: launch.Listeners{Addrs: []string{"127.0.0.1:0"}}},
+		{Sandbox: "s", PolicyFile: "p", Listeners: launch.Listeners{Addrs: []string{"no-such-address"}}},
+		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: launch.Listeners{Addrs: []string{"127.0.0.1:0"}}},
 	} {
 		if err := Run(context.Background(), cfg, io.Discard, func() { t.Errorf("%+v: ready", cfg) }, -1); err == nil {
 			t.Errorf("%+v: no error", cfg)

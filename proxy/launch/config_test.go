@@ -1,4 +1,4 @@
-package proxyconf
+package launch
 
 import (
 	"encoding/json"

@@ -1,25 +1,20 @@
-// Package proxyconf is the config file of one `doorman proxy` process:
-// what it serves and how, typed once, in the one place the sandbox package
-// that writes it and the proxy that reads it share.
-//
-// A file rather than flags: the settings are typed on both sides without
-// a flag syntax between them, the file says which inherited descriptor is
-// which listener, and the OTLP headers, which often hold a token, stay off
-// the command line that every user of the host can read in /proc. It is a
-// package of its own, apart from the process that runs it (package
-// daemon), so that the sandbox package, which writes it, does not depend
-// on the proxy's wiring.
-package proxyconf
+// The proxy's config file: what the worker serves and how, typed on
+// both sides without a flag syntax between them. The file says which
+// inherited descriptor is which listener, and the OTLP headers, which
+// often hold a token, stay off the command line that every user of the
+// host can read in /proc.
+package launch
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/spec"
 )
@@ -29,9 +24,9 @@ import (
 const DefaultDrainTimeout = 10 * time.Second
 
 // Config is what one proxy process serves, as its config file holds it
-// (JSON, the keys below). The sandbox package writes it (WriteFile), and
-// `doorman proxy --config` reads it (Load) and runs it (see package
-// daemon).
+// (JSON, the keys below). The sandbox package writes it (WriteFile); the
+// supervisor checks it and the worker reads it (Load: see Supervised and
+// InheritWorker) and runs it (see package daemon).
 type Config struct {
 	// Sandbox is the sandbox id, for the decision log and the 403 page.
 	Sandbox string `json:"sandbox"`
@@ -62,7 +57,8 @@ type Config struct {
 	// DefaultDrainTimeout).
 	SniffTimeout spec.Duration `json:"sniffTimeout,omitempty"`
 	DrainTimeout spec.Duration `json:"drainTimeout,omitempty"`
-	// Listeners are the sockets to serve.
+	// Listeners are the sockets to serve: descriptors inherited at 3, 4,
+	// ... (see Start), or addresses a proxy run by hand binds.
 	Listeners Listeners `json:"listeners"`
 	// Proxy is what the sandbox's spec says its proxy enforces besides
 	// the policy: allowDirect (whose new flows are logged from conntrack
@@ -145,19 +141,7 @@ func (c Config) WriteFile(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("proxy config: %w", err)
-	}
-	_, err = f.Write(append(data, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, bytes.NewReader(append(data, '\n')), atomicfile.Options{Perm: 0o600, TempInfix: "."}); err != nil {
 		return fmt.Errorf("proxy config %s: %w", path, err)
 	}
 	return nil
