@@ -42,25 +42,62 @@ type NetConf struct {
 	runtimeErr    error
 }
 
-// parseNetConf reads the conflist entry. It does not require prevResult:
-// DEL and GC may come without one. Only an entry the CNI's types cannot
-// decode is an error here; what doorman's keys and runtimeConfig hold is
-// judged where a verb needs it (see valid).
+// parseNetConf reads the conflist entry: one decode of data into its
+// keys (decodeObject), each of whose values its parser then decodes once.
+// It does not require prevResult: DEL and GC may come without one. Only an
+// entry the CNI's types cannot decode is an error here; what doorman's
+// keys and runtimeConfig hold is judged where a verb needs it (see valid).
 func parseNetConf(data []byte) (*NetConf, error) {
 	var n NetConf
-	if err := json.Unmarshal(data, &n.PluginConf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
+	raw, err := decodeObject(data)
+	if err == nil {
+		err = decodePluginConf(raw, &n.PluginConf)
 	}
-	s, err := ParseEntry(data)
+	if err != nil {
+		// Say it as encoding/json says it of a types.PluginConf, as the
+		// CNI's own parsers would; a JSON null decodes into one, and has
+		// none of doorman's keys, which doorman's keys say is wrong.
+		var c types.PluginConf
+		if jerr := json.Unmarshal(data, &c); jerr != nil {
+			return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", jerr.Error())
+		}
+		n.Settings, n.settingsErr = *DefaultSettings(), err
+		return &n, nil
+	}
+	s, err := parseSettings(raw, CNIKeys)
 	n.Settings, n.settingsErr = *s, err
-	var rc struct {
-		RuntimeConfig json.RawMessage `json:"runtimeConfig"`
-	}
-	if err := json.Unmarshal(data, &rc); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
-	}
-	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(rc.RuntimeConfig)
+	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(lookup(raw, "runtimeConfig"))
 	return &n, nil
+}
+
+// decodePluginConf decodes the CNI's keys among raw into c, as
+// encoding/json decodes them into a types.PluginConf.
+func decodePluginConf(raw map[string]json.RawMessage, c *types.PluginConf) error {
+	for key, dst := range map[string]any{
+		"cniVersion": &c.CNIVersion, "name": &c.Name, "type": &c.Type, "capabilities": &c.Capabilities,
+		"ipam": &c.IPAM, "dns": &c.DNS, "prevResult": &c.RawPrevResult, "cni.dev/valid-attachments": &c.ValidAttachments,
+	} {
+		if v := lookup(raw, key); v != nil {
+			if err := json.Unmarshal(v, dst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lookup is the value of key in raw, or of a key that differs from it in
+// case only, as encoding/json matches a struct's fields; nil if none.
+func lookup(raw map[string]json.RawMessage, key string) json.RawMessage {
+	if v, ok := raw[key]; ok {
+		return v
+	}
+	for k, v := range raw {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
 
 // valid is the CNI error of an entry whose doorman keys do not all parse,
@@ -162,24 +199,15 @@ func policyNames(args *skel.CmdArgs) []string {
 }
 
 // spec is what the ADD of this conflist entry enforces on the container
-// of args, each setting parsed once (by ParseEntry, ParseRuntimeConfig
-// and the annotation package): its policy (see policy), its resolvers,
-// the upstream resolver, allowDirect (the network's and its pod's), the
-// cluster's names, the layers, the log directory and the OTLP export.
+// of args: the network's spec (Settings), with the container's policy
+// (see policy), its pod's allowDirect besides the network's, its resolvers
+// (see resolvers), its network's CA directory, the cluster's names, and
+// the host's OTLP export and caps where the network gives none. Each
+// setting was parsed once (by ParseEntry, ParseRuntimeConfig and the
+// annotation package).
 func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (spec.Spec, error) {
-	s := spec.Spec{
-		AllowICMP:         n.AllowICMP,
-		DNSFilter:         n.DNSFilter,
-		HostLayer:         n.HostLayer,
-		LogDir:            n.LogDir,
-		UpstreamResolvers: n.UpstreamResolvers,
-		ProxyLimits:       n.ProxyLimits,
-		Proxy: spec.Proxy{
-			AllowDirect:    slices.Clone(n.Settings.AllowDirect),
-			CADir:          filepath.Join(n.CADir, n.Name),
-			UpstreamCAFile: n.UpstreamCAFile,
-		},
-	}
+	s := n.Settings.Spec.Clone()
+	s.CADir = filepath.Join(n.CADir, n.Name)
 	if n.Name == "" || n.Name == "." || n.Name == ".." || filepath.Base(n.Name) != n.Name {
 		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
 	}
@@ -199,7 +227,6 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (spec.Spec, err
 		return s, err
 	}
 	s.ClusterNames = n.clusterNames()
-	s.NAT64Prefixes = slices.Clone(n.NAT64Prefixes)
 	if s.Limits, err = n.limits(hostconf.LimitsFile); err != nil {
 		return s, err
 	}

@@ -133,10 +133,10 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		}
 	}
 	cfg := runner.Config{
-		Name: f.name, AllowICMP: f.allowICMP, Bridge: f.bridge,
-		StateDir: f.stateDir, LogDir: f.logDir, RunDir: f.runDir, CADir: f.caDir, UpstreamCAFile: f.upstreamCA,
+		Name: f.name, Bridge: f.bridge, StateDir: f.stateDir, RunDir: f.runDir,
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) },
 	}
+	cfg.AllowICMP, cfg.LogDir, cfg.CADir, cfg.UpstreamCAFile = f.allowICMP, f.logDir, f.caDir, f.upstreamCA
 	var err error
 	if cfg.Policy, err = runPolicy(f.policyFile, f.mode, f.allow); err != nil {
 		return cfg, err
@@ -160,12 +160,8 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if cfg.NAT64Prefixes, err = spec.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		return cfg, err
 	}
-	ups, err := spec.ParseUpstreamResolver("--upstream-resolver", f.upstream)
-	if err != nil {
+	if cfg.UpstreamResolvers, err = spec.ParseUpstreamResolver("--upstream-resolver", f.upstream); err != nil {
 		return cfg, err
-	}
-	if len(ups) > 0 {
-		cfg.UpstreamResolver = ups[0]
 	}
 	if err := runner.CheckName(f.name); f.name != "" && err != nil {
 		return cfg, fmt.Errorf("--name: %w", err)
