@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzFilterQuery$$' -fuzztime=$(FUZZTIME) ./proxy/dnsfilter
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServer$$' -fuzztime=$(FUZZTIME) ./proxy/resolver
 	$(GO) test -run='^$$' -fuzz='^FuzzResponseReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+	$(GO) test -run='^$$' -fuzz='^FuzzJSONHandler$$' -fuzztime=$(FUZZTIME) ./proxy/decisionlog
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./internal/strictjson
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall

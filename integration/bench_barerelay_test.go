@@ -89,15 +89,17 @@ func bareRelayConn(c *net.TCPConn, upstream string) {
 	<-done
 }
 
-// startBareRelay starts the bare relay as a process of its own in ns (with
-// GOMAXPROCS=2; sandbox.Enforce starts the proxy with 1), serving the pairs of
-// spec, and stops it at the end of the benchmark. It returns the pid.
+// startBareRelay starts the bare relay as a process of its own in ns and in
+// a cgroup of its own (benchCgroup; with GOMAXPROCS=2, sandbox.Enforce
+// starts the proxy with 1), serving the pairs of spec, and stops it at the
+// end of the benchmark. It returns the pid.
 func startBareRelay(b *testing.B, where *testnet.Netns, spec string) int {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
+	grp := benchCgroup(b, "bare-relay")
 	cmd := exec.Command(exe)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2", bareRelayEnv + "=" + spec}
 	stdin, err := cmd.StdinPipe()
@@ -129,6 +131,7 @@ func startBareRelay(b *testing.B, where *testnet.Netns, spec string) int {
 		})
 	}
 	b.Cleanup(stop)
+	benchJoin(b, grp, cmd.Process.Pid)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || line != "ready\n" {
 		stop()

@@ -16,18 +16,48 @@ import (
 //
 //	DOORMAN_BENCH_BASELINE=38dd24b make bench
 //	DOORMAN_BENCH_BASELINE=/usr/local/bin/doorman make bench
+//
+// The relay benchmark takes several, comma-separated, each one more path
+// in the same rounds (the others use the first):
+//
+//	DOORMAN_BENCH_BASELINE=38dd24b,8feb24a make bench
 const benchBaselineEnv = "DOORMAN_BENCH_BASELINE"
 
-// benchBaselineBinary returns a name for the doorman DOORMAN_BENCH_BASELINE
-// names and its binary, or "", "" if the variable is not set. A revision
-// is built from a copy of its tree (git archive: the repository and its
-// worktrees are left alone).
+// benchBaselineBinary returns a name for the (first) doorman
+// DOORMAN_BENCH_BASELINE names and its binary, or "", "" if the variable
+// is not set.
 func benchBaselineBinary(b *testing.B) (rev, bin string) {
 	b.Helper()
-	want := os.Getenv(benchBaselineEnv)
+	want, _, _ := strings.Cut(os.Getenv(benchBaselineEnv), ",")
 	if want == "" {
 		return "", ""
 	}
+	return benchBuildBaseline(b, want)
+}
+
+// benchBaseline is an older doorman: a name and its binary.
+type benchBaseline struct{ rev, bin string }
+
+// benchBaselineBinaries returns every doorman DOORMAN_BENCH_BASELINE
+// names, in its order, none if it is not set.
+func benchBaselineBinaries(b *testing.B) []benchBaseline {
+	b.Helper()
+	var out []benchBaseline
+	for want := range strings.SplitSeq(os.Getenv(benchBaselineEnv), ",") {
+		if want = strings.TrimSpace(want); want == "" {
+			continue
+		}
+		rev, bin := benchBuildBaseline(b, want)
+		out = append(out, benchBaseline{rev: rev, bin: bin})
+	}
+	return out
+}
+
+// benchBuildBaseline returns a name for the doorman want names (a binary
+// or a revision) and its binary. A revision is built from a copy of its
+// tree (git archive: the repository and its worktrees are left alone).
+func benchBuildBaseline(b *testing.B, want string) (rev, bin string) {
+	b.Helper()
 	if fi, err := os.Stat(want); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 		return filepath.Base(want), benchOlderFlags(b, want)
 	}

@@ -252,11 +252,13 @@ func startSquid(b *testing.B, n *testnet.Net, sb *testnet.Sandbox) (int, []strin
 	return pid, []string{filepath.Join(dir, "cache.log"), filepath.Join(dir, "access.log")}
 }
 
-// startBenchPeer starts bin with args as a process of its own in where,
-// its output to logFile, and stops it (SIGTERM, then SIGKILL after 5 s) at
-// the end of the benchmark. It returns the pid.
+// startBenchPeer starts bin with args as a process of its own in where and
+// in a cgroup of its own (benchCgroup), its output to logFile, and stops it
+// (SIGTERM, then SIGKILL after 5 s) at the end of the benchmark. It returns
+// the pid.
 func startBenchPeer(b *testing.B, where *testnet.Netns, name, logFile, bin string, args ...string) int {
 	b.Helper()
+	grp := benchCgroup(b, name)
 	out, err := os.Create(logFile)
 	if err != nil {
 		b.Fatal(err)
@@ -285,6 +287,7 @@ func startBenchPeer(b *testing.B, where *testnet.Netns, name, logFile, bin strin
 			}
 		})
 	})
+	benchJoin(b, grp, cmd.Process.Pid)
 	select {
 	case <-done:
 		log, _ := os.ReadFile(logFile)

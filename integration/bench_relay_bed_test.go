@@ -73,7 +73,7 @@ type relayBed struct {
 	direct  *benchPath
 	relay   *benchPath
 	doorman *benchPath
-	base    *benchPath     // doorman of DOORMAN_BENCH_BASELINE, nil without it
+	bases   []*benchPath   // the doormans of DOORMAN_BENCH_BASELINE, in its order
 	haproxy *benchPath     // nil if HAProxy is not installed
 	squid   *benchPath     // nil if Squid is not installed
 	state   *sandbox.State // the enforced sandbox: its proxy's pid
@@ -175,12 +175,13 @@ func newRelayBed(b *testing.B) *relayBed {
 	if capErr != nil {
 		b.Fatalf("doorman's proxy: %v", capErr)
 	}
-	if rev, bin := benchBaselineBinary(b); bin != "" {
-		bed.base = &benchPath{name: "doorman@" + rev, side: newBenchSide(b, n.NewSandbox(b)), raw: raw, tls: tlsAddr}
-		if _, _, _, err := bed.enforceDoorman(b, bed.base, bin); err != nil {
-			b.Fatalf("doorman@%s's proxy: %v", rev, err)
+	for _, base := range benchBaselineBinaries(b) {
+		p := &benchPath{name: "doorman@" + base.rev, side: newBenchSide(b, n.NewSandbox(b)), raw: raw, tls: tlsAddr}
+		if _, _, _, err := bed.enforceDoorman(b, p, base.bin); err != nil {
+			b.Fatalf("doorman@%s's proxy: %v", base.rev, err)
 		}
-		bed.paths = append(bed.paths, bed.base)
+		bed.bases = append(bed.bases, p)
+		bed.paths = append(bed.paths, p)
 	}
 
 	// The peers, each with a sandbox of its own.
@@ -256,13 +257,10 @@ func (bed *relayBed) enforceDoorman(b *testing.B, p *benchPath, binary string) (
 	return st, capN, capBy, err
 }
 
-// doormans are the doorman paths: the tree's, and the baseline's if it
-// runs.
+// doormans are the doorman paths: the tree's, and the baselines' if they
+// run.
 func (bed *relayBed) doormans() []*benchPath {
-	if bed.base != nil {
-		return []*benchPath{bed.doorman, bed.base}
-	}
-	return []*benchPath{bed.doorman}
+	return append([]*benchPath{bed.doorman}, bed.bases...)
 }
 
 // newBenchSide opens a handle to sb's namespace for benchSide.parallel.

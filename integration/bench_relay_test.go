@@ -78,7 +78,7 @@ const (
 func BenchmarkProxyRelay(b *testing.B) {
 	bed := newRelayBed(b)
 	table := &benchTable{
-		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds (%d for the TLS connection rows, 1 for the held connections), paths in rotating order; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads",
+		title: fmt.Sprintf("BenchmarkProxyRelay: %d rounds (%d for the TLS connection rows, 1 for the held connections), paths in rotating order, reversed every other round; %d cores; doorman's proxy runs with GOMAXPROCS=1 (as sandbox.Enforce starts it), the bare relay with 2, HAProxy with 2 threads; each relay in a cgroup of its own with a proxy's CPU weight",
 			benchRounds, benchTLSRounds, runtime.NumCPU()),
 		subject: bed.index(bed.doorman),
 	}

@@ -11,8 +11,10 @@ import (
 // The benchmarks in this package compare paths side by side in one run,
 // because the machines they run on are shared and noisy: a number from
 // another run, another hour or another machine says little. Each comparison
-// runs the paths in turn, rotating which goes first from round to round (so
-// that a slow drift of the machine hurts no path more than another), keeps
+// runs the paths in turn, rotating which goes first from round to round and
+// reversing the order every other round (so that a slow drift of the
+// machine, or what one path leaves behind, hurts no path more than
+// another; see benchRotate), keeps
 // every round's value, and reports the median with the minimum and maximum,
 // and the ratio of the medians to the first path's (with the spread of the
 // round-by-round ratios). Targets are printed as met or MISSED; a benchmark
@@ -67,11 +69,22 @@ func benchPairedRatios(a, b []float64) []float64 {
 }
 
 // benchRotate runs round(r, p) for every round r and path p = 0..paths-1,
-// rotating the order: round 0 runs 0 1 2, round 1 runs 1 2 0, and so on.
+// rotating the order, and reversing it every other round: round 0 runs
+// 0 1 2 3, round 1 runs 1 0 3 2, round 2 runs 2 3 0 1, round 3 runs
+// 3 2 1 0. Each path then goes first in turn and follows a different
+// path from one round to the next: what one path leaves behind (a relay
+// that kept the CPUs busy, connections still closing) does not fall on
+// the same path every round. (With rotation alone, each path always
+// followed the same one: on one TLS stream the path after the bare relay
+// measured 5-10% below the same binary placed after another doorman.)
 func benchRotate(rounds, paths int, round func(r, p int)) {
 	for r := range rounds {
 		for i := range paths {
-			round(r, (r+i)%paths)
+			if r%2 == 0 {
+				round(r, (r+i)%paths)
+			} else {
+				round(r, ((r-i)%paths+paths)%paths)
+			}
 		}
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/hook"
+	"github.com/doorman-net/doorman/integration/hostsession"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/sandbox"
 )
@@ -102,6 +103,7 @@ func newDockerEnv(t *testing.T) *dockerEnv {
 	t.Helper()
 	dockerBin := dockerTools(t)
 	lockDockerTests(t)
+	sweepStaleDockerLinks(t)
 	n := testnet.New(t)
 	id := strings.TrimPrefix(n.HostNS().Name(), "dm-host-")
 	dir, err := os.MkdirTemp("", "dm-docker-")
@@ -787,24 +789,7 @@ func waitPidExit(pid int, timeout time.Duration) bool {
 // removeCgroupParent removes a cgroup parent of the test (and the empty
 // cgroups below it) from every hierarchy of this machine.
 func removeCgroupParent(t testing.TB, parent string) {
-	mounts, err := cgroupMounts()
-	if err != nil {
+	if err := hostsession.RemoveCgroupParent(parent); err != nil {
 		t.Errorf("cleanup: %v", err)
-		return
-	}
-	for _, m := range mounts {
-		if m.fstype != "cgroup" && m.fstype != "cgroup2" {
-			continue
-		}
-		top := filepath.Join(m.mountpoint, parent)
-		var err error
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if err = removeCgroupTree(top); err == nil || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
 	}
 }

@@ -128,6 +128,33 @@ func linkRootToNet(t *testing.T, n *testnet.Net, id string, containerNets ...net
 	enableRootForwarding(t)
 }
 
+// sweepStaleDockerLinks deletes the root namespace's links that a Docker
+// test of a process that died left behind (its root end dmr<id> with the
+// routes to the fake internet, its bridge dmdk<id>). Called with the
+// Docker tests' lock held: every test that makes such links holds that lock
+// until its cleanup has removed them, so any found now belong to no one.
+func sweepStaleDockerLinks(t *testing.T) {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatalf("list the root namespace's links: %v", err)
+	}
+	for _, l := range links {
+		name := l.Attrs().Name
+		if !strings.HasPrefix(name, "dmr") && !strings.HasPrefix(name, "dmdk") {
+			continue
+		}
+		err := netlink.LinkDel(l)
+		if errors.Is(err, unix.ENODEV) {
+			continue // the peer of a veth deleted a moment ago
+		}
+		if err != nil {
+			t.Fatalf("delete %s, left behind by a Docker test that did not finish: %v", name, err)
+		}
+		t.Logf("deleted %s, left behind by a Docker test that did not finish", name)
+	}
+}
+
 // acceptRootForwarding lets the packets the root namespace forwards to
 // and from link (the test's way into its fake internet) through the base
 // chains on its forward hook whose policy is drop, and takes that back at

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/doorman-net/doorman/integration/k8scluster"
 )
 
 // binDir holds the doorman binary and the reference CNI plugins, built once
@@ -41,7 +43,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "integration: build:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	// The Kubernetes tests' cluster (k8s_test.go) outlives each test.
+	if err := k8scluster.StopShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		code = max(code, 1)
+	}
+	return code
 }
 
 // doormanBin is the path of the doorman binary under test.

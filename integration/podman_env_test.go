@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"archive/tar"
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/integration/hostsession"
+	"github.com/doorman-net/doorman/integration/ociimage"
 )
 
 // debianCNIDir is where Debian's containernetworking-plugins package puts
@@ -251,61 +252,11 @@ func (p *podmanEnv) startSession() {
 
 // startHostSession starts the shell that holds a test's host session, the
 // mount namespace in which a container engine's commands run one after the
-// other as on a real host (see podmanEnv), and returns its pid: inside the
-// host namespace (`ip netns exec`, so /etc/resolv.conf is the Net's too),
-// it mounts the cgroup hierarchies the OCI runtime needs (ip netns exec
-// mounts a fresh /sys, which hides them), reports its pid, and waits for
-// its stdin to close.
+// other as on a real host (see podmanEnv and hostsession), inside testnet's
+// host namespace, and returns its pid.
 func startHostSession(t testing.TB, e *cniEnv) int {
 	t.Helper()
-	mounts, err := cgroupMountScript()
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := "set -e\n" + mounts + "echo ready $$\nread -r _ || true\n"
-	cmd := e.net.HostCommand(context.Background(), "sh", "-c", script)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the host session: %v", err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-			t.Errorf("the host session did not end when its stdin closed")
-		}
-	})
-
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- s
-	}()
-	select {
-	case s := <-line:
-		pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(s, "ready ")))
-		if err != nil {
-			t.Fatalf("host session: got %q, want \"ready <pid>\"; stderr: %s\nscript:\n%s", s, stderr.String(), script)
-		}
-		return pid
-	case <-time.After(10 * time.Second):
-		t.Fatalf("host session not ready after 10s; stderr: %s", stderr.String())
-	}
-	return 0 // not reached: Fatalf ends the test
+	return hostsession.Start(t, e.net.HostNS(), "").PID()
 }
 
 // podman runs podman with args inside the host session.
@@ -372,21 +323,7 @@ func (p *podmanEnv) importProbeImage(dir string) {
 }
 
 // writeTar writes the tree under dir to the tar file path.
-func writeTar(path, dir string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	err = tw.AddFS(os.DirFS(dir))
-	if cerr := tw.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
+func writeTar(path, dir string) error { return ociimage.TarDir(path, dir) }
 
 // removeAll removes every container and image of the test's storage.
 func (p *podmanEnv) removeAll() {
@@ -404,111 +341,28 @@ func (p *podmanEnv) removeAll() {
 // containers' cgroups below it, all empty by now) from every hierarchy.
 func (p *podmanEnv) removeCgroups() { removeCgroupParent(p.t, p.cgroupParent) }
 
-// removeCgroupTree removes the cgroup dir and those below it, deepest
-// first. Cgroup directories hold only virtual files, so rmdir is all it takes.
-func removeCgroupTree(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, d := range ents {
-		if d.IsDir() {
-			if err := removeCgroupTree(filepath.Join(dir, d.Name())); err != nil {
-				return err
-			}
-		}
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cgroup %s: %w", dir, err)
-	}
-	return nil
-}
+// removeCgroupTree is hostsession.RemoveCgroupTree.
+func removeCgroupTree(dir string) error { return hostsession.RemoveCgroupTree(dir) }
 
-// mountInfo is one line of /proc/self/mountinfo, the fields used here.
+// mountInfo is a hostsession.Mount (a mount at or below /sys/fs/cgroup).
 type mountInfo struct {
 	mountpoint, fstype, superOpts string
 }
 
-// cgroupMounts lists the mounts at and below /sys/fs/cgroup of this
-// process's mount namespace, in mount order.
+// cgroupMounts is hostsession.CgroupMounts.
 func cgroupMounts() ([]mountInfo, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("list the cgroup mounts: %w", err)
+	ms, err := hostsession.CgroupMounts()
+	out := make([]mountInfo, len(ms))
+	for i, m := range ms {
+		out[i] = mountInfo{m.Mountpoint, m.FSType, m.SuperOpts}
 	}
-	var out []mountInfo
-	for _, line := range strings.Split(string(data), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 3 {
-			continue
-		}
-		if mp := f[4]; mp == "/sys/fs/cgroup" || strings.HasPrefix(mp, "/sys/fs/cgroup/") {
-			out = append(out, mountInfo{mountpoint: mp, fstype: g[0], superOpts: g[2]})
-		}
-	}
-	return out, nil
+	return out, err
 }
 
-// cgroupMountScript returns shell commands that mount, under a fresh
-// /sys/fs/cgroup, the cgroup hierarchies this machine has: cgroup2 alone on
-// a unified host; on a legacy or hybrid host a tmpfs with each v1 hierarchy
-// (same controllers, so the same hierarchy) but not the v2 "unified" one:
-// crun refuses hybrid mode as soon as cgroup2 holds a controller (here
-// hugetlb), and runs fine on the v1 controllers alone.
-func cgroupMountScript() (string, error) {
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return "", err
-	}
-	var root *mountInfo
-	for i := range mounts {
-		if mounts[i].mountpoint == "/sys/fs/cgroup" {
-			root = &mounts[i] // the last one mounted there is the visible one
-		}
-	}
-	if root == nil {
-		return "", errors.New("nothing is mounted at /sys/fs/cgroup: the OCI runtime needs a cgroup hierarchy")
-	}
-	var b strings.Builder
-	switch root.fstype {
-	case "cgroup2":
-		b.WriteString("mount -t cgroup2 cgroup2 /sys/fs/cgroup\n")
-	case "tmpfs":
-		b.WriteString("mount -t tmpfs -o mode=755 cgroup_root /sys/fs/cgroup\n")
-		for _, m := range mounts {
-			if m.fstype != "cgroup" {
-				continue
-			}
-			var opts []string
-			for _, o := range strings.Split(m.superOpts, ",") {
-				if o != "rw" && o != "ro" && !strings.HasPrefix(o, "release_agent=") {
-					opts = append(opts, o)
-				}
-			}
-			fmt.Fprintf(&b, "mkdir -p %s\nmount -t cgroup -o %s cgroup %s\n",
-				shellQuote(m.mountpoint), shellQuote(strings.Join(opts, ",")), shellQuote(m.mountpoint))
-		}
-	default:
-		return "", fmt.Errorf("/sys/fs/cgroup is a %s, neither cgroup2 nor a tmpfs of v1 hierarchies", root.fstype)
-	}
-	return b.String(), nil
-}
+// cgroupMountScript is hostsession.CgroupMountScript.
+func cgroupMountScript() (string, error) { return hostsession.CgroupMountScript() }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+func shellQuote(s string) string { return hostsession.ShellQuote(s) }
 
 // envWithoutProxy is the process environment minus *_proxy variables.
-func envWithoutProxy() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		key, _, _ := strings.Cut(kv, "=")
-		if !strings.HasSuffix(strings.ToLower(key), "_proxy") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
+func envWithoutProxy() []string { return hostsession.EnvWithoutProxy() }

@@ -135,10 +135,31 @@ func (p *Proxy) serveOnLoop(ln net.Listener) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	var backoff time.Duration // only the loop's goroutine touches it
-	w, err := l.Watch(lfd, unix.EPOLLIN, func(w *relayloop.Watcher, _ uint32) {
-		backoff = p.acceptReady(lfd, w, backoff)
-	})
+	// Accepted sockets inherit TCP_NODELAY from the listening one: set
+	// once here, it costs a connection no setsockopt(2). (The runtime's
+	// accept sets it on each; segments relayed in pieces, a TLS
+	// handshake's, must not wait for the client's acknowledgements.)
+	// Connections already queued were made without it: until the queue
+	// has been drained once, each accepted socket gets it itself.
+	if err := rawsys.SetsockoptInt(lfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+		closeFD(lfd)
+		return true, os.NewSyscallError("setsockopt TCP_NODELAY", err)
+	}
+	// Only the loop's goroutine touches st. The listener is watched
+	// edge-triggered: each wake accepts until accept4 says EAGAIN, or
+	// acceptBatch connections and then asks the loop to go on later.
+	st := &listenState{fd: lfd}
+	var ready func(w *relayloop.Watcher, _ uint32)
+	ready = func(w *relayloop.Watcher, _ uint32) {
+		if p.acceptReady(st, w) {
+			l.Run(func() {
+				if !w.Stopped() {
+					ready(w, 0)
+				}
+			})
+		}
+	}
+	w, err := l.Watch(lfd, listenEvents, ready)
 	if err != nil {
 		closeFD(lfd)
 		return true, err
@@ -187,33 +208,59 @@ func (p *Proxy) stopLoopListeners() {
 	}
 }
 
-// acceptReady accepts what lfd holds, on the loop. backoff is the pause
-// after the last failed accept; it returns the next one.
-func (p *Proxy) acceptReady(lfd int, w *relayloop.Watcher, backoff time.Duration) time.Duration {
+// listenEvents is what a listening socket is watched for.
+const listenEvents = unix.EPOLLIN | unix.EPOLLET
+
+// listenState is the loop's state of one listening socket.
+type listenState struct {
+	fd int
+	// backoff is the pause after the last failed accept.
+	backoff time.Duration
+	// drained: accept4 has said EAGAIN once since the listening socket
+	// got TCP_NODELAY, so every connection accepted from now on
+	// inherits it.
+	drained bool
+}
+
+// acceptReady accepts what st's listening socket holds, on the loop. It
+// returns true if it stopped at acceptBatch connections with more perhaps
+// waiting: the caller runs it again later (edge-triggered, the listener
+// will not say so again).
+func (p *Proxy) acceptReady(st *listenState, w *relayloop.Watcher) (more bool) {
 	var sa unix.RawSockaddrAny
 	for range acceptBatch {
-		fd, err := rawsys.Accept4(lfd, &sa)
+		fd, err := rawsys.Accept4(st.fd, &sa)
 		switch {
 		case err == unix.EAGAIN:
-			return 0
+			st.backoff, st.drained = 0, true
+			return false
 		case err == unix.EINTR || err == unix.ECONNABORTED:
 			continue
 		case err != nil:
 			// Out of file descriptors and the like: pause this
-			// listener, keep serving the rest.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			// listener, keep serving the rest. Watched again, it
+			// reports the connections still waiting.
+			st.backoff = min(max(2*st.backoff, 5*time.Millisecond), time.Second)
 			p.logger.Error(decisionlog.MsgAccept, decisionlog.SandboxKey, p.sandbox, decisionlog.ErrKey, err)
 			w.Modify(0)
-			time.AfterFunc(backoff, func() {
+			time.AfterFunc(st.backoff, func() {
 				if l := p.relayLoop(); l != nil {
-					l.Run(func() { w.Modify(unix.EPOLLIN) })
+					l.Run(func() {
+						if !w.Stopped() {
+							w.Modify(listenEvents)
+						}
+					})
 				}
 			})
-			return backoff
+			return false
+		}
+		st.backoff = 0
+		if !st.drained {
+			rawsys.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		}
 		p.acceptedOnLoop(fd, rawsys.SockaddrAddrPort(&sa))
 	}
-	return 0
+	return true
 }
 
 // acceptedOnLoop starts a connection the loop accepted. Its socket is
@@ -229,9 +276,7 @@ func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
 	}
 	p.held.Add(1)
 	p.wg.Add(1)
-	// As the runtime's accept does: segments relayed in pieces (a TLS
-	// handshake's) must not wait for the client's acknowledgements.
-	rawsys.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	// TCP_NODELAY came from the listening socket (serveOnLoop).
 	rec := Record{Sandbox: p.sandbox, Start: time.Now(), Proto: "unknown", Client: client}
 	dst, err := p.origDstFD(fd, client)
 	if err != nil {

@@ -99,7 +99,7 @@ func (p *Proxy) nextAttempt(cn *connecting) {
 		// registration over.
 		w, err := l.Watch(ufd, relayloop.PairEvents, func(_ *relayloop.Watcher, ev uint32) {
 			if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-				p.connectReady(cn)
+				p.connectReady(cn, ev)
 			}
 		})
 		if err != nil {
@@ -135,15 +135,21 @@ func (p *Proxy) connect(to netip.AddrPort) (int, error) {
 	return fd, nil
 }
 
-// connectReady runs when cn's socket became writable: connected, or
-// failed.
-func (p *Proxy) connectReady(cn *connecting) {
+// connectReady runs when cn's socket reported ev, writable or failed:
+// connected, or failed. A failed connect reports an error (and a
+// hang-up), so a socket that reports neither is connected without a
+// getsockopt(2) for SO_ERROR.
+func (p *Proxy) connectReady(cn *connecting, ev uint32) {
 	if cn.done || cn.ufd < 0 {
 		return
 	}
-	soerr, err := rawsys.GetsockoptInt(cn.ufd, unix.SOL_SOCKET, unix.SO_ERROR)
-	if err == nil && soerr != 0 {
-		err = os.NewSyscallError("connect", unix.Errno(soerr))
+	var err error
+	if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		var soerr int
+		soerr, err = rawsys.GetsockoptInt(cn.ufd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err == nil && soerr != 0 {
+			err = os.NewSyscallError("connect", unix.Errno(soerr))
+		}
 	}
 	if err != nil {
 		p.attemptFailed(cn, err)

@@ -5,11 +5,15 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
 )
@@ -183,5 +187,66 @@ func TestLogStallDoesNotStopRelays(t *testing.T) {
 	got := make([]byte, 5)
 	if _, err := io.ReadFull(b, got); err != nil || string(got) != "ping\n" {
 		t.Fatalf("an established connection while a line's write waits: %q, %v", got, err)
+	}
+}
+
+// The sockets of a pair on the loop carry segments as soon as they come,
+// as the runtime's own sockets do: TCP_NODELAY is on for the accepted
+// client's (inherited from the listening socket) and the dialed
+// upstream's.
+func TestLoopSocketsNoDelay(t *testing.T) {
+	e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{})
+	for range 2 { // the second is dialed on the loop
+		c := e.dial(netip.AddrPortFrom(apiAddr, e.tlsPort))
+		if _, _, err := e.tlsClient(c, "api.test"); err != nil {
+			t.Fatalf("allowed TLS failed: %v", err)
+		}
+		defer c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.p.relayLoop().Len() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("relay loop holds %d of 2 connections", e.p.relayLoop().Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxyAddr := netip.MustParseAddrPort(e.ln.Addr().String())
+	var clients, upstreams int
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fds {
+		fd, err := strconv.Atoi(f.Name())
+		if err != nil {
+			continue
+		}
+		if acc, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || acc != 0 {
+			continue // not a socket, or a listening one
+		}
+		local, err1 := unix.Getsockname(fd)
+		peer, err2 := unix.Getpeername(fd)
+		l4, ok1 := local.(*unix.SockaddrInet4)
+		p4, ok2 := peer.(*unix.SockaddrInet4)
+		if err1 != nil || err2 != nil || !ok1 || !ok2 {
+			continue
+		}
+		var kind string
+		switch {
+		case netip.AddrPortFrom(netip.AddrFrom4(l4.Addr), uint16(l4.Port)) == proxyAddr:
+			kind = "accepted client"
+			clients++
+		case p4.Port == int(e.tlsPort):
+			kind = "upstream"
+			upstreams++
+		default:
+			continue
+		}
+		if nd, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY); err != nil || nd == 0 {
+			t.Errorf("%s socket %d (%v -> %v): TCP_NODELAY %d, %v", kind, fd, local, peer, nd, err)
+		}
+	}
+	if clients != 2 || upstreams != 2 {
+		t.Fatalf("found %d accepted client and %d upstream sockets of the proxy, want 2 of each", clients, upstreams)
 	}
 }

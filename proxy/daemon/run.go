@@ -107,7 +107,7 @@ func openLog(cfg launch.Config, stderr io.Writer) (*slog.Logger, func(), error) 
 		}
 		out, closeFile = f, func() { f.Close() }
 	}
-	handler, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(out, nil), otlplog.Config{OTLP: cfg.OTLP, Sandbox: cfg.Sandbox})
+	handler, shutdown, err := otlplog.NewHandler(decisionlog.NewJSONHandler(out), otlplog.Config{OTLP: cfg.OTLP, Sandbox: cfg.Sandbox})
 	if err != nil {
 		closeFile()
 		return nil, nil, err

@@ -213,3 +213,61 @@ func mustSize(t *testing.T, path string) int64 {
 	}
 	return fi.Size()
 }
+
+// Lines on a local filesystem are written with a raw write(2); one that
+// took longer than rawWriteMax sends the writes through the runtime for
+// rawWritePause. Every line lands either way, once, whole.
+func TestLogFileRawWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sb.log")
+	l, err := OpenLogFile(path, 0, "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.fd < 0 {
+		t.Skipf("%s is not on a filesystem a LogFile writes raw", path)
+	}
+	var raw int
+	slow := false
+	l.writeRaw = func(fd int, b []byte) (int, error) {
+		raw++
+		if slow {
+			time.Sleep(2 * rawWriteMax)
+		}
+		// A short write: the rest must follow through the runtime.
+		return rawWrite(fd, b[:len(b)/2])
+	}
+	var want strings.Builder
+	write := func(name string) {
+		t.Helper()
+		line := connLine(name)
+		want.WriteString(line)
+		if _, err := l.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		write(fmt.Sprintf("fast%d.example", i))
+	}
+	if raw != 3 {
+		t.Fatalf("%d raw writes for 3 quick lines, want 3", raw)
+	}
+	slow = true
+	write("slow.example")
+	for i := range 3 {
+		write(fmt.Sprintf("after%d.example", i))
+	}
+	if raw != 4 {
+		t.Fatalf("%d raw writes, want 4: none after one that took %v", raw, 2*rawWriteMax)
+	}
+	if !l.rawAfter.After(time.Now().Add(rawWritePause - time.Second)) {
+		t.Fatalf("raw writes resume at %v, want about %v from now", l.rawAfter, rawWritePause)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("the log holds\n%s\nwant\n%s", got, want.String())
+	}
+}

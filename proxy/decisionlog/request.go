@@ -111,7 +111,7 @@ func (r Request) Attrs() []slog.Attr {
 // Log writes the line: INFO allowed, WARN denied, ERROR when the upstream
 // failed.
 func (r Request) Log(ctx context.Context, l *slog.Logger) {
-	l.LogAttrs(ctx, verdictLevel(r.Verdict, slog.LevelInfo), KindRequest, r.Attrs()...)
+	logAttrs(ctx, l, verdictLevel(r.Verdict, slog.LevelInfo), KindRequest, r.Attrs()...)
 }
 
 // formatRequest renders a request's decision for people:

@@ -34,8 +34,10 @@ type Connection struct {
 }
 
 // Attrs returns the line's fields, in the order they are written.
-func (c Connection) Attrs() []slog.Attr {
-	attrs := make([]slog.Attr, 0, 12)
+func (c Connection) Attrs() []slog.Attr { return c.appendAttrs(make([]slog.Attr, 0, 12)) }
+
+// appendAttrs appends the line's fields to attrs.
+func (c Connection) appendAttrs(attrs []slog.Attr) []slog.Attr {
 	attrs = append(attrs,
 		slog.String(SandboxKey, c.Sandbox),
 		slog.String(ClientKey, c.Client.String()),
@@ -60,7 +62,8 @@ func (c Connection) Attrs() []slog.Attr {
 // when allowed but the upstream failed (and INFO without a verdict, a
 // line the reader skips).
 func (c Connection) Log(ctx context.Context, l *slog.Logger) {
-	l.LogAttrs(ctx, verdictLevel(c.Verdict, slog.LevelInfo), KindConnection, c.Attrs()...)
+	var attrs [12]slog.Attr
+	logAttrs(ctx, l, verdictLevel(c.Verdict, slog.LevelInfo), KindConnection, c.appendAttrs(attrs[:0])...)
 }
 
 // DNSQuery is a dns line: what the DNS filter did with one query.
@@ -113,7 +116,7 @@ func (q DNSQuery) Attrs() []slog.Attr {
 // Log writes the line to l: INFO when allowed, WARN when denied, ERROR
 // on an error (and without a verdict).
 func (q DNSQuery) Log(ctx context.Context, l *slog.Logger) {
-	l.LogAttrs(ctx, verdictLevel(q.Verdict, slog.LevelError), KindDNS, q.Attrs()...)
+	logAttrs(ctx, l, verdictLevel(q.Verdict, slog.LevelError), KindDNS, q.Attrs()...)
 }
 
 // verdictLevel is the level of a decision with verdict v, or otherwise
@@ -150,14 +153,14 @@ type PolicyLoad struct {
 // at ERROR.
 func (p PolicyLoad) Log(ctx context.Context, l *slog.Logger) {
 	if p.Err != nil {
-		l.LogAttrs(ctx, slog.LevelError, MsgPolicyRejected,
+		logAttrs(ctx, l, slog.LevelError, MsgPolicyRejected,
 			slog.String(SandboxKey, p.Sandbox),
 			slog.String(PathKey, p.Path),
 			slog.String(ErrKey, p.Err.Error()),
 		)
 		return
 	}
-	l.LogAttrs(ctx, slog.LevelInfo, MsgPolicyLoaded,
+	logAttrs(ctx, l, slog.LevelInfo, MsgPolicyLoaded,
 		slog.String(SandboxKey, p.Sandbox),
 		slog.String(PathKey, p.Path),
 		slog.String(ModeKey, p.Mode),
@@ -178,13 +181,13 @@ type Resolver struct {
 // Log writes the line to l: INFO with servers, WARN without.
 func (r Resolver) Log(ctx context.Context, l *slog.Logger) {
 	if len(r.Servers) > 0 {
-		l.LogAttrs(ctx, slog.LevelInfo, MsgResolver,
+		logAttrs(ctx, l, slog.LevelInfo, MsgResolver,
 			slog.String(SandboxKey, r.Sandbox),
 			slog.Any(ServersKey, r.Servers),
 		)
 		return
 	}
-	l.LogAttrs(ctx, slog.LevelWarn, MsgResolver,
+	logAttrs(ctx, l, slog.LevelWarn, MsgResolver,
 		slog.String(SandboxKey, r.Sandbox),
 		slog.Any(ServersKey, []netip.AddrPort{}), // [], not null
 		slog.String(ResolvConfKey, r.ResolvConf),
@@ -222,7 +225,7 @@ func (l Limit) Attrs() []slog.Attr {
 
 // Log writes the line to l, at WARN.
 func (l Limit) Log(ctx context.Context, logger *slog.Logger) {
-	logger.LogAttrs(ctx, slog.LevelWarn, KindLimit, l.Attrs()...)
+	logAttrs(ctx, logger, slog.LevelWarn, KindLimit, l.Attrs()...)
 }
 
 // Denials is a denials line: Count denials of one kind (KindConnection
@@ -270,7 +273,7 @@ func (d Denials) Attrs() []slog.Attr {
 
 // Log writes the line to l, at WARN.
 func (d Denials) Log(ctx context.Context, l *slog.Logger) {
-	l.LogAttrs(ctx, slog.LevelWarn, KindDenials, d.Attrs()...)
+	logAttrs(ctx, l, slog.LevelWarn, KindDenials, d.Attrs()...)
 }
 
 // Limits is the line a proxy writes at its start: the caps in force.
@@ -317,5 +320,5 @@ func (s Limits) Log(ctx context.Context, l *slog.Logger) {
 	if s.LimitedBy != "" {
 		attrs = append(attrs, slog.String(LimitedByKey, s.LimitedBy))
 	}
-	l.LogAttrs(ctx, level, MsgLimits, attrs...)
+	logAttrs(ctx, l, level, MsgLimits, attrs...)
 }

@@ -57,9 +57,13 @@ type Loop struct {
 
 	// Only the loop's goroutine touches these.
 	events []unix.EpollEvent
-	nready int
-	pipes  []*pipe // empty pipes for the next direction that needs one
-	inUse  int     // pipes held by directions
+	// relook: the batch being handled woke a level-triggered watcher,
+	// so the set is looked at again before the loop parks.
+	relook bool
+	// batchBytes counts the bytes the batch being handled delivered.
+	batchBytes int64
+	pipes      []*pipe // empty pipes for the next direction that needs one
+	inUse      int     // pipes held by directions
 	// waiting are the directions waiting for a pipe, oldest first.
 	waiting []waiter
 	done    chan struct{}
@@ -265,34 +269,52 @@ func (l *Loop) post(c command) {
 	}
 }
 
-// run is the loop's goroutine.
+// relookBytes: a batch that delivered this many bytes or more is followed
+// by another look at the set before the loop parks (see run).
+const relookBytes = 64 << 10
+
+// run is the loop's goroutine. It runs inside one RawConn.Read of the
+// epoll descriptor for as long as the loop lives: Read clears what the
+// runtime's poller has reported when it starts, so a loop that returned
+// from it after each batch would have to call epoll_wait once more before
+// it parks, to find what arrived while the batch was handled. Inside one
+// Read, whatever arrives meanwhile is reported to the runtime's poller
+// (each new event in the loop's epoll set wakes the runtime's watch on
+// the set), and the park returns at once. A batch of a few events (new
+// connections, small exchanges) parks without another epoll_wait, which
+// would mostly find nothing. Another look is taken after a batch that
+// filled the events buffer, woke a level-triggered watcher (whose
+// readiness the set keeps without waking anyone), or moved bulk data
+// (relookBytes): while it spliced, more has most likely arrived, and one
+// epoll_wait finds it for less than a park and a wake through the
+// runtime's scheduler.
 func (l *Loop) run() {
 	defer close(l.done)
 	defer l.ep.Close()
 	defer unix.Close(l.wakefd)
-	for {
-		err := l.rc.Read(func(uintptr) bool {
-			for {
-				n, err := rawsys.EpollWait(l.epfd, l.events)
-				if err == unix.EINTR {
-					continue
-				}
-				l.nready = max(n, 0)
-				return n > 0
+	// Read returns once a stop was posted, or with an error if the
+	// descriptor was closed under it (only Close closes it, after a
+	// stop); either way every pair left is ended.
+	l.rc.Read(func(uintptr) bool {
+		for {
+			n, err := rawsys.EpollWait(l.epfd, l.events)
+			if err == unix.EINTR {
+				continue
 			}
-		})
-		if err != nil {
-			// The descriptor was closed under us: cannot happen but
-			// through Close, which posts a stop first.
-			l.stop()
-			return
+			if n <= 0 {
+				return false // park until the runtime's poller says more
+			}
+			l.relook, l.batchBytes = false, 0
+			if l.dispatch(l.events[:n]) {
+				return true
+			}
+			l.serveWaiting()
+			if n < len(l.events) && !l.relook && l.batchBytes < relookBytes {
+				return false
+			}
 		}
-		if l.dispatch(l.events[:l.nready]) {
-			l.stop()
-			return
-		}
-		l.serveWaiting()
-	}
+	})
+	l.stop()
 }
 
 // dispatch handles one batch of events; it returns true when the loop must
@@ -315,6 +337,12 @@ func (l *Loop) dispatch(evs []unix.EpollEvent) (stop bool) {
 				continue
 			}
 			if w.pair == nil {
+				if w.events&unix.EPOLLET == 0 {
+					l.relook = true
+				}
+				if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+					w.input = true
+				}
 				w.fn(w, ev.Events)
 				continue
 			}

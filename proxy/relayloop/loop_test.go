@@ -454,3 +454,91 @@ func slowReadAll(c net.Conn) []byte {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A level-triggered watcher is called again while its descriptor stays
+// ready, though nothing new arrives: the loop looks at its set once more
+// before it parks (it parks without a last look after edge-triggered
+// events only). Each call here takes one byte of ten written at once.
+func TestLevelTriggeredWatcher(t *testing.T) {
+	l := newLoop(t)
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	got := make(chan byte, 16)
+	w, err := l.Watch(fds[0], unix.EPOLLIN, func(_ *Watcher, _ uint32) {
+		var b [1]byte
+		if n, _ := unix.Read(fds[0], b[:]); n == 1 {
+			got <- b[0]
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Run(w.Stop)
+	if _, err := unix.Write(fds[1], []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	timeout := time.After(5 * time.Second)
+	for len(all) < 10 {
+		select {
+		case b := <-got:
+			all = append(all, b)
+		case <-timeout:
+			t.Fatalf("the watcher took %q of 10 bytes left ready", all)
+		}
+	}
+	if string(all) != "0123456789" {
+		t.Fatalf("read %q", all)
+	}
+}
+
+// An edge-triggered event that arrives while the loop handles a batch
+// wakes it once it has parked: a chain of watchers, each of which makes
+// the next one's descriptor ready from inside the loop, runs to its end.
+func TestEventsDuringABatch(t *testing.T) {
+	l := newLoop(t)
+	const n = 200
+	fds := make([][2]int, n)
+	for i := range fds {
+		if err := unix.Pipe2(fds[i][:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fds[i][0])
+		defer unix.Close(fds[i][1])
+	}
+	done := make(chan int, n)
+	for i := range fds {
+		w, err := l.Watch(fds[i][0], unix.EPOLLIN|unix.EPOLLET, func(_ *Watcher, _ uint32) {
+			var b [8]byte
+			for {
+				if k, _ := unix.Read(fds[i][0], b[:]); k <= 0 {
+					break
+				}
+			}
+			done <- i
+			if i+1 < n {
+				unix.Write(fds[i+1][1], []byte{1})
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Run(w.Stop)
+	}
+	unix.Write(fds[0][1], []byte{1})
+	timeout := time.After(10 * time.Second)
+	for want := range n {
+		select {
+		case i := <-done:
+			if i != want {
+				t.Fatalf("watcher %d ran, want %d", i, want)
+			}
+		case <-timeout:
+			t.Fatalf("the chain stopped at %d of %d", want, n)
+		}
+	}
+}

@@ -36,6 +36,7 @@ type direction struct {
 	pipe     *pipe // nil while nothing is in flight
 	inPipe   int   // bytes in pipe
 	srcEnded bool  // the source reached EOF or failed
+	srcRead  bool  // ... as a splice from it said (not for want of a destination)
 	finished bool  // ended, and the destination got its FIN
 	written  int64
 	// waitingPipe: the direction has bytes to move and waits for a
@@ -89,6 +90,7 @@ func (l *Loop) move(p *Pair, src int) {
 			if n > 0 {
 				d.inPipe -= int(n)
 				d.written += n
+				l.batchBytes += n
 				if l.opts.Written != nil {
 					l.opts.Written(n)
 				}
@@ -163,6 +165,7 @@ func (l *Loop) fill(p *Pair, d *direction) bool {
 		case err == unix.EAGAIN:
 			return false
 		case err != nil || n == 0:
+			d.srcRead = true
 			l.sourceEnded(p, d)
 			return true
 		}
@@ -182,12 +185,21 @@ func (l *Loop) sourceEnded(p *Pair, d *direction) {
 
 // finish ends direction d: the destination gets a FIN; if graceful is
 // false its pipe's bytes are dropped (the destination failed).
+//
+// The FIN of the pair's last direction comes with the close that ends the
+// pair at once (endIfDone): a socket whose own incoming stream was read to
+// its end has nothing unread, so close sends a FIN after what is queued,
+// as shutdown would have, and the pair saves that call. A socket with
+// bytes left unread (its reader stopped for a failed destination) would
+// send a reset instead: it gets its shutdown first, as before.
 func (l *Loop) finish(p *Pair, d *direction, graceful bool) {
 	d.finished = true
 	if !d.srcEnded {
 		l.sourceEnded(p, d)
 	}
-	rawsys.Shutdown(p.fd[1-d.src], unix.SHUT_WR)
+	if o := &p.dir[1-d.src]; !graceful || !o.finished || !o.srcRead {
+		rawsys.Shutdown(p.fd[1-d.src], unix.SHUT_WR)
+	}
 	if d.pipe != nil {
 		l.releasePipe(d.pipe, graceful && d.inPipe == 0)
 		d.pipe, d.inPipe = nil, 0
