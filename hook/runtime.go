@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/sandbox"
 	"github.com/doorman-net/doorman/spec"
@@ -515,15 +517,7 @@ func writeFileKeepMode(path string, data []byte) error {
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	tmp := path + ".doorman-tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(path, bytes.NewReader(data), atomicfile.Options{Perm: mode, TempInfix: ".doorman-tmp-"})
 }
 
 // ExecRunc replaces this process with runc.

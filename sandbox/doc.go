@@ -1,8 +1,16 @@
 // Package sandbox owns doorman's sandboxes: it is the one enforcement core
 // that every front door calls (the CNI plugin's ADD/DEL/CHECK/GC, the OCI
 // hook's createRuntime/poststop, `doorman run` through the plugin, the
-// operator CLI's edits), and the only code that reads or writes doorman's
-// state for a network namespace.
+// operator CLI's edits), and the code that writes doorman's state for a
+// network namespace: the state file, the live policy file and the proxy's
+// config file (package launch's format). Others read that state through
+// it (Load, List, Find), and two files beside it are another's: the
+// supervisor of a sandbox's proxy (package supervise) writes its status
+// file, supervisor.json, which Load reads, and the proxy worker appends
+// to the decision log. The network namespace itself is the runtime's (or,
+// for `doorman run`, package runner's): a sandbox only records and checks
+// its identity. What ls and show compute from a state is package
+// sandbox/status's.
 //
 // A front door describes a sandbox once, typed: an Attachment (who: the
 // container, its runtime, its netns, its label) and a spec.Spec (what: the
