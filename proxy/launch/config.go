@@ -1,9 +1,10 @@
+package launch
+
 // The proxy's config file: what the worker serves and how, typed on
 // both sides without a flag syntax between them. The file says which
 // inherited descriptor is which listener, and the OTLP headers, which
 // often hold a token, stay off the command line that every user of the
 // host can read in /proc.
-package launch
 
 import (
 	"bytes"
