@@ -55,9 +55,9 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 	for _, s := range states {
 		infos = append(infos, status.Describe(s))
 	}
-	var unenforced []unenforcedInfo
+	var unenforced []status.Unenforced
 	if *all {
-		if unenforced, err = unenforcedNamespaces(states); err != nil {
+		if unenforced, err = status.UnenforcedNamespaces(status.LiveHost{}, states); err != nil {
 			return c.fail(err)
 		}
 	}
@@ -103,7 +103,7 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
 	}
 	for _, u := range unenforced {
-		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
+		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.Name(), u.LabelColumn())
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)

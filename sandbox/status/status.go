@@ -3,7 +3,11 @@
 // policy file, its decision log and its proxy's processes and cgroup:
 // above all the proxy's health, a small state machine over whether the
 // worker serves, answers its supervisor's heartbeat, is stopped by an
-// operator, and whether its supervisor lives and sees a crash loop.
+// operator, and whether its supervisor lives and sees a crash loop
+// (Facts.Health). It also lists the host's network namespaces that no
+// sandbox accounts for (UnenforcedNamespaces, `ls --all`), asking the
+// kernel through a small interface (Host) so that the decision is unit
+// tested without root.
 package status
 
 import (
