@@ -47,6 +47,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseFile$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzParseDirect$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzInspectLine$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseRuleSetList$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzJSONPath$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzStrictJSON$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzSpelling$$' -fuzztime=$(FUZZTIME) ./conf

@@ -19,10 +19,15 @@ const (
 	// AllowDirect are IP/CIDR entries (comma-separated, with an optional
 	// port) reached without the proxy.
 	AllowDirect = "doorman.io/allow-direct"
+	// RuleSets are the shipped rule sets in force, comma-separated, each
+	// NAME or NAME:ACTION ("closed-book:strip", see
+	// conf.ParseRuleSetRef). They replace the rule sets of the policy the
+	// other annotations, or the default policy, give.
+	RuleSets = "doorman.io/rulesets"
 )
 
 // Keys are the annotations this package reads.
-var Keys = []string{Mode, AllowedHosts, AllowDirect}
+var Keys = []string{Mode, AllowedHosts, AllowDirect, RuleSets}
 
 // Prefix starts every doorman annotation.
 const Prefix = "doorman.io/"
@@ -63,6 +68,25 @@ func Policy(annotations map[string]string) (p *conf.Policy, ok bool, err error) 
 		return nil, true, fmt.Errorf("annotation %s: %w", AllowedHosts, err)
 	}
 	return p, true, nil
+}
+
+// WithRuleSets returns p with the rule sets the RuleSets annotation names
+// instead of its own, or p if there is no such annotation. The error
+// names the annotation and the value ("annotation doorman.io/rulesets:
+// \"closed-bok\": ruleset: no rule set ...").
+func WithRuleSets(p *conf.Policy, annotations map[string]string) (*conf.Policy, error) {
+	v, ok := annotations[RuleSets]
+	if !ok {
+		return p, nil
+	}
+	uses, err := conf.ParseRuleSetList(v)
+	if err == nil {
+		p, err = p.WithRuleSets(uses)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", RuleSets, err)
+	}
+	return p, nil
 }
 
 // Direct parses the AllowDirect annotation: address entries only, none if

@@ -6,7 +6,8 @@
 // the same error, whichever door a workload comes in by.
 //
 // The grammar is conf's: mode is none, allowlist or open; allowed-hosts
-// and allow-direct are comma-separated entries (blank ones ignored). A
+// and allow-direct are comma-separated entries (blank ones ignored);
+// rulesets is comma-separated rule set uses, NAME or NAME:ACTION. A
 // value that does not parse is an error naming the annotation and the
 // value, never a policy that ignores it.
 package annotation

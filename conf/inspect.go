@@ -451,17 +451,11 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 				return false, ""
 			}
 		} else {
-			found := false
-			for _, m := range sp.methods {
-				if slices.Contains(r.Methods, m.s) {
-					found = true
-					hows = append(hows, m.how...)
-					break
-				}
-			}
-			if !found {
+			how, ok := matchMethodSpellings(sp, func(m string) bool { return slices.Contains(r.Methods, m) })
+			if !ok {
 				return false, ""
 			}
+			hows = append(hows, how...)
 		}
 	}
 	if r.Path != "" && r.Path != "*" {
@@ -505,36 +499,63 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 }
 
 // matchPathLoose reports whether the rule's path matches a spelling of
-// the request's path (as it is, and with its trailing slash dropped or
-// added), case folded, and how that spelling differs from the one sent.
+// the request's path (see matchPathSpellings), and how that spelling
+// differs from the one sent.
 func (r *Rule) matchPathLoose(req *Request) (bool, string) {
-	pattern := fold(r.Path)
+	s, how, ok := matchPathSpellings(fold(r.Path), req.spell().paths, matchPath)
+	if !ok {
+		return false, ""
+	}
+	if !matchPath(r.Path, s) {
+		how = append(slices.Clone(how), "case folded")
+	}
+	return true, strings.Join(how, ", ")
+}
+
+// matchPathSpellings reports whether pattern (a path or glob, case
+// folded) matches a spelling of a request's path (see spell: every
+// reading of it, each as it is and with its trailing slash dropped or
+// added) compared case-folded: what a deny rule's path, and a rule set's,
+// holds for, by match (matchPath for a deny rule). It returns the
+// spelling that matched (in its case, with the trailing slash as tried)
+// and how it differs from the path sent, case aside.
+func matchPathSpellings(pattern string, paths []spelled, match func(pattern, path string) bool) (string, []string, bool) {
 	// Only a pattern that ends in '/' or '*' can match a path with a
 	// slash added: the spelling is built only then.
 	addSlash := strings.HasSuffix(pattern, "/") || strings.HasSuffix(pattern, "*")
-	for _, p := range req.spell().paths {
+	for _, p := range paths {
 		s, folded, note := p.s, p.folded, ""
-		ok := matchPath(pattern, folded)
+		ok := match(pattern, folded)
 		if !ok && len(s) > 1 && strings.HasSuffix(s, "/") {
 			s, folded, note = s[:len(s)-1], folded[:len(folded)-1], "trailing slash dropped"
-			ok = matchPath(pattern, folded)
+			ok = match(pattern, folded)
 		} else if !ok && addSlash && !strings.HasSuffix(s, "/") {
 			s, folded, note = s+"/", folded+"/", "trailing slash added"
-			ok = matchPath(pattern, folded)
+			ok = match(pattern, folded)
 		}
 		if !ok {
 			continue
 		}
-		how := slices.Clone(p.how)
+		how := p.how
 		if note != "" {
-			how = append(how, note)
+			how = append(slices.Clone(how), note)
 		}
-		if !matchPath(r.Path, s) {
-			how = append(how, "case folded")
-		}
-		return true, strings.Join(how, ", ")
+		return s, how, true
 	}
-	return false, ""
+	return "", nil, false
+}
+
+// matchMethodSpellings reports whether want holds for a spelling of the
+// request's method (as sent, in upper case, GET for HEAD, the methods
+// overrides name), and how the one that did differs from the method
+// sent: what a deny rule's method, and a rule set's, holds for.
+func matchMethodSpellings(sp *spellings, want func(string) bool) ([]string, bool) {
+	for _, m := range sp.methods {
+		if want(m.s) {
+			return m.how, true
+		}
+	}
+	return nil, false
 }
 
 // matchValues matches a query or header condition against the values of

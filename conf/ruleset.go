@@ -480,7 +480,7 @@ head:
 			if err := checkGlobText("path", w); err != nil {
 				return r, err
 			}
-			r.Head.paths = append(r.Head.paths, w)
+			r.Head.paths = append(r.Head.paths, fold(w))
 		case strings.HasPrefix(w, "header:"):
 			key, glob, has := strings.Cut(strings.TrimPrefix(w, "header:"), "=")
 			if !has {
@@ -531,59 +531,81 @@ head:
 }
 
 // setHead is what a set rule asks of a request besides its body: a
-// method (any if none), a path glob (one of them), headers.
+// method (any if none), a path glob (one of them, case folded), headers
+// (their globs in lower case).
 type setHead struct {
 	methods []string
 	paths   []string
 	headers []Cond
 }
 
-// setPathForm is the form of a request path set rules match: lower
-// case, runs of '/' as one, no trailing '/', nothing from a ';' on: the
-// spellings an origin may route to one handler read as one.
-func setPathForm(p string) string {
-	if !strings.ContainsAny(p, ";ABCDEFGHIJKLMNOPQRSTUVWXYZ") && !strings.Contains(p, "//") && (len(p) <= 1 || p[len(p)-1] != '/') {
-		return p // the common case: already in that form
+// match reports whether the head holds for some spelling of r: the
+// spellings a user's deny rule matches (see spelling.go: the method in
+// any case, HEAD as GET, the methods overrides name; every reading of
+// the path, with its trailing slash dropped or added, case folded;
+// header names with '_' for '-'), and how the spelling that matched
+// differs from the one sent ("" if it does not). A request whose target
+// is ambiguous has no spelling to match: the caller refuses it.
+func (h *setHead) match(r *Request) (bool, string) {
+	sp := r.spell()
+	if sp.refuse != "" {
+		return false, ""
 	}
-	if i := strings.IndexByte(p, ';'); i >= 0 {
-		p = p[:i]
-	}
-	p = strings.ToLower(p)
-	for strings.Contains(p, "//") {
-		p = strings.ReplaceAll(p, "//", "/")
-	}
-	if len(p) > 1 {
-		p = strings.TrimSuffix(p, "/")
-	}
-	return p
-}
-
-// match reports whether r's method, path and headers are the head's.
-func (h *setHead) match(r *Request, path string) bool {
-	if len(h.methods) > 0 && !slices.ContainsFunc(h.methods, func(m string) bool { return strings.EqualFold(m, r.Method) }) {
-		return false
+	var hows []string
+	if len(h.methods) > 0 {
+		how, ok := matchMethodSpellings(sp, func(m string) bool {
+			return slices.ContainsFunc(h.methods, func(x string) bool { return strings.EqualFold(x, m) })
+		})
+		if !ok {
+			return false, ""
+		}
+		hows = append(hows, how...)
 	}
 	ok := false
 	for _, p := range h.paths {
-		if p == "*" || Glob(p, path) {
+		if p == "*" {
 			ok = true
+			break
+		}
+		if _, how, m := matchPathSpellings(p, sp.paths, matchSetPath); m {
+			ok = true
+			hows = append(hows, how...)
 			break
 		}
 	}
 	if !ok {
-		return false
+		return false, ""
 	}
 	for _, c := range h.headers {
 		found := false
-		for _, v := range r.Header.Values(c.Key) {
-			if Glob(c.Glob, strings.ToLower(v)) {
-				found = true
-				break
+		for k, vs := range r.Header {
+			if !SameHeaderName(k, c.Key) {
+				continue
+			}
+			for _, v := range vs {
+				if Glob(c.Glob, strings.ToLower(v)) {
+					found = true
+					break
+				}
 			}
 		}
 		if !found {
-			return false
+			return false, ""
 		}
+	}
+	return true, strings.Join(hows, ", ")
+}
+
+// matchSetPath is matchPath for a rule set's path glob, but a glob that
+// ends in "/*" wants something after its slash: "/v1/conversations/*"
+// names a stored conversation, and "/v1/conversations" or
+// "/v1/conversations/" (a new one) is not one, in any spelling.
+func matchSetPath(pattern, path string) bool {
+	if !matchPath(pattern, path) {
+		return false
+	}
+	if prefix, ok := strings.CutSuffix(pattern, "/*"); ok {
+		return len(strings.TrimRight(path, "/")) > len(prefix)+1
 	}
 	return true
 }

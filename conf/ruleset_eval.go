@@ -53,6 +53,10 @@ type SetJudgement struct {
 	// Rule names the line that refused, for the log and the 403 page;
 	// Reason says why when the line alone does not.
 	Rule, Reason string
+	// Spelling says how the request's method and path were read to
+	// match the rule that refused ("path parameters (;) dropped"), when
+	// not as sent: "" if as sent.
+	Spelling string
 	// Findings are every tool and refusal the set found (in probe
 	// mode, what it would have stopped).
 	Findings []SetFinding
@@ -66,12 +70,14 @@ type SetJudgement struct {
 }
 
 // NeedsBody reports whether judging r needs its body: a rule with
-// conditions matches its method and path.
+// conditions matches a spelling of its method and path.
 func (a *ActiveRuleSet) NeedsBody(r *Request) bool {
-	path := setPathForm(r.Path)
 	for _, p := range a.Providers {
 		for i := range p.Rules {
-			if (len(p.Rules[i].Conds) > 0 || len(p.Rules[i].Anchor.steps) > 0) && p.Rules[i].Head.match(r, path) {
+			if !p.Rules[i].readsBody() {
+				continue
+			}
+			if ok, _ := p.Rules[i].Head.match(r); ok {
 				return true
 			}
 		}
@@ -79,13 +85,21 @@ func (a *ActiveRuleSet) NeedsBody(r *Request) bool {
 	return false
 }
 
+// readsBody reports whether the rule looks into the body.
+func (r *SetRule) readsBody() bool { return len(r.Conds) > 0 || len(r.Anchor.steps) > 0 }
+
 // Judge judges r (whose Body holds the request's body if NeedsBody said
 // so) by the set, in the set's action: deny refuses a request with a
 // tool or a refusal; strip removes the tools (Body, Removed) and refuses
 // only what cannot be removed safely; probe refuses nothing. Findings
-// are filled in every action.
+// are filled in every action. A rule's method and path hold for every
+// spelling of the request a user's deny rule's do (see spelling.go); a
+// request whose target no rule can be trusted to judge is refused.
 func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 	j := SetJudgement{Verdict: VerdictAllow}
+	if why := r.spell().refuse; why != "" && a.Action != SetProbe {
+		return SetJudgement{Verdict: VerdictDeny, Reason: "ambiguous request: " + why}
+	}
 	var doc *jsonDoc
 	var root jval
 	var docErr error
@@ -99,13 +113,13 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 		}
 		return doc, docErr
 	}
+	how := "" // how the rule being judged matched the request's spelling
 	refuse := func(rule, reason string) {
 		if a.Action != SetProbe && j.Verdict == VerdictAllow {
-			j.Verdict, j.Rule, j.Reason = VerdictDeny, rule, reason
+			j.Verdict, j.Rule, j.Reason, j.Spelling = VerdictDeny, rule, reason, how
 		}
 	}
 	var plan stripPlan
-	path := setPathForm(r.Path)
 	for pass := 0; pass < 2; pass++ {
 		for _, p := range a.Providers {
 			for i := range p.Rules {
@@ -115,10 +129,11 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 				if rule.With != (pass == 1) || (pass == 1 && (a.Action != SetStrip || !plan.removes(rule.ID))) {
 					continue
 				}
-				if !rule.Head.match(r, path) {
+				var ok bool
+				if ok, how = rule.Head.match(r); !ok {
 					continue
 				}
-				if len(rule.Conds) == 0 && len(rule.Anchor.steps) == 0 {
+				if !rule.readsBody() {
 					j.Findings = append(j.Findings, SetFinding{ID: rule.ID, Refuse: rule.Refuse, Line: rule.Line})
 					refuse(rule.Line, "")
 					continue

@@ -1,6 +1,7 @@
 package conf
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -44,6 +45,48 @@ func BenchmarkRuleSetLargeBody(b *testing.B) {
 		r := &Request{Method: "POST", Path: "/v1/messages", Body: []byte(body)}
 		if j := sets[0].Judge(r); j.Verdict != VerdictAllow {
 			b.Fatal(j.Verdict)
+		}
+	}
+}
+
+// agentBody is a Messages request as a coding agent sends it late in a
+// task, of about size bytes: a system prompt, client tools with their
+// schemas, and turns of text, tool use and tool results (file contents,
+// command output) with escapes and non-ASCII text in them.
+func agentBody(size int) string {
+	var b strings.Builder
+	b.WriteString(`{"model":"claude-sonnet-4-5","max_tokens":32000,"stream":true,"system":[{"type":"text","text":"You are a coding agent.\nWork in /repo.","cache_control":{"type":"ephemeral"}}],`)
+	b.WriteString(`"tools":[{"type":"bash_20250124","name":"bash"},{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"},`)
+	b.WriteString(`{"name":"search","description":"Search the repository.","input_schema":{"type":"object","properties":{"query":{"type":"string"},"path":{"type":"string"}},"required":["query"]}}],`)
+	b.WriteString(`"messages":[`)
+	chunk := strings.Repeat("func main() {\n\tfmt.Println(\"héllo, wörld\")\n}\n", 6)
+	for i := 0; b.Len() < size; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`{"role":"assistant","content":[{"type":"text","text":"Let me look at the file."},{"type":"tool_use","id":"toolu_`)
+		b.WriteString(strings.Repeat("x", 8))
+		b.WriteString(`","name":"bash","input":{"command":"cat main.go"}}]},`)
+		b.WriteString(`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_xxxxxxxx","content":[{"type":"text","text":`)
+		q, _ := json.Marshal(chunk)
+		b.Write(q)
+		b.WriteString(`}]}]}`)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// BenchmarkRuleSetAgentBody judges a 500 KB agent request (see
+// agentBody) by closed-book.
+func BenchmarkRuleSetAgentBody(b *testing.B) {
+	body := agentBody(500 << 10)
+	p := closedBook(b, SetStrip)
+	sets := p.RuleSetsFor("api.anthropic.com")
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		r := &Request{Method: "POST", Path: "/v1/messages", Body: []byte(body)}
+		if j := sets[0].Judge(r); j.Verdict != VerdictAllow {
+			b.Fatal(j.Verdict, j.Reason)
 		}
 	}
 }

@@ -65,6 +65,50 @@ func parseRuleSetLine(line string) (RuleSetUse, error) {
 	return u, u.check()
 }
 
+// ParseRuleSetRef parses one use as a flag, an annotation or a label
+// writes it: "NAME" (deny) or "NAME:ACTION" ("closed-book:strip"). The
+// error names the value and says why.
+func ParseRuleSetRef(s string) (RuleSetUse, error) {
+	name, action, has := strings.Cut(strings.TrimSpace(s), ":")
+	u := RuleSetUse{Name: strings.TrimSpace(name), Action: SetDeny}
+	if has {
+		u.Action = strings.ToLower(strings.TrimSpace(action))
+	}
+	if u.Name == "" {
+		return RuleSetUse{}, fmt.Errorf("%q: want NAME or NAME:ACTION (deny, strip or probe), such as closed-book:strip", s)
+	}
+	if err := u.check(); err != nil {
+		return RuleSetUse{}, fmt.Errorf("%q: %w", s, err)
+	}
+	return u, nil
+}
+
+// ParseRuleSetList parses comma-separated uses ("closed-book:strip",
+// see ParseRuleSetRef), blank ones ignored; a set named twice is an
+// error. Every error is reported.
+func ParseRuleSetList(s string) ([]RuleSetUse, error) {
+	var uses []RuleSetUse
+	var errs []error
+	for v := range strings.SplitSeq(s, ",") {
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		u, err := ParseRuleSetRef(v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		uses = append(uses, u)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := checkRuleSets(uses); err != nil {
+		return nil, err
+	}
+	return uses, nil
+}
+
 // check refuses an unknown set or action.
 func (u RuleSetUse) check() error {
 	switch u.Action {
@@ -137,6 +181,9 @@ const ruleSetsKey = "rulesets"
 type InspectRules struct {
 	Hosts    []InspectHost
 	RuleSets []RuleSetUse
+	// HasRuleSets: the "rulesets" key is there (its list may be empty,
+	// to use none).
+	HasRuleSets bool
 }
 
 // ParseInspectRules parses the JSON form of request rules, rule sets
@@ -151,6 +198,7 @@ func ParseInspectRules(data []byte) (InspectRules, error) {
 	var out InspectRules
 	var errs []error
 	if sets, ok := raw[ruleSetsKey]; ok {
+		out.HasRuleSets = true
 		delete(raw, ruleSetsKey)
 		var uses []jsonRuleSetUse
 		if err := json.Unmarshal(sets, &uses); err != nil {
@@ -160,7 +208,7 @@ func ParseInspectRules(data []byte) (InspectRules, error) {
 			out.RuleSets = append(out.RuleSets, RuleSetUse(u))
 		}
 		if err := checkRuleSets(out.RuleSets); err != nil {
-			errs = append(errs, fmt.Errorf("inspect: %w", err))
+			errs = append(errs, fmt.Errorf("inspect.rulesets: %w", err))
 		}
 	}
 	// The hosts' rules, decoded once above.

@@ -7,16 +7,19 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 )
 
 // AnnotationInspect carries request rules (the JSON form of the inspect
-// key, see conf.ParseInspectJSON) as an annotation or, on Docker, a
-// label: {"api.example.com": {"deny": [...], "inject": [...]}}. They
-// replace the rules of the policy the other annotations, or the default
-// policy file, give.
+// key, see conf.ParseInspectRules) as an annotation or, on Docker, a
+// label: {"api.example.com": {"deny": [...], "inject": [...]},
+// "rulesets": ["closed-book"]}. They replace the rules of the policy the
+// other annotations, or the default policy file, give; its "rulesets"
+// key, when it is there, replaces the policy's rule sets (as the
+// doorman.io/rulesets annotation does: one of the two, not both).
 const AnnotationInspect = "doorman.io/inspect"
 
 // hookCAName names the CA of the containers the hook enforces: one
@@ -30,18 +33,28 @@ func caDirFor(root string) string {
 }
 
 // withInspectAnnotation puts the request rules of the inspect annotation,
-// if there is one, in p.
+// if there is one, and the rule sets of it or of the rulesets annotation
+// in p.
 func withInspectAnnotation(p *conf.Policy, annotations map[string]string) (*conf.Policy, error) {
 	v, ok := annotations[AnnotationInspect]
 	if !ok {
-		return p, nil
+		return annotation.WithRuleSets(p, annotations)
 	}
-	hosts, err := conf.ParseInspectJSON([]byte(v))
+	rules, err := conf.ParseInspectRules([]byte(v))
 	if err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationInspect, err)
 	}
-	q, err := p.WithInspect(hosts)
+	q, err := p.WithInspect(rules.Hosts)
 	if err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnotationInspect, err)
+	}
+	if !rules.HasRuleSets {
+		return annotation.WithRuleSets(q, annotations)
+	}
+	if _, both := annotations[annotation.RuleSets]; both {
+		return nil, fmt.Errorf("annotation %s: rulesets: the %s annotation names rule sets too; give them in one of the two", AnnotationInspect, annotation.RuleSets)
+	}
+	if q, err = q.WithRuleSets(rules.RuleSets); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationInspect, err)
 	}
 	return q, nil

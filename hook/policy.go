@@ -21,6 +21,9 @@ const (
 	// AnnotationAllowDirect lists IP/CIDR entries (comma-separated, with
 	// an optional port) the container reaches without the proxy.
 	AnnotationAllowDirect = annotation.AllowDirect
+	// AnnotationRuleSets names the shipped rule sets in force
+	// ("closed-book:strip", comma-separated).
+	AnnotationRuleSets = annotation.RuleSets
 )
 
 // DefaultPolicyFile is the policy for containers that carry no doorman

@@ -30,7 +30,7 @@ const RuntimeConfigFile = "/etc/doorman/runtime.json"
 // for a container whose spec has no doorman.io/mode nor
 // doorman.io/allowed-hosts annotation. Any other doorman.io/* label is
 // passed on too, and refused as unknown.
-var DockerLabels = []string{AnnotationMode, AnnotationAllowedHosts, AnnotationAllowDirect, AnnotationInspect}
+var DockerLabels = []string{AnnotationMode, AnnotationAllowedHosts, AnnotationAllowDirect, AnnotationRuleSets, AnnotationInspect}
 
 // annotationDockerName carries a Docker container's name into the hook.
 const annotationDockerName = "doorman.io/container-name"

@@ -335,6 +335,8 @@ func TestDocker(t *testing.T) {
 		d.mustDocker("rm", "-f", id)
 	})
 
+	t.Run("rule sets", func(t *testing.T) { dockerRuleSets(t, d) })
+
 	t.Run("bad labels", func(t *testing.T) {
 		for _, tc := range []struct {
 			label, value string

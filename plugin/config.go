@@ -135,13 +135,27 @@ func (n *NetConf) prevResult() (*current.Result, error) {
 
 // policy is the policy for this container: the one its pod's annotations
 // ask for (see package annotation), else a policy file in PolicyDir named
-// by the container's id or name, else the network's. Any error here
-// refuses the ADD (fail closed): annotations that do not parse never
-// fall back to a policy they did not ask for.
+// by the container's id or name, else the network's; with the rule sets
+// the pod's doorman.io/rulesets annotation names, if it has one, instead
+// of that policy's. Any error here refuses the ADD (fail closed):
+// annotations that do not parse never fall back to a policy they did not
+// ask for.
 func (n *NetConf) policy(args *skel.CmdArgs) (*conf.Policy, error) {
 	if err := annotation.CheckKnown(n.RuntimeConfig.PodAnnotations); err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
 	}
+	p, err := n.basePolicy(args)
+	if err != nil {
+		return nil, err
+	}
+	if p, err = annotation.WithRuleSets(p, n.RuntimeConfig.PodAnnotations); err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
+	}
+	return p, nil
+}
+
+// basePolicy is policy before the rulesets annotation.
+func (n *NetConf) basePolicy(args *skel.CmdArgs) (*conf.Policy, error) {
 	if p, ok, err := annotation.Policy(n.RuntimeConfig.PodAnnotations); ok {
 		if err != nil {
 			return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")

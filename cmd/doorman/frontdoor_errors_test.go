@@ -388,6 +388,7 @@ func frontDoors() []frontDoor {
 		case "proxyLimits":
 			cniKeys = append(cniKeys, prefixed(k, proxyLimitKeys)...)
 		case "inspect":
+			cniKeys = append(cniKeys, k+".rulesets")
 			cniKeys = append(cniKeys, prefixed(k+"."+inspectHost, conf.InspectJSONKeys())...)
 		}
 	}
@@ -418,7 +419,7 @@ func frontDoors() []frontDoor {
 
 	// The policy file: the mode line, an entry, and each verb of a rule
 	// line.
-	policyKeys := []string{"mode", "entry"}
+	policyKeys := []string{"mode", "entry", "ruleset"}
 	for _, v := range conf.InspectVerbs {
 		policyKeys = append(policyKeys, "inspect "+v)
 	}
@@ -649,6 +650,7 @@ var badValues = map[string]map[string][]badValue{
 		"proxyLimits.memory":                       {{value: `"64"`}, {value: `"lots"`}, {value: `[]`}},
 		"proxyLimits.pids":                         {{value: `"4"`}, {value: `"many"`}},
 		"proxyLimits.cpuWeight":                    {{value: `0`}, {value: `20000`}, {value: `{}`}},
+		"inspect.rulesets":                         {{value: `["open-book"]`}, {value: `[{"name": "closed-book", "action": "block"}]`, shown: "block"}, {value: `"closed-book"`}},
 		"inspect." + api + ".deny":                 {{value: `{"method": "POST"}`}},
 		"inspect." + api + ".allow":                {{value: `"GET"`}},
 		"inspect." + api + ".default":              {{value: `"maybe"`}, {value: `false`}},
@@ -678,11 +680,13 @@ var badValues = map[string]map[string][]badValue{
 		"runtimeConfig.io.kubernetes.cri.pod-annotations.doorman.io/mode":          {{value: `"permissive"`}},
 		"runtimeConfig.io.kubernetes.cri.pod-annotations.doorman.io/allowed-hosts": {{value: `"api.example.com,https://x/"`, shown: "https://x/"}},
 		"runtimeConfig.io.kubernetes.cri.pod-annotations.doorman.io/allow-direct":  {{value: `"db.example.com"`}},
+		"runtimeConfig.io.kubernetes.cri.pod-annotations.doorman.io/rulesets":      {{value: `"closed-bok"`}, {value: `"closed-book:block"`}},
 		// Annotations and labels (the text of the value).
 		annotation.Mode:         {{value: "permissive"}},
 		annotation.AllowedHosts: {{value: "api.example.com, https://x/", shown: "https://x/"}},
 		annotation.AllowDirect:  {{value: "203.0.113.7, db.example.com", shown: "db.example.com"}},
-		hook.AnnotationInspect:  {{value: `{"api.example.com": {"default": "maybe"}}`, shown: "maybe"}, {value: `[1]`}},
+		annotation.RuleSets:     {{value: "closed-bok"}, {value: "closed-book:block", shown: "block"}, {value: "closed-book,closed-book:strip", shown: "closed-book"}},
+		hook.AnnotationInspect:  {{value: `{"api.example.com": {"default": "maybe"}}`, shown: "maybe"}, {value: `[1]`}, {value: `{"rulesets": ["open-book"]}`, shown: "open-book"}},
 	},
 	"runtime.json": {
 		"runc":                  {{value: `1`}},
@@ -750,6 +754,7 @@ var badValues = map[string]map[string][]badValue{
 		"--upstream-ca-file":  {{value: "roots.pem"}},
 		"--allow":             {{value: "https://api.example.com/"}},
 		"--allow-direct":      {{value: "db.example.com"}},
+		"--ruleset":           {{value: "closed-bok"}, {value: "closed-book:block", shown: "block"}},
 		"--dns":               {{value: "dns.example.com"}},
 		"--subnet":            {{value: "10.1.2.3/24"}, {value: "subnet"}},
 		"--nat64-prefix":      {{value: "2001:db8:64::/80"}, {value: "10.0.0.0/8"}},
@@ -805,6 +810,7 @@ var badValues = map[string]map[string][]badValue{
 	"policy file": {
 		"mode":            {{value: "mode: permissive", shown: "permissive"}},
 		"entry":           {{value: "https://api.example.com/"}},
+		"ruleset":         {{value: "ruleset closed-bok", shown: "closed-bok"}, {value: "ruleset closed-book block", shown: "block"}},
 		"inspect allow":   {{value: "inspect " + api + " allow query:a&b", shown: "a&b"}, {value: "inspect " + api + " allow get", shown: "get"}},
 		"inspect deny":    {{value: "inspect " + api + " deny json:a..b", shown: "a..b"}, {value: "inspect " + api + " deny colour:red", shown: "colour:red"}},
 		"inspect default": {{value: "inspect " + api + " default maybe", shown: "maybe"}},

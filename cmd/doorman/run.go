@@ -22,7 +22,7 @@ import (
 
 // runFlags are `doorman run`'s flags.
 type runFlags struct {
-	allow, direct, dns, subnets, nat64          listFlag
+	allow, direct, dns, subnets, nat64, sets    listFlag
 	mode, policyFile, upstream, bridge, cniPath string
 	name, stateDir, logDir, runDir, user        string
 	caDir, upstreamCA                           string
@@ -44,9 +44,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.runDir, "run-dir", runner.DefaultRunDir, "`dir` for the runs' records, CNI caches and the run network's IPAM data")
 	fs.StringVar(&f.limits, "limits", "", "`file` of the proxy's caps (JSON, the keys of /etc/doorman/limits.json); each key given wins over that file's")
 	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can write the host's files")
-	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file inspects, is <dir>/<bridge>")
+	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file or a --ruleset inspects, is <dir>/<bridge>")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
+	fs.Var(&f.sets, "ruleset", "shipped rule set in force, `NAME[:ACTION]` (repeatable; ACTION deny, strip or probe, default deny): closed-book:strip; added to the --policy file's (doorman rulesets lists them)")
 	fs.Var(&f.direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
 	fs.Var(&f.dns, "dns", "resolver `addr` the command may query and finds in its /etc/resolv.conf (repeatable; default the host's)")
 	fs.Var(&f.nat64, "nat64-prefix", nat64Usage)
@@ -138,7 +139,7 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	}
 	cfg.AllowICMP, cfg.LogDir, cfg.CADir, cfg.UpstreamCAFile = f.allowICMP, f.logDir, f.caDir, f.upstreamCA
 	var err error
-	if cfg.Policy, err = runPolicy(f.policyFile, f.mode, f.allow); err != nil {
+	if cfg.Policy, err = runPolicy(f.policyFile, f.mode, f.allow, f.sets); err != nil {
 		return cfg, err
 	}
 	if cfg.Policy.Mode == conf.ModeAllowlist && len(cfg.Policy.Entries) == 0 {
@@ -196,8 +197,9 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 }
 
 // runPolicy builds the run's policy: the policy file's if one is given,
-// plus the --allow entries, in the --mode if one is given.
-func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
+// plus the --allow entries and the --ruleset uses, in the --mode if one
+// is given.
+func runPolicy(file, mode string, allow, ruleSets []string) (*conf.Policy, error) {
 	m := conf.ModeAllowlist
 	var entries []string
 	var inspect []conf.InspectHost
@@ -219,10 +221,20 @@ func runPolicy(file, mode string, allow []string) (*conf.Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--allow: %w", err)
 	}
+	fromFile := len(sets)
+	for _, v := range ruleSets {
+		u, err := conf.ParseRuleSetRef(v)
+		if err != nil {
+			return nil, fmt.Errorf("--ruleset %w", err)
+		}
+		sets = append(sets, u)
+	}
 	if len(sets) > 0 {
-		// The policy file's rule sets, checked when it loaded.
 		if p, err = p.WithRuleSets(sets); err != nil {
-			return nil, err
+			if fromFile > 0 {
+				return nil, fmt.Errorf("--ruleset (beside the --policy file's rule sets): %w", err)
+			}
+			return nil, fmt.Errorf("--ruleset: %w", err)
 		}
 	}
 	if len(inspect) > 0 {

@@ -5,8 +5,9 @@
 // happened through its output and, above all, its exit status, so a test can
 // tell "allowed", "denied by a TLS alert", "refused" and "dropped" apart:
 //
-//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--timeout D]
-//	    HTTP(S) GET; prints "status: N" and the body.
+//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--timeout D]
+//	    HTTP(S) GET (with --data, a POST of that JSON body); prints
+//	    "status: N" and the body.
 //	probe tcp ADDR:PORT [--send DATA] [--timeout D]
 //	    connects; with --send, writes DATA and waits for a reply.
 //	probe udp ADDR:PORT [--send DATA] [--timeout D]
@@ -90,7 +91,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT | dns SERVER NAME | sleep DURATION  [--timeout D]")
+	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT | dns SERVER NAME | sleep DURATION  [--timeout D]")
 	os.Exit(exitUsage)
 }
 
@@ -149,6 +150,7 @@ func runGet(args []string) error {
 	caFile := fs.String("ca", "", "PEM file of the CA to trust (default: the system's)")
 	resolve := fs.String("resolve", "", "HOST:ADDR: connect to ADDR whenever HOST is dialled")
 	timeout := fs.Duration("timeout", defaultWait, "overall deadline")
+	data := fs.String("data", "", "a JSON body to POST instead of a GET")
 	pos, err := parse(fs, args, 1, "URL")
 	if err != nil {
 		return err
@@ -182,9 +184,16 @@ func runGet(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pos[0], nil)
+	method, reqBody := http.MethodGet, io.Reader(nil)
+	if *data != "" {
+		method, reqBody = http.MethodPost, strings.NewReader(*data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, pos[0], reqBody)
 	if err != nil {
 		return usageError{fmt.Sprintf("URL %q: %v", pos[0], err)}
+	}
+	if *data != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {

@@ -113,7 +113,15 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sess *Ses
 					break
 				}
 			}
-			return refuse(http.StatusForbidden, "ruleset "+a.Set.Ref()+": "+j.Rule, j.Reason, tool)
+			if j.Spelling != "" {
+				j.Reason += " (matched another spelling of the request: " + j.Spelling + ")"
+				j.Reason = strings.TrimPrefix(j.Reason, " ")
+			}
+			rule := "ruleset " + a.Set.Ref()
+			if j.Rule != "" {
+				rule += ": " + j.Rule
+			}
+			return refuse(http.StatusForbidden, rule, j.Reason, tool)
 		}
 		if j.Body != nil {
 			for _, f := range j.Removed {
