@@ -53,6 +53,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzSpelling$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzRuleSetJudge$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuleSet$$' -fuzztime=$(FUZZTIME) ./conf
+	$(GO) test -run='^$$' -fuzz='^FuzzRuleSetOnePass$$' -fuzztime=$(FUZZTIME) ./conf
 	$(GO) test -run='^$$' -fuzz='^FuzzJSONScanner$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzTripwire$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzServerName$$' -fuzztime=$(FUZZTIME) ./proxy/sniff

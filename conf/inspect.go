@@ -523,14 +523,16 @@ func matchPathSpellings(pattern string, paths []spelled, match func(pattern, pat
 	// Only a pattern that ends in '/' or '*' can match a path with a
 	// slash added: the spelling is built only then.
 	addSlash := strings.HasSuffix(pattern, "/") || strings.HasSuffix(pattern, "*")
-	for _, p := range paths {
+	for i := range paths {
+		p := &paths[i]
 		s, folded, note := p.s, p.folded, ""
 		ok := match(pattern, folded)
 		if !ok && len(s) > 1 && strings.HasSuffix(s, "/") {
 			s, folded, note = s[:len(s)-1], folded[:len(folded)-1], "trailing slash dropped"
 			ok = match(pattern, folded)
 		} else if !ok && addSlash && !strings.HasSuffix(s, "/") {
-			s, folded, note = s+"/", folded+"/", "trailing slash added"
+			s, folded = p.withSlash()
+			note = "trailing slash added"
 			ok = match(pattern, folded)
 		}
 		if !ok {

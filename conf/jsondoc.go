@@ -12,38 +12,49 @@ import (
 
 // jsonDoc is a JSON document read where a rule set looks, and no
 // further: the rule sets' matcher and rewriter work on its exact bytes.
-// The whole document is checked once (valid JSON, valid UTF-8); after
+// The whole document is checked once (valid JSON, valid UTF-8) and, in
+// one more pass, every object and array is indexed by its span; after
 // that an object's members, an array's elements and a string's text are
-// read only when a rule asks for them, and every value keeps its byte
-// span, so that a rewrite can delete exactly the bytes of an entry and
-// leave every other byte as it was.
+// read only when a rule asks for them, without reading again the bytes
+// of the values they hold, and every value keeps its byte span, so that
+// a rewrite can delete exactly the bytes of an entry and leave every
+// other byte as it was.
 type jsonDoc struct {
 	b []byte
-	// What has been read, by the value's start: each object and array
-	// is read once however many rules look at it.
+	// conts are the document's objects and arrays in the order they
+	// start (see index).
+	conts []container
+	// What has been read: each object and array is read once however
+	// many rules look at it (container.memo indexes these).
 	objs  []objMemo
-	elems []elemMemo
-	// Past memoScan entries, the memos are found through maps (a body
-	// with many objects a rule reads).
-	objIndex  map[int]objMemo
-	elemIndex map[int][]jval
-	// scratch is reused for the candidates of one rule.
-	scratch []candidate
+	elems [][]jval
+	// at is the container found last: reads go mostly forward.
+	at int
+	// mslab and eslab hold the members and elements read, each
+	// object's and array's a run of them (fewer, larger allocations;
+	// see carve); mtmp and etmp are where they are read into first.
+	mslab, mtmp []jmember
+	eslab, etmp []jval
+	// keys are the keys read without escapes, with their folding, by
+	// their bytes: an agent's body repeats a few keys many times.
+	keys map[string]internedKey
 }
 
-// memoScan is how many memos are searched in order before a map
-// indexes them.
-const memoScan = 16
+// internedKey is a key as read and as folded (looseKey).
+type internedKey struct{ key, fold string }
+
+// maxInterned bounds the keys a document keeps in jsonDoc.keys.
+const maxInterned = 4096
+
+// container is one object or array: its span b[s:e], and 1 + the index
+// of what was read of it in objs or elems (0: not read yet).
+type container struct {
+	s, e, memo int32
+}
 
 type objMemo struct {
-	at  int
 	ms  []jmember
 	err error
-}
-
-type elemMemo struct {
-	at int
-	es []jval
 }
 
 // jval is one value of a jsonDoc: the bytes b[s:e], without the
@@ -78,31 +89,56 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 		}
 		return nil, jval{}, err
 	}
-	if depthOver(data, maxJSONDepth) {
+	d := &jsonDoc{b: data}
+	if !d.index(maxJSONDepth) {
 		return nil, jval{}, errDocDepth
 	}
-	d := &jsonDoc{b: data}
 	s := skipWS(data, 0)
 	return d, jval{s, d.skip(s)}, nil
 }
 
-// depthOver reports whether a valid document nests containers deeper
-// than max.
-func depthOver(b []byte, max int) bool {
-	depth := 0
+// index reads a valid document once, filling conts with the span of
+// every object and array; false if containers nest deeper than max.
+func (d *jsonDoc) index(max int) bool {
+	b := d.b
+	if len(b) > 1<<31-1 {
+		return false // not reached: bodies are read up to 32 MiB
+	}
+	var open []int32 // indexes in conts of the containers not closed
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
 			i = stringEnd(b, i) - 1
 		case '{', '[':
-			if depth++; depth > max {
-				return true
+			if len(open)+1 > max {
+				return false
 			}
+			open = append(open, int32(len(d.conts)))
+			d.conts = append(d.conts, container{s: int32(i)})
 		case '}', ']':
-			depth--
+			d.conts[open[len(open)-1]].e = int32(i + 1)
+			open = open[:len(open)-1]
 		}
 	}
-	return false
+	return true
+}
+
+// find returns the index in conts of the container that starts at s, or
+// -1.
+func (d *jsonDoc) find(s int) int {
+	if d.at < len(d.conts) && int(d.conts[d.at].s) == s {
+		return d.at
+	}
+	if d.at+1 < len(d.conts) && int(d.conts[d.at+1].s) == s {
+		d.at++
+		return d.at
+	}
+	k, ok := slices.BinarySearchFunc(d.conts, s, func(c container, s int) int { return int(c.s) - s })
+	if !ok {
+		return -1
+	}
+	d.at = k
+	return k
 }
 
 func skipWS(b []byte, i int) int {
@@ -143,6 +179,9 @@ func (d *jsonDoc) skip(i int) int {
 	case '"':
 		return stringEnd(b, i)
 	case '{', '[':
+		if k := d.find(i); k >= 0 {
+			return int(d.conts[k].e)
+		}
 		depth := 0
 		for j := i; j < len(b); j++ {
 			switch b[j] {
@@ -200,55 +239,81 @@ func (d *jsonDoc) str(v jval) string {
 // members returns the members of the object v, in order; an error if a
 // key is given twice (what would a server read?).
 func (d *jsonDoc) members(v jval) ([]jmember, error) {
-	// Few objects are read per document, mostly in order: look from
-	// the latest.
-	if d.objIndex != nil {
-		if m, ok := d.objIndex[v.s]; ok {
-			return m.ms, m.err
-		}
-	} else {
-		for i := len(d.objs) - 1; i >= 0; i-- {
-			if d.objs[i].at == v.s {
-				return d.objs[i].ms, d.objs[i].err
-			}
-		}
+	k := d.find(v.s)
+	if k >= 0 && d.conts[k].memo > 0 {
+		m := d.objs[d.conts[k].memo-1]
+		return m.ms, m.err
 	}
 	ms, err := d.readMembers(v)
-	switch {
-	case d.objIndex != nil:
-		d.objIndex[v.s] = objMemo{v.s, ms, err}
-	case len(d.objs) < memoScan:
-		d.objs = append(d.objs, objMemo{v.s, ms, err})
-	default:
-		d.objIndex = make(map[int]objMemo, 16*memoScan)
-		for _, o := range d.objs {
-			d.objIndex[o.at] = o
-		}
-		d.objIndex[v.s] = objMemo{v.s, ms, err}
+	if k >= 0 {
+		d.objs = append(d.objs, objMemo{ms, err})
+		d.conts[k].memo = int32(len(d.objs))
 	}
 	return ms, err
 }
 
 func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
 	b := d.b
-	var out []jmember
+	d.mtmp = d.mtmp[:0]
 	i := skipWS(b, v.s+1)
 	for i < v.e && b[i] != '}' {
 		ke := stringEnd(b, i)
-		key := d.str(jval{i, ke})
+		key, fold := d.key(jval{i, ke})
 		j := skipWS(b, ke)
 		j = skipWS(b, j+1) // ':'
 		ve := d.skip(j)
-		out = append(out, jmember{key: key, fold: looseKey(key), keyS: i, val: jval{j, ve}})
+		d.mtmp = append(d.mtmp, jmember{key: key, fold: fold, keyS: i, val: jval{j, ve}})
 		i = skipWS(b, ve)
 		if i < v.e && b[i] == ',' {
 			i = skipWS(b, i+1)
 		}
 	}
-	if err := checkDuplicateKeys(out); err != nil {
+	if len(d.mtmp) == 0 {
+		return nil, nil
+	}
+	if err := checkDuplicateKeys(d.mtmp); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return carve(&d.mslab, d.mtmp), nil
+}
+
+// maxSlab is how many members or elements a new slab is made for at
+// most, unless one object or array needs more: slabs start small (a
+// small body reads a few objects) and double.
+const maxSlab = 1024
+
+// carve copies src (not empty) into the slab, starting a new one when
+// it has no room left: the runs carved before stay where they are.
+func carve[T any](slab *[]T, src []T) []T {
+	c := *slab
+	if cap(c)-len(c) < len(src) {
+		c = make([]T, 0, max(len(src), min(2*cap(c), maxSlab), 8))
+	}
+	start := len(c)
+	c = append(c, src...)
+	*slab = c
+	return c[start:len(c):len(c)]
+}
+
+// key decodes the key k and folds it (looseKey).
+func (d *jsonDoc) key(k jval) (key, fold string) {
+	raw := d.b[k.s+1 : k.e-1]
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		key = d.str(k)
+		return key, looseKey(key)
+	}
+	if ik, ok := d.keys[string(raw)]; ok {
+		return ik.key, ik.fold
+	}
+	key = string(raw)
+	fold = looseKey(key)
+	if d.keys == nil {
+		d.keys = make(map[string]internedKey)
+	}
+	if len(d.keys) < maxInterned {
+		d.keys[key] = internedKey{key, fold}
+	}
+	return key, fold
 }
 
 // checkDuplicateKeys refuses an object with a key given twice.
@@ -275,46 +340,34 @@ func checkDuplicateKeys(ms []jmember) error {
 
 // elements returns the elements of the array v, in order.
 func (d *jsonDoc) elements(v jval) []jval {
-	if d.elemIndex != nil {
-		if e, ok := d.elemIndex[v.s]; ok {
-			return e
-		}
-	} else {
-		for i := len(d.elems) - 1; i >= 0; i-- {
-			if d.elems[i].at == v.s {
-				return d.elems[i].es
-			}
-		}
+	k := d.find(v.s)
+	if k >= 0 && d.conts[k].memo > 0 {
+		return d.elems[d.conts[k].memo-1]
 	}
 	e := d.readElements(v)
-	switch {
-	case d.elemIndex != nil:
-		d.elemIndex[v.s] = e
-	case len(d.elems) < memoScan:
-		d.elems = append(d.elems, elemMemo{v.s, e})
-	default:
-		d.elemIndex = make(map[int][]jval, 16*memoScan)
-		for _, m := range d.elems {
-			d.elemIndex[m.at] = m.es
-		}
-		d.elemIndex[v.s] = e
+	if k >= 0 {
+		d.elems = append(d.elems, e)
+		d.conts[k].memo = int32(len(d.elems))
 	}
 	return e
 }
 
 func (d *jsonDoc) readElements(v jval) []jval {
 	b := d.b
-	var out []jval
+	d.etmp = d.etmp[:0]
 	i := skipWS(b, v.s+1)
 	for i < v.e && b[i] != ']' {
 		e := d.skip(i)
-		out = append(out, jval{i, e})
+		d.etmp = append(d.etmp, jval{i, e})
 		i = skipWS(b, e)
 		if i < v.e && b[i] == ',' {
 			i = skipWS(b, i+1)
 		}
 	}
-	return out
+	if len(d.etmp) == 0 {
+		return nil
+	}
+	return carve(&d.eslab, d.etmp)
 }
 
 // span is a run of bytes a rewrite deletes.

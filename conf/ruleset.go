@@ -88,6 +88,10 @@ type SetProvider struct {
 	// matcher holds the set's evidence lines and the provider's,
 	// compiled once.
 	matcher *EvidenceMatcher
+	// anchors are the anchors of the rules that read the body,
+	// compiled once (nil for a provider not made by ParseRuleSet:
+	// compiled when judging).
+	anchors *anchorTrie
 }
 
 // SetRule is a tool or refuse line.
@@ -451,6 +455,7 @@ func ParseRuleSet(data []byte) (*RuleSet, error) {
 	seen := map[string]bool{}
 	for _, p := range s.Providers {
 		p.matcher = NewEvidenceMatcher(slices.Concat(s.Evidence, p.Evidence))
+		p.anchors = compileAnchors(p)
 		for _, h := range slices.Concat(p.Hosts, p.Fronts) {
 			if !seen[h] {
 				seen[h] = true

@@ -119,9 +119,45 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 			j.Verdict, j.Rule, j.Reason, j.Spelling = VerdictDeny, rule, reason, how
 		}
 	}
+	// Whether each rule's method, path and headers match, and how:
+	// matched once per rule (by provider, then rule).
+	heads := make([][]headMatch, len(a.Providers))
+	head := func(pi, i int) (bool, string) {
+		if heads[pi] == nil {
+			heads[pi] = make([]headMatch, len(a.Providers[pi].Rules))
+		}
+		h := &heads[pi][i]
+		if !h.done {
+			h.done = true
+			h.ok, h.how = a.Providers[pi].Rules[i].Head.match(r)
+		}
+		return h.ok, h.how
+	}
+	// What one walk of the body found for each provider's rules, made
+	// when the first of them reads the body.
+	scans := make([]*anchorScan, len(a.Providers))
+	scanFor := func(pi int, d *jsonDoc) *anchorScan {
+		if scans[pi] == nil {
+			p := a.Providers[pi]
+			t := p.anchors
+			if t == nil {
+				t = compileAnchors(p)
+			}
+			live := make([]bool, len(p.Rules))
+			for i := range p.Rules {
+				rule := &p.Rules[i]
+				if rule.readsBody() && (!rule.With || a.Action == SetStrip) {
+					live[i], _ = head(pi, i)
+				}
+			}
+			s := d.scanAnchors(t, root, live)
+			scans[pi] = &s
+		}
+		return scans[pi]
+	}
 	var plan stripPlan
 	for pass := 0; pass < 2; pass++ {
-		for _, p := range a.Providers {
+		for pi, p := range a.Providers {
 			for i := range p.Rules {
 				rule := &p.Rules[i]
 				// Tools and refusals first; then, when strip removes a
@@ -130,7 +166,7 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 					continue
 				}
 				var ok bool
-				if ok, how = rule.Head.match(r); !ok {
+				if ok, how = head(pi, i); !ok {
 					continue
 				}
 				if !rule.readsBody() {
@@ -146,8 +182,8 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 				if d == nil {
 					continue // no body: no tool in it
 				}
-				cands, err := d.collect(d.scratch[:0], candidate{v: root}, rule.Anchor.steps)
-				d.scratch = cands[:0]
+				sc := scanFor(pi, d)
+				cands, err := sc.found(i)
 				for ci := 0; err == nil && ci < len(cands); ci++ {
 					c := cands[ci]
 					var ok bool
@@ -189,6 +225,13 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 	return j
 }
 
+// headMatch is whether a rule's method, path and headers matched a
+// request, and how (see setHead.match).
+type headMatch struct {
+	done, ok bool
+	how      string
+}
+
 // candidate is one value an anchor found.
 type candidate struct {
 	v jval
@@ -217,47 +260,6 @@ func (c *candidate) where() string {
 		return c.key
 	}
 	return c.base + "." + c.key
-}
-
-// collect appends to dst every value steps find from c, in order.
-func (d *jsonDoc) collect(dst []candidate, c candidate, steps []setStep) ([]candidate, error) {
-	if len(steps) == 0 {
-		return append(dst, c), nil
-	}
-	st := steps[0]
-	if st.array {
-		if d.kind(c.v) != '[' {
-			return dst, nil
-		}
-		base := c.where()
-		for i, e := range d.elements(c.v) {
-			var err error
-			if dst, err = d.collect(dst, candidate{v: e, base: base, inArr: true, arr: c.v, idx: i, owner: c.owner, hasOwner: c.hasOwner}, steps[1:]); err != nil {
-				return dst, err
-			}
-		}
-		return dst, nil
-	}
-	if d.kind(c.v) != '{' {
-		return dst, nil
-	}
-	ms, err := d.members(c.v)
-	if err != nil {
-		return dst, err
-	}
-	var base string
-	for _, m := range ms {
-		if m.fold != st.key {
-			continue
-		}
-		if base == "" {
-			base = c.where()
-		}
-		if dst, err = d.collect(dst, candidate{v: m.val, base: base, key: m.key, owner: c.v, hasOwner: true}, steps[1:]); err != nil {
-			return dst, err
-		}
-	}
-	return dst, nil
 }
 
 // candidates returns the values anchor finds from root (root itself for

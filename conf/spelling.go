@@ -401,6 +401,17 @@ func oddPath(escaped string, forms []pathForm) string {
 type spelled struct {
 	s, folded string
 	how       []string
+	// slashed are s and folded with a slash added, made the first
+	// time a pattern is tried on them (see matchPathSpellings).
+	slashed *[2]string
+}
+
+// withSlash returns s and folded with a slash added, made once.
+func (p *spelled) withSlash() (s, folded string) {
+	if p.slashed == nil {
+		p.slashed = &[2]string{p.s + "/", p.folded + "/"}
+	}
+	return p.slashed[0], p.slashed[1]
 }
 
 // spellings is what judging a request needs of its spellings, worked out
