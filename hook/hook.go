@@ -18,6 +18,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/runtimekind"
 	"github.com/doorman-net/doorman/sandbox"
 	"github.com/doorman-net/doorman/spec"
 )
@@ -156,9 +157,17 @@ func enforceState(st *specs.State, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// The runtime's kind, from the process the state names (runsc's
+	// sandbox, a VM monitor, or the container's own init): a workload
+	// with a network stack of its own is held only from the host side of
+	// its link.
+	kind := runtimekind.OfPID("/proc", st.Pid)
+	if kind.OwnStack() && !spec.HostLayer && c.policy.Mode != conf.ModeOpen {
+		return fmt.Errorf("%s; the host-side layer, which alone sees its traffic, is off (--host-layer=false): doorman would enforce nothing", kind.Describe())
+	}
 	_, err = sandbox.Enforce(sandbox.Request{
 		Attachment: sandbox.Attachment{
-			Key: Key(st.ID), ID: st.ID, Name: containerName(c.annotations), Runtime: "hook",
+			Key: Key(st.ID), ID: st.ID, Name: containerName(c.annotations), Runtime: "hook", RuntimeKind: string(kind),
 			NetNS: c.netns, Label: Coverage(c.oci), CgroupParent: cgroupParent(c.oci),
 		},
 		Spec:        spec,

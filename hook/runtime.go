@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/atomicfile"
+	"github.com/doorman-net/doorman/internal/runtimekind"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/sandbox"
 	"github.com/doorman-net/doorman/spec"
@@ -74,6 +77,13 @@ type RuntimeConfig struct {
 	// ProxyLimits are the limits of each proxy's cgroup: {"memory":
 	// "256Mi", "pids": 512, "cpuWeight": 100} (the defaults).
 	ProxyLimits *spec.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
+	// Runtimes are the other OCI runtimes the wrapper can wrap, by the
+	// name an engine's runtime entry passes it first as
+	// --doorman-runtime=NAME (Docker's daemon.json runtimeArgs):
+	// {"runsc": {"path": "/usr/local/bin/runsc", "args":
+	// ["--network=sandbox"]}}. Without that argument the wrapper wraps
+	// Runc.
+	Runtimes map[string]RuntimeEntry `json:"runtimes,omitempty"`
 	// NAT64Prefixes are the prefixes of the NAT64 translators the host
 	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
 	// spec.ParseNAT64Prefixes).
@@ -81,6 +91,18 @@ type RuntimeConfig struct {
 
 	source string // the file this was read from, for messages
 }
+
+// RuntimeEntry is one of RuntimeConfig.Runtimes: the runtime's binary
+// (an absolute path, or a name on PATH) and the global flags the wrapper
+// passes it before the engine's arguments.
+type RuntimeEntry struct {
+	Path string   `json:"path"`
+	Args []string `json:"args,omitempty"`
+}
+
+// runtimeFlag is the argument that names, among the wrapper's first
+// arguments, which of RuntimeConfig.Runtimes to wrap.
+const runtimeFlag = "--doorman-runtime"
 
 // LoadRuntimeConfig reads path; a missing file means the defaults. An
 // unknown key, or a value of the wrong type, is an error naming the file,
@@ -107,6 +129,19 @@ func LoadRuntimeConfig(path string) (RuntimeConfig, error) {
 	}
 	if c.Runc != "" && strings.Contains(c.Runc, "/") && !filepath.IsAbs(c.Runc) {
 		return RuntimeConfig{}, fmt.Errorf("runtime config %s: runc %q: want a name on PATH or an absolute path", path, c.Runc)
+	}
+	for name, r := range c.Runtimes {
+		switch {
+		case name == "" || strings.ContainsAny(name, "=/ \t"):
+			return RuntimeConfig{}, fmt.Errorf("runtime config %s: runtimes %q: want a name without '=', '/' or spaces", path, name)
+		case r.Path == "" || strings.Contains(r.Path, "/") && (!filepath.IsAbs(r.Path) || filepath.Clean(r.Path) != r.Path):
+			return RuntimeConfig{}, fmt.Errorf("runtime config %s: runtimes.%s.path %q: want a name on PATH or a clean absolute path", path, name, r.Path)
+		}
+		for i, a := range r.Args {
+			if !strings.HasPrefix(a, "-") {
+				return RuntimeConfig{}, fmt.Errorf("runtime config %s: runtimes.%s.args[%d] %q: want a global flag (--name=value): the wrapper finds the verb after them", path, name, i, a)
+			}
+		}
 	}
 	c.source = path
 	return c, nil
@@ -175,18 +210,60 @@ func flagName(a string) (name, value string, hasValue bool) {
 	return strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
 }
 
-// Wrap prepares one runc invocation: for `create` and `run` it adds
+// Wrap prepares one runtime invocation: for `create` and `run` it adds
 // doorman's hooks to the bundle's config.json (see PrepareBundle); every
-// verb's arguments pass through untouched. It returns the real runc's path;
-// the caller execs it with args. An error is also written to the runtime
-// log the engine named with --log (see logRuntimeError): containerd shows
-// the user that log's last error, never the runtime's stderr.
-func Wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
+// verb's arguments pass through untouched. It returns the real runtime's
+// path and the arguments to exec it with: args, less a leading
+// --doorman-runtime=NAME, which picks one of cfg.Runtimes (whose own
+// flags go first) in place of runc. An error is also written to the
+// runtime log the engine named with --log (see logRuntimeError):
+// containerd shows the user that log's last error, never the runtime's
+// stderr.
+func Wrap(args []string, cfg RuntimeConfig, self string) (string, []string, error) {
+	name, args, err := pickRuntime(args, cfg)
+	if err != nil {
+		logRuntimeError(args, err)
+		return "", nil, err
+	}
+	if name != "" {
+		r := cfg.Runtimes[name]
+		cfg.Runc = r.Path
+		args = append(slices.Clip(r.Args), args...)
+	}
 	runc, err := wrap(args, cfg, self)
 	if err != nil {
 		logRuntimeError(args, err)
 	}
-	return runc, err
+	return runc, args, err
+}
+
+// pickRuntime takes --doorman-runtime=NAME (or --doorman-runtime NAME)
+// out of the global flags in args and returns NAME, "" for runc. A name
+// that cfg.Runtimes does not have is an error: the container must not
+// run on another runtime than the one its engine asked for.
+func pickRuntime(args []string, cfg RuntimeConfig) (string, []string, error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		v, ok := strings.CutPrefix(a, runtimeFlag+"=")
+		end := i + 1
+		if !ok && a == runtimeFlag && i+1 < len(args) {
+			v, ok, end = args[i+1], true, i+2
+		}
+		if !ok {
+			if name, _, hasValue := flagName(a); !hasValue && slices.Contains(runcGlobalValueFlags, name) {
+				i++ // the flag's value
+			}
+			continue
+		}
+		if _, known := cfg.Runtimes[v]; !known {
+			return "", args, fmt.Errorf("doorman: %s=%s: no such runtime in %s's \"runtimes\" (it has %s)", runtimeFlag, v, orDefault(cfg.source, RuntimeConfigFile), strings.Join(slices.Sorted(maps.Keys(cfg.Runtimes)), ", "))
+		}
+		return v, slices.Concat(args[:i], args[end:]), nil
+	}
+	return "", args, nil
 }
 
 func wrap(args []string, cfg RuntimeConfig, self string) (string, error) {
@@ -233,12 +310,18 @@ func completeHostLayer(args []string, cfg RuntimeConfig) error {
 	if id == "" {
 		return nil
 	}
-	_, err := sandbox.CompleteHostLayer(orDefault(cfg.StateDir, hostconf.DefaultStateDir), Key(id))
+	s, err := sandbox.CompleteHostLayer(orDefault(cfg.StateDir, hostconf.DefaultStateDir), Key(id))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("doorman: container %s: %w", id, err)
+	}
+	// A workload with a network stack of its own is held from the host
+	// side of its link only: one with a way out and no layer on it is
+	// enforced by nothing (--network none has no way out).
+	if kind := runtimekind.Kind(s.RuntimeKind); kind.OwnStack() && !s.HostLayer && s.Mode != conf.ModeOpen && runtimekind.HasLink(s.NetNS) {
+		return fmt.Errorf("doorman: container %s: %s, and its interface has no host side doorman can hold (no veth peer in this namespace): doorman would enforce nothing", id, kind.Describe())
 	}
 	return nil
 }
@@ -296,10 +379,18 @@ func parseCreate(args []string) (bundle, id string) {
 }
 
 // findRunc returns the runc to exec: configured, or the first "runc" on
-// PATH (then /usr/sbin, /usr/bin) that is not this binary.
+// PATH (then /usr/sbin, /usr/bin) that is not this binary. A configured
+// name without a slash is looked up on PATH.
 func findRunc(configured, self string) (string, error) {
 	if configured == "" {
 		configured = os.Getenv("DOORMAN_RUNC")
+	}
+	if configured != "" && !strings.Contains(configured, "/") {
+		p, err := exec.LookPath(configured)
+		if err != nil {
+			return "", fmt.Errorf("doorman: runtime %s: %w", configured, err)
+		}
+		configured = p
 	}
 	if configured != "" {
 		if _, err := os.Stat(configured); err != nil {

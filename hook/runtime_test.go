@@ -341,7 +341,7 @@ func TestWrap(t *testing.T) {
 		for i := range args {
 			args[i] = strings.ReplaceAll(args[i], "BUNDLE", bundle)
 		}
-		runc, err := Wrap(args, cfg, "/usr/local/bin/doorman")
+		runc, _, err := Wrap(args, cfg, "/usr/local/bin/doorman")
 		if err != nil || runc != fakeRunc {
 			t.Errorf("Wrap(%q) = %q, %v", args, runc, err)
 		}
@@ -356,7 +356,7 @@ func TestWrap(t *testing.T) {
 		for i := range args {
 			args[i] = strings.ReplaceAll(args[i], "BUNDLE", bundle)
 		}
-		if runc, err := Wrap(args, cfg, "/d"); err != nil || runc != fakeRunc {
+		if runc, _, err := Wrap(args, cfg, "/d"); err != nil || runc != fakeRunc {
 			t.Errorf("Wrap(%q) = %q, %v", args, runc, err)
 		}
 		if hasHooks(bundle) {
@@ -366,13 +366,43 @@ func TestWrap(t *testing.T) {
 
 	// A container without a policy does not reach runc.
 	bundle := writeRawBundle(t, `{"process": {"args": ["sh"]}}`)
-	if _, err := Wrap([]string{"create", "--bundle", bundle, "c9"}, cfg, "/d"); err == nil ||
+	if _, _, err := Wrap([]string{"create", "--bundle", bundle, "c9"}, cfg, "/d"); err == nil ||
 		!strings.Contains(err.Error(), "c9") || !strings.Contains(err.Error(), AnnotationMode) {
 		t.Errorf("Wrap of a container without a policy: %v", err)
 	}
 	// Nor does anything when runc is not there.
-	if _, err := Wrap([]string{"state", "c1"}, RuntimeConfig{Runc: filepath.Join(dir, "no-runc")}, "/d"); err == nil {
+	if _, _, err := Wrap([]string{"state", "c1"}, RuntimeConfig{Runc: filepath.Join(dir, "no-runc")}, "/d"); err == nil {
 		t.Error("Wrap with a missing runc passed")
+	}
+}
+
+// --doorman-runtime=NAME among the first arguments picks one of the
+// configured runtimes, whose flags go first; the flag itself never
+// reaches the runtime, and a name the config lacks runs nothing.
+func TestWrapPicksRuntime(t *testing.T) {
+	dir := t.TempDir()
+	runsc := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(runsc, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := RuntimeConfig{Runc: filepath.Join(dir, "no-runc"), Runtimes: map[string]RuntimeEntry{
+		"runsc": {Path: runsc, Args: []string{"--network=sandbox", "--platform=systrap"}}}}
+	for _, args := range [][]string{
+		{"--doorman-runtime=runsc", "--root", "/run/x", "state", "c1"},
+		{"--root", "/run/x", "--doorman-runtime", "runsc", "state", "c1"},
+	} {
+		bin, out, err := Wrap(args, cfg, "/d")
+		want := []string{"--network=sandbox", "--platform=systrap", "--root", "/run/x", "state", "c1"}
+		if err != nil || bin != runsc || !slices.Equal(out, want) {
+			t.Errorf("Wrap(%q) = %q %q, %v; want %q %q", args, bin, out, err, runsc, want)
+		}
+	}
+	if _, _, err := Wrap([]string{"--doorman-runtime=kata", "state", "c1"}, cfg, "/d"); err == nil || !strings.Contains(err.Error(), "kata") || !strings.Contains(err.Error(), "runsc") {
+		t.Errorf("an unknown runtime: %v", err)
+	}
+	// Without the flag the wrapper wraps runc, which is missing here.
+	if _, _, err := Wrap([]string{"state", "c1"}, cfg, "/d"); err == nil {
+		t.Error("without --doorman-runtime the wrapper did not look for runc")
 	}
 }
 

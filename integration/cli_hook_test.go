@@ -64,14 +64,15 @@ func TestCLIHookSandbox(t *testing.T) {
 		t.Errorf("ls of the learner: %+v; want runtime hook, open, no entries, proxy up, label n/a", l)
 	}
 	// The table shows a runc id whole (its first 12 characters are not
-	// unique), with the runtime path.
+	// unique), with the runtime path and the kind of runtime found in the
+	// namespace.
 	r := e.mustCLI("ls")
 	var rows []string
 	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
 		f := strings.Fields(l)
-		rows = append(rows, strings.Join(f[:4], " "))
+		rows = append(rows, strings.Join(f[:5], " "))
 	}
-	if want := []string{id + " - hook allowlist", learner.id + " - hook open"}; !slices.Equal(rows, want) {
+	if want := []string{id + " - hook runc allowlist", learner.id + " - hook runc open"}; !slices.Equal(rows, want) {
 		t.Errorf("ls rows %q, want %q:\n%s", rows, want, r.stdout)
 	}
 
@@ -84,7 +85,7 @@ func TestCLIHookSandbox(t *testing.T) {
 			t.Errorf("show %s: %v", q, r)
 			continue
 		}
-		for _, want := range []string{"sandbox      " + ctr.key + "\n", "id           " + id + "\n", "runtime      hook\n",
+		for _, want := range []string{"sandbox      " + ctr.key + "\n", "id           " + id + "\n", "runtime      hook, runc\n",
 			"netns        " + sbx.Path() + "\n", "label        " + s.Label + "\n", "mode         allowlist\n",
 			"policy       " + apiName + "\n", fmt.Sprintf("proxy        pid %d, up", s.PID)} {
 			if !strings.Contains(r.stdout, want) {

@@ -538,12 +538,17 @@ func TestCNIHostLayer(t *testing.T) {
 	if n := e.evil.UDPDatagrams(testnet.PortUDPEcho); n != 0 {
 		t.Errorf("after flushing its own rules, %d UDP datagrams reached evil", n)
 	}
-	// DNS straight to the resolver no longer leaves: with the DNS filter
-	// on, the filter forwards from the proxy's namespace, so the host
-	// layer gives the resolver no exemption (it would be unfiltered DNS).
-	if m, err := c.ns.QueryDNS(context.Background(), e.net.DNS, apiName, dns.TypeA); err == nil {
-		t.Errorf("DNS to the resolver after the flush, with the DNS filter on: answered %v", m)
+	// DNS to the resolver never leaves unfiltered: with the DNS filter
+	// on, the host-side layer redirects it to the filter's host-side
+	// sockets, as the flushed ruleset did inside: an allowed name is
+	// answered (from the resolver's address), a denied one refused.
+	if m, err := c.ns.QueryDNS(context.Background(), e.net.DNS, apiName, dns.TypeA); err != nil || m.Rcode != dns.RcodeSuccess {
+		t.Errorf("DNS for an allowed name after the flush: %v %v, want an answer through the filter", m, err)
 	}
+	if m, err := c.ns.QueryDNS(context.Background(), e.net.DNS, evilName, dns.TypeA); err != nil || m.Rcode != dns.RcodeRefused {
+		t.Errorf("DNS for a denied name after the flush: %v %v, want REFUSED by the filter", m, err)
+	}
+	e.waitDNSDecision(c, evilName, "deny")
 	if err := e.check(c); err == nil {
 		t.Error("CHECK passed with the sandbox's own table gone")
 	}

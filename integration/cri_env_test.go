@@ -69,6 +69,11 @@ type criNetwork struct {
 	// doorman makes the installer chain doorman after the primary
 	// network's plugins.
 	doorman bool
+	// runsc makes the handler's runtime gVisor's shim
+	// (containerd-shim-runsc-v1, io.containerd.runsc.v1) with runsc on
+	// its PATH, the way a RuntimeClass handler "gvisor" or "runsc" is
+	// set up on a node; its pods join the network all the same.
+	runsc string // the directory holding runsc and the shim
 	// logged puts the dm-cnilog plugin (criLogPlugin) into the chain,
 	// right before doorman's entry and at the chain's end, both declaring
 	// doorman's capabilities: they record what containerd sends the
@@ -261,6 +266,22 @@ func (c *criEnv) writeConfig() {
 		}
 		// The default handler's directory is the CRI plugin's cni
 		// conf_dir; each handler is a runtime of its own name.
+		if n.runsc != "" {
+			// runsc's own flags come from the shim's config file; the
+			// shim and runsc are found on containerd's PATH.
+			runscToml := filepath.Join(c.dir, "runsc.toml")
+			writeFile(tb, runscToml, fmt.Appendf(nil, "[runsc_config]\n  network = \"sandbox\"\n  platform = \"systrap\"\n  root = %q\n", filepath.Join(c.dir, "runsc")))
+			withCRIContainerd(n.runsc)(c)
+			fmt.Fprintf(&runtimes, `
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
+        runtime_type = "io.containerd.runsc.v1"
+        cni_conf_dir = %q
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]
+          TypeUrl = "io.containerd.runsc.v1.options"
+          ConfigPath = %q
+`, n.handler, confDir, n.handler, runscToml)
+			continue
+		}
 		fmt.Fprintf(&runtimes, `
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
         runtime_type = "io.containerd.runc.v2"
@@ -833,6 +854,13 @@ func (c *criEnv) stopContainerd() {
 	for _, pid := range processesWithArg(c.address) {
 		tb.Errorf("cleanup: a containerd shim (pid %d) was left; killing it", pid)
 		unix.Kill(pid, unix.SIGKILL)
+	}
+	for _, n := range c.networks {
+		if n.runsc != "" {
+			// runsc bind-mounts an empty network namespace of its own
+			// under its root and leaves it when the pods go.
+			runInSession(tb, c.sessionPID, c.env, "umount", nil, []string{"-l", filepath.Join(c.dir, "runsc", "null-netns")})
+		}
 	}
 	if left := c.sessionMounts(); len(left) > 0 {
 		tb.Errorf("cleanup: containerd left mounts in the host session: %v", left)

@@ -258,7 +258,7 @@ func TestCRIInstallerDefaults(t *testing.T) {
 	}
 	r := e.mustCLI("ls")
 	if !slices.ContainsFunc(strings.Split(r.stdout, "\n"), func(l string) bool {
-		return strings.Join(strings.Fields(l), " ") == sys.sandboxID()+" "+sys.name+" cni - - n/a - 0 0 - n/a (excluded namespace)"
+		return strings.Join(strings.Fields(l), " ") == sys.sandboxID()+" "+sys.name+" cni - - - n/a - 0 0 - n/a (excluded namespace)"
 	}) {
 		t.Errorf("ls has no row for the kube-system pod:\n%s", r.stdout)
 	}

@@ -195,9 +195,16 @@ func (d *dockerEnv) writeConfig() {
 		UpstreamResolver: d.net.DNS.String() + ":53",
 		AllowICMP:        &allowICMP,
 	}
+	runtimes := map[string]any{"doorman": map[string]any{"path": link}}
+	if dir := runscDirIfBuilt(); dir != "" {
+		// gVisor through the same wrapper: dockerd passes runtimeArgs
+		// first, and runtime.json says which runsc, with which flags.
+		d.runtime.Runtimes = map[string]hook.RuntimeEntry{"runsc": {Path: filepath.Join(dir, "runsc"), Args: runscFlags}}
+		runtimes["doorman-runsc"] = map[string]any{"path": link, "runtimeArgs": []string{"--doorman-runtime=runsc"}}
+	}
 	rt, _ := json.Marshal(d.runtime)
 	daemon, _ := json.Marshal(map[string]any{
-		"runtimes":        map[string]any{"doorman": map[string]any{"path": link}},
+		"runtimes":        runtimes,
 		"default-runtime": "doorman",
 		"cgroup-parent":   d.cgroupParent,
 		"storage-driver":  "vfs",

@@ -124,6 +124,16 @@ These cannot be closed by doorman's design, whatever the tables say:
   protocols leave free (an ARP request's target, a solicitation's target and nonce, an MLD record's
   group): a few bytes a frame, for those receivers only. The host's own broadcasts reach every sandbox.
 - **Timing and volume.** Admitted connections can signal by their timing and size.
+- **Runtimes with a network stack of their own.** gVisor (runsc) and microVMs (Kata, Firecracker) send
+  past every IP hook of the sandbox's namespace: the tables above (a runc workload) do not measure them.
+  The host-side layer redirects their TCP to the proxy and their DNS to the DNS filter on the host end of
+  the veth and drops the rest; integration/gvisor_test.go (runsc on a CNI namespace, through doorman's
+  OCI hooks, through Docker's ~--runtime~ and the wrapper, and through containerd's CRI with a runsc
+  RuntimeClass handler) and integration/microvm_test.go (a guest behind tc mirred redirects from a tap)
+  check the allow and deny rows for them: the allowed name relayed, a denied name unresolved, a denied
+  address refused with the TLS alert, UDP arriving nowhere. Such a sandbox without the host-side layer is
+  enforced by nothing: the OCI hook refuses it, and a CNI sandbox's label says so (see the README,
+  "Sandboxed runtimes").
 - Kernel exploits and escapes to the host are out of scope.
 `))
 	return b.String()

@@ -75,7 +75,7 @@ func TestEscapeVerdict(t *testing.T) {
 	escaped := counters{{"evil.example.test tcp/9000", "bytes"}: 3}
 	raw := escapeAttempt{id: "af-packet", needs: "CAP_NET_RAW"}
 	plain := escapeAttempt{id: "tcp"}
-	cni := "partial (in-namespace rules only: a container holding CAP_NET_ADMIN can remove them, one holding CAP_NET_RAW can send around them)"
+	cni := "partial (in-namespace rules only: a container holding CAP_NET_ADMIN can remove them, one holding CAP_NET_RAW can send around them, and a runtime with a network stack of its own (gVisor, a microVM) sends past them)"
 	for _, tc := range []struct {
 		label   string
 		mode    escapeMode

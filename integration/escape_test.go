@@ -292,6 +292,7 @@ func TestEscape(t *testing.T) {
 
 	t.Run("cni", func(t *testing.T) { report.add(escapeCNI(t, bin, writeDoc)) })
 	t.Run("cni-bare", func(t *testing.T) { report.add(escapeCNIBare(t, bin, writeDoc)) })
+	t.Run("gvisor", func(t *testing.T) { report.add(escapeGVisor(t, bin, writeDoc)) })
 	t.Run("docker", func(t *testing.T) {
 		for _, tool := range []string{"dockerd", "runc", "containerd"} {
 			if _, err := exec.LookPath(tool); err != nil {

@@ -45,6 +45,9 @@ type runcEnv struct {
 	cgroupParent string // "/dm-runc-<hex>": every container's cgroup is below it
 	suffix       string // unique per test, for container ids
 	next         atomic.Int32
+	// runtime is the OCI runtime's command line before --root (default
+	// runc; runsc with its flags for the gVisor tests).
+	runtime []string
 }
 
 // runcContainer is one container of a runcEnv.
@@ -310,8 +313,12 @@ func (r *runcEnv) runc(args ...string) runcResult {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	script := "set -e\n" + r.mounts + "exec runc \"$@\"\n"
-	full := slices.Concat([]string{"runc-session", "--root", r.runcRoot}, args)
+	script := "set -e\n" + r.mounts + "exec \"$@\"\n"
+	rt := r.runtime
+	if len(rt) == 0 {
+		rt = []string{"runc"}
+	}
+	full := slices.Concat([]string{"runc-session"}, rt, []string{"--root", r.runcRoot}, args)
 	cmd := r.net.HostCommand(ctx, "sh", slices.Concat([]string{"-c", script}, full)...)
 	stdout, stderr := r.outputFile(), r.outputFile()
 	defer stdout.Close()

@@ -27,7 +27,8 @@ func TestRuntimeStartCompletesHostLayer(t *testing.T) {
 		t.Fatalf("after create, without a veth: host layer %v, wanted %v, label %q; want false, true, partial (container holds CAP_NET_RAW)",
 			st.HostLayer, st.Spec.HostLayer, st.Label)
 	}
-	spec := hostlayer.Spec{Key: st.Key, SandboxNetNS: st.NetNS, AllowICMP: st.AllowICMP}
+	spec := hostlayer.Spec{Key: st.Key, SandboxNetNS: st.NetNS, AllowICMP: st.AllowICMP,
+		Redirect: hostlayer.Redirect{TCP4: st.HostPort4, TCP6: st.HostPort6, DNS4: st.HostDNSPort4, DNS6: st.HostDNSPort6, DNSResolvers: st.Resolvers}}
 	if err := hostlayer.Check(r.net.HostPath(), spec); err == nil {
 		t.Fatalf("host-side layer present before the container has a veth")
 	}

@@ -25,9 +25,12 @@ var supportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0
 // labelCNI is what a CNI sandbox's enforcement covers until the host-side
 // layer exists: rules inside the sandbox only, which a workload holding
 // CAP_NET_ADMIN can remove and one holding CAP_NET_RAW (which Docker and
-// Podman grant by default) can send AF_PACKET frames around. The plugin
-// cannot see the capabilities.
-const labelCNI = "partial (in-namespace rules only: a container holding CAP_NET_ADMIN can remove them, one holding CAP_NET_RAW can send around them)"
+// Podman grant by default) can send AF_PACKET frames around, and which a
+// runtime with a network stack of its own (gVisor, a microVM) sends past
+// altogether. The plugin cannot see the capabilities, nor the runtime,
+// which starts nothing in the namespace before ADD (`doorman ls` tells
+// the runtime's kind once it does: see sandbox.State.DetectRuntimeKind).
+const labelCNI = "partial (in-namespace rules only: a container holding CAP_NET_ADMIN can remove them, one holding CAP_NET_RAW can send around them, and a runtime with a network stack of its own (gVisor, a microVM) sends past them)"
 
 // Main runs the plugin: the runtime's CNI_COMMAND picks the verb.
 func Main(ver string) {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,9 +16,17 @@ import (
 // headers, and x/sys does not export them.
 const soOriginalDst = 80
 
+// errNotRedirected is the error of a connection made straight to one of
+// the proxy's listeners: its original destination is the listener itself.
+var errNotRedirected = errors.New("not redirected: a connection straight to the proxy's listener")
+
 // OriginalDst returns the destination a redirected connection was addressed
 // to before nftables rewrote it, read from conntrack through
-// SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6).
+// SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6). A connection
+// that nothing redirected (its original destination is the address it
+// was accepted on) is an error: the host-side listeners are bound to the
+// runtime namespace's wildcard address, and only the host-side layer's
+// redirect may bring a connection to them.
 func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -38,25 +47,52 @@ func OriginalDst(c *net.TCPConn) (netip.AddrPort, error) {
 	if err == nil {
 		err = serr
 	}
+	if err == nil && dst == unmapped(local) {
+		err = errNotRedirected
+	}
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("original destination of %v: %w", c.RemoteAddr(), err)
 	}
 	return dst, nil
 }
 
+// unmapped is ap with an IPv4-mapped address as IPv4.
+func unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
 // originalDstFD is OriginalDst for a bare socket; client is its peer.
 func originalDstFD(fd int, client netip.AddrPort) (netip.AddrPort, error) {
-	var dst netip.AddrPort
-	var err error
-	if client.Addr().Is4() {
-		if dst, err = originalDst4(fd); err == nil {
-			return dst, nil
+	dst, err := originalDstRaw(fd, client)
+	if err == nil {
+		if sa, serr := unix.Getsockname(fd); serr == nil && dst == sockaddrAddrPort(sa) {
+			err = errNotRedirected
 		}
 	}
-	if dst, err = originalDst6(fd); err != nil {
+	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("original destination of %v: %w", client, err)
 	}
 	return dst, nil
+}
+
+func originalDstRaw(fd int, client netip.AddrPort) (netip.AddrPort, error) {
+	if client.Addr().Is4() {
+		if dst, err := originalDst4(fd); err == nil {
+			return dst, nil
+		}
+	}
+	return originalDst6(fd)
+}
+
+// sockaddrAddrPort is sa's address (unmapped) and port.
+func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
 }
 
 func originalDst4(fd int) (netip.AddrPort, error) {

@@ -75,6 +75,12 @@ type Config struct {
 	StateDir string
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
+	// Runtime, if set, is the argv of an OCI runtime (gVisor's runsc and
+	// its flags) that runs the command on a network stack of its own:
+	// Start runs `<Runtime> --root <dir> run --bundle <dir> <id>` with a
+	// bundle whose root is the command's view of the host (see
+	// ociSpec). Nil runs the command as a process of the host kernel.
+	Runtime []string
 	// Logf reports what is worth a user's attention but does not stop the
 	// run (a stale run reaped, a leftover it could not remove). Default:
 	// discard.

@@ -51,6 +51,10 @@ type initSpec struct {
 	UID    *uint32  `json:"uid,omitempty"` // with GID and Groups: run as this user
 	GID    uint32   `json:"gid"`
 	Groups []uint32 `json:"groups"`
+	// Runtime, if set, is the OCI runtime that runs the command (see
+	// Config.Runtime): the init runs it, with every capability, on a
+	// bundle it writes (ociSpec), instead of the command.
+	Runtime []string `json:"runtime,omitempty"`
 }
 
 // initStatus is what the init reports once the command has started, or
@@ -103,15 +107,8 @@ func Init() int {
 	// ignored, so that the command starts with the default actions.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, forwarded...)...)
-	if err := setupInit(); err != nil {
+	if err := setupInit(len(spec.Runtime) == 0); err != nil {
 		return fail(initStatus{Err: fmt.Sprintf("doorman run: init: %v", err)})
-	}
-	cmd := &exec.Cmd{
-		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-	}
-	if spec.UID != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: *spec.UID, Gid: spec.GID, Groups: spec.Groups}}
 	}
 	if spec.Dir != "" {
 		// Looked up again through the covers: a working directory below
@@ -119,6 +116,18 @@ func Init() int {
 		if fi, err := os.Stat(spec.Dir); err != nil || !fi.IsDir() {
 			return fail(initStatus{Err: fmt.Sprintf("doorman run: the working directory %s is hidden from the command (doorman's own directories are); run it from another", spec.Dir)})
 		}
+	}
+	cmd := &exec.Cmd{
+		Path: spec.Path, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	}
+	if len(spec.Runtime) > 0 {
+		var err error
+		if cmd, err = ociCommand(spec); err != nil {
+			return fail(initStatus{Err: fmt.Sprintf("doorman run: init: %v", err)})
+		}
+	} else if spec.UID != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: *spec.UID, Gid: spec.GID, Groups: spec.Groups}}
 	}
 	if err := cmd.Start(); err != nil {
 		st := initStatus{Err: err.Error()}
@@ -165,12 +174,17 @@ func Init() int {
 }
 
 // setupInit mounts the pid namespace's own /proc (in the command's mount
-// namespace, which the init shares) and limits the capability bounding
-// set to keptCaps; the ambient and inheritable sets are emptied, so that
-// nothing the command executes gains a capability outside the set.
-func setupInit() error {
+// namespace, which the init shares) and, if dropCaps, limits the
+// capability bounding set to keptCaps; the ambient and inheritable sets
+// are emptied, so that nothing the command executes gains a capability
+// outside the set. An OCI runtime (Config.Runtime) keeps every
+// capability: it gives the command keptCaps itself.
+func setupInit(dropCaps bool) error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc of the pid namespace: %w", err)
+	}
+	if !dropCaps {
+		return nil
 	}
 	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
@@ -210,10 +224,11 @@ func setupInit() error {
 // startInit starts the init that runs cmd: this binary again, as InitArg0,
 // with cmd's standard streams, as the first process of a new pid
 // namespace, from the calling thread (which must be in the command's
-// network and mount namespaces) and killed if that thread ends. It
+// network and mount namespaces) and killed if that thread ends; rt is
+// Config.Runtime. It
 // returns once the command has started, or failed to.
-func startInit(cmd *exec.Cmd) (*exec.Cmd, *os.File, error) {
-	spec := initSpec{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}
+func startInit(cmd *exec.Cmd, rt []string) (*exec.Cmd, *os.File, error) {
+	spec := initSpec{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Runtime: rt}
 	if spec.Env == nil {
 		spec.Env = os.Environ()
 	}

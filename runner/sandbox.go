@@ -34,6 +34,9 @@ type Sandbox struct {
 	// hosts, mounted over trustPaths (see addTrust).
 	trustBundle string
 	trustPaths  []string
+	// runtime is Config.Runtime: the OCI runtime that runs the command,
+	// nil for none.
+	runtime []string
 
 	init    *exec.Cmd     // the command's init (see Init), once started
 	signals *os.File      // the init's signal pipe
@@ -94,6 +97,7 @@ func attach(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 		logDir:   c.LogDir,
 		caRoot:   cmp.Or(c.CADir, hostconf.DefaultCADir),
 		secrets:  c.Policy.SecretFiles(),
+		runtime:  c.Runtime,
 	}
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -221,6 +225,11 @@ func (s *Sandbox) LogFile() string { return filepath.Join(s.logDir, s.Key()+".lo
 //     the capability bounding set keptCaps and passes on what Signal
 //     sends. No process of the host, the sandbox's proxy included, is
 //     visible to cmd.
+//   - with Config.Runtime, the init starts that OCI runtime instead, with
+//     every capability (the runtime is the sandbox then), on a bundle
+//     whose root is this view of the host: cmd runs inside it with
+//     keptCaps as its capabilities, as its user, on the runtime's own
+//     network stack in the same network namespace (see ociSpec).
 //
 // cmd runs as the calling user unless cmd.SysProcAttr.Credential says
 // otherwise (no other SysProcAttr field nor ExtraFiles are supported); cmd
@@ -275,7 +284,7 @@ func (s *Sandbox) Start(cmd *exec.Cmd) error {
 		}
 		var r startResult
 		if err == nil {
-			r.init, r.signals, err = startInit(cmd)
+			r.init, r.signals, err = startInit(cmd, s.runtime)
 		}
 		r.err = err
 		started <- r

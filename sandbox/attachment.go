@@ -18,9 +18,12 @@ type Attachment struct {
 	Name    string // container name, if known
 	PodUID  string // a Kubernetes pod's uid, if known: in the decision log with the ID
 	Runtime string // "cni" or "hook"
-	Network string // CNI network name, if any
-	IfName  string // CNI interface name, if any
-	NetNS   string // path of the sandbox's network namespace
+	// RuntimeKind is the kind of runtime the workload runs on, where the
+	// front door knows it (see package runtimekind); "" for unknown.
+	RuntimeKind string
+	Network     string // CNI network name, if any
+	IfName      string // CNI interface name, if any
+	NetNS       string // path of the sandbox's network namespace
 	// Label is what the in-namespace rules cover given the workload's
 	// capabilities: full or partial (...); see ComposeLabel.
 	Label string

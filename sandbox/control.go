@@ -112,6 +112,15 @@ func Stop(stateDir, key string) (*ProxyChange, error) {
 		}
 		err := s.stopProxy()
 		s.Stopped = true
+		// The host-side listeners went with the proxy: the layer stops
+		// redirecting to their ports (another process may bind them
+		// now), and drops what it redirected there.
+		if s.HostPort4 != 0 || s.HostPort6 != 0 || s.HostDNSPort4 != 0 || s.HostDNSPort6 != 0 {
+			s.HostPort4, s.HostPort6, s.HostDNSPort4, s.HostDNSPort6 = 0, 0, 0, 0
+			if herr := s.reapplyHostLayer(); err == nil {
+				err = herr
+			}
+		}
 		if serr := s.save(); err == nil {
 			err = serr
 		}
@@ -150,6 +159,11 @@ func Start(stateDir, key string) (*ProxyChange, error) {
 			return nil, err
 		}
 		if err := enforce.Apply(next.NetNS, next.spec()); err != nil {
+			next.stopProxy()
+			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
+		}
+		if err := next.reapplyHostLayer(); err != nil {
+			enforce.Apply(old.NetNS, old.spec())
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}

@@ -102,6 +102,42 @@ func listenIn(nsPath string, dns4, dns6 bool) (*sockets, error) {
 	return s, nil
 }
 
+// listenHost creates the proxy's host-side sockets in the caller's
+// network namespace, the runtime's (see runtimeNetNS): TCP listeners on
+// 0.0.0.0 and, where the namespace has IPv6, [::] (v6only), and DNS
+// filter sockets for the families in dns4/dns6. The host-side layer
+// redirects to them what a sandbox sends through its host interface
+// without passing its own ruleset: the TCP and DNS of a runtime with a
+// network stack of its own (gVisor, a microVM's guest kernel), or of a
+// workload that flushed its rules. The redirect takes them to the address
+// of the interface they came in on, hence the wildcard binds; the layer
+// drops what reaches these ports without its redirect, and the proxy
+// refuses a connection nothing redirected (see proxy.OriginalDst).
+func listenHost(dns4, dns6 bool) (*sockets, error) {
+	s := &sockets{}
+	ln4, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen tcp4 in the runtime's namespace: %w", err)
+	}
+	s.tcp4 = socket{tcp: ln4.(*net.TCPListener), port: portOf(ln4)}
+	if ln6, err := net.Listen("tcp6", "[::]:0"); err == nil {
+		s.tcp6 = socket{tcp: ln6.(*net.TCPListener), port: portOf(ln6)}
+	}
+	if dns4 {
+		if s.dns4, err = listenDNS("4", "0.0.0.0"); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	if dns6 && s.tcp6.tcp != nil {
+		if s.dns6, err = listenDNS("6", "::"); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
 // listenDNS binds a UDP socket and a TCP listener to one free port.
 func listenDNS(family, addr string) (socket, error) {
 	var last error

@@ -200,7 +200,7 @@ func newState(r Request) (*State, error) {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
 	s := &State{
-		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, Network: r.Network, IfName: r.IfName,
+		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, RuntimeKind: r.RuntimeKind, Network: r.Network, IfName: r.IfName,
 		NetNS: r.NetNS, Mode: r.Policy.Mode, BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		Spec:        r.Spec.Clone(),
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers),
@@ -302,6 +302,18 @@ func (s *State) applyHostSpec(ifaces []string, ipam map[string][]netip.Addr) err
 	return nil
 }
 
+// reapplyHostLayer applies the host-side layer of s again, where it holds
+// one, after its proxy's ports changed (a new proxy, mode none).
+func (s *State) reapplyHostLayer() error {
+	if !s.HostLayer {
+		return nil
+	}
+	if err := s.applyHostSpec(s.HostIfaces, nil); err != nil {
+		return fmt.Errorf("host-side layer: %w", err)
+	}
+	return nil
+}
+
 // hostSpec is the host-side layer's spec for the sandbox on ifaces. With
 // the DNS filter on, the sandbox's own DNS never leaves by its veth (the
 // filter forwards from the proxy's namespace), so the resolvers get no
@@ -311,6 +323,13 @@ func (s *State) hostSpec(ifaces []string) (hostlayer.Spec, error) {
 	spec := hostlayer.Spec{Key: s.Key, SandboxNetNS: s.NetNS, HostIfaces: ifaces, AllowICMP: s.AllowICMP}
 	if !s.DNSFilter {
 		spec.Resolvers = s.Resolvers
+	}
+	// What the sandbox sends past its own ruleset (a runtime with a
+	// network stack of its own) goes to the proxy's host-side listeners:
+	// its TCP, and its DNS to the resolvers where the filter is on.
+	spec.Redirect = hostlayer.Redirect{TCP4: s.HostPort4, TCP6: s.HostPort6, DNS4: s.HostDNSPort4, DNS6: s.HostDNSPort6}
+	if s.DNSFilter && (s.HostDNSPort4 != 0 || s.HostDNSPort6 != 0) {
+		spec.Redirect.DNSResolvers = s.Resolvers
 	}
 	for _, d := range s.AllowDirect {
 		spec.AllowDirect = append(spec.AllowDirect, d.Entry())
@@ -356,9 +375,26 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 			return nil, fmt.Errorf("find the doorman binary: %w", err)
 		}
 	}
+	var host *sockets
+	if s.Spec.HostLayer || s.HostLayer {
+		if host, err = listenHost(filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false)); err != nil {
+			return nil, err
+		}
+		defer host.close()
+	}
 	tcp, dnsUDP, dnsTCP, err := socks.files()
 	if err != nil {
 		return nil, err
+	}
+	if host != nil {
+		htcp, hUDP, hTCP, err := host.files()
+		if err != nil {
+			closeFiles(slices.Concat(tcp, dnsUDP, dnsTCP))
+			return nil, err
+		}
+		// The sandbox's own listeners first: the proxy finds the
+		// sandbox's namespace through its first listener.
+		tcp, dnsUDP, dnsTCP = append(tcp, htcp...), append(dnsUDP, hUDP...), append(dnsTCP, hTCP...)
 	}
 	// The listeners, in the order the config names them (see package
 	// launch): inherited as descriptors 3 and up.
@@ -377,6 +413,13 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	s.DNSPort4, s.DNSPort6 = 0, 0
 	if len(cfg.DNSUpstreams) > 0 {
 		s.DNSPort4, s.DNSPort6 = socks.dns4.port, socks.dns6.port
+	}
+	s.HostPort4, s.HostPort6, s.HostDNSPort4, s.HostDNSPort6 = 0, 0, 0, 0
+	if host != nil {
+		s.HostPort4, s.HostPort6 = host.tcp4.port, host.tcp6.port
+		if len(cfg.DNSUpstreams) > 0 {
+			s.HostDNSPort4, s.HostDNSPort6 = host.dns4.port, host.dns6.port
+		}
 	}
 	path := filepath.Join(s.Dir, proxyConfigFile)
 	if err := cfg.WriteFile(path); err != nil {
@@ -481,6 +524,9 @@ func reenforce(s *State, r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	s.Mode, s.AllowICMP, s.BaseLabel = r.Policy.Mode, r.AllowICMP, r.Label
+	if r.RuntimeKind != "" {
+		s.RuntimeKind = r.RuntimeKind
+	}
 	if s.NetNSIno == 0 {
 		// Recorded by an older doorman: the caller's path names the
 		// sandbox's namespace now, so record which one it is.

@@ -20,6 +20,7 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
+	"github.com/doorman-net/doorman/internal/runtimekind"
 	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/spec"
 )
@@ -51,6 +52,22 @@ type State struct {
 	BaseLabel string    `json:"baseLabel"`          // what the in-namespace rules cover, given the workload's capabilities
 	DNSPort4  uint16    `json:"dnsPort4,omitempty"` // DNS filter ports inside the sandbox (UDP and TCP)
 	DNSPort6  uint16    `json:"dnsPort6,omitempty"` //
+	// HostPort4 and HostPort6 are the proxy's TCP listeners in the
+	// runtime's namespace, and HostDNSPort4 and HostDNSPort6 its DNS
+	// filter's sockets there (UDP and TCP): where the host-side layer
+	// redirects what the sandbox sends through its host interface
+	// without passing its own ruleset (a runtime with a network stack of
+	// its own: gVisor, a microVM). Zero where there is none.
+	HostPort4    uint16 `json:"hostPort4,omitempty"`
+	HostPort6    uint16 `json:"hostPort6,omitempty"`
+	HostDNSPort4 uint16 `json:"hostDNSPort4,omitempty"`
+	HostDNSPort6 uint16 `json:"hostDNSPort6,omitempty"`
+	// RuntimeKind is the kind of runtime the sandbox's workload runs
+	// on, as doorman detected it (see package runtimekind): runc (the
+	// host kernel's network stack), runsc (gVisor's), microvm (a guest
+	// kernel's, behind a tap), or unknown. "" in states of earlier
+	// releases.
+	RuntimeKind string `json:"runtimeKind,omitempty"`
 	// Spec is what the sandbox enforces, as its front door described it
 	// (its Policy aside: the policy file holds the live one), with
 	// ProxyLimits' defaults filled in. Resolvers are its rules' from a
@@ -173,7 +190,21 @@ const gapDNS = "DNS to the resolvers is not filtered"
 // in-namespace rules cover given the workload's capabilities ("full" or
 // "partial (<gap>)"); the host-side layer closes that gap; DNS that is not
 // filtered is a gap of its own, except in mode none where no DNS leaves.
+// It is ComposeLabelFor with the runtime's kind unknown.
 func ComposeLabel(base string, hostLayer, dnsFilter bool, mode conf.Mode) string {
+	return ComposeLabelFor(base, hostLayer, dnsFilter, mode, "")
+}
+
+// ComposeLabelFor is ComposeLabel for a workload on a runtime of kind
+// (see package runtimekind). The host-side layer covers every kind: it
+// sits on the sandbox's link, which every frame crosses, and redirects
+// there the TCP and DNS that the in-namespace rules did not. Without it, a
+// workload with a network stack of its own (gVisor, a microVM) sends past
+// the in-namespace rules altogether: that is the one gap its label names.
+func ComposeLabelFor(base string, hostLayer, dnsFilter bool, mode conf.Mode, kind runtimekind.Kind) string {
+	if !hostLayer && kind.OwnStack() && base != "n/a" && !strings.HasPrefix(base, "n/a ") {
+		return "partial (" + kind.Describe() + ", and no host-side layer holds its link: nothing it sends is enforced or logged)"
+	}
 	var gaps []string
 	if inner, ok := strings.CutPrefix(base, "partial ("); ok && !hostLayer {
 		gaps = append(gaps, strings.TrimSuffix(inner, ")"))
@@ -189,7 +220,25 @@ func ComposeLabel(base string, hostLayer, dnsFilter bool, mode conf.Mode) string
 
 // relabel recomputes Label from BaseLabel and the layers in place.
 func (s *State) relabel() {
-	s.Label = ComposeLabel(s.BaseLabel, s.HostLayer, s.DNSFilter, s.Mode)
+	s.Label = ComposeLabelFor(s.BaseLabel, s.HostLayer, s.DNSFilter, s.Mode, runtimekind.Kind(s.RuntimeKind))
+}
+
+// DetectRuntimeKind looks again at what runs in the sandbox's namespace
+// (see runtimekind.Detect) where the kind recorded is not conclusive (none
+// yet, unknown, or runc: a CNI ADD runs before anything does, and a pod's
+// first process is its pause), and recomputes the label with it. It
+// changes s in memory only: the CLI shows what it finds.
+func (s *State) DetectRuntimeKind() {
+	k := runtimekind.Kind(s.RuntimeKind)
+	if s.Unenforced != "" || k.OwnStack() || !s.NetNSCurrent() {
+		return
+	}
+	found := runtimekind.Detect("/proc", s.NetNSDev, s.NetNSIno, func() bool { return runtimekind.Redirected(s.NetNS) })
+	if found == runtimekind.Unknown && k != "" {
+		return
+	}
+	s.RuntimeKind = string(found)
+	s.relabel()
 }
 
 // NetNSCurrent reports whether s.NetNS still names the network namespace

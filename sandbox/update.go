@@ -166,12 +166,14 @@ func (s *State) enterNone(p *conf.Policy) error {
 	// still ends it.
 	stopErr := s.stopProxy()
 	s.Mode, s.Port4, s.Port6, s.DNSPort4, s.DNSPort6 = conf.ModeNone, 0, 0, 0, 0
+	s.HostPort4, s.HostPort6, s.HostDNSPort4, s.HostDNSPort6 = 0, 0, 0, 0
 	s.Stopped = false // mode none has no proxy to stop
+	hostErr := s.reapplyHostLayer()
 	s.relabel()
 	if err := s.save(); err != nil {
 		return err
 	}
-	return stopErr
+	return errors.Join(stopErr, hostErr)
 }
 
 // leaveNone switches a sandbox in mode none to mode allowlist or open: new
@@ -227,6 +229,9 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		return err
 	}
 	applied = true
+	if err := next.reapplyHostLayer(); err != nil {
+		return err
+	}
 	next.relabel()
 	if err := next.save(); err != nil {
 		return err

@@ -81,7 +81,7 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 		perID[s.ID]++
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tMODE\tENTRIES\tPROXY\tRESTARTS\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
+	fmt.Fprintln(tw, "ID\tNAME\tRUNTIME\tKIND\tMODE\tENTRIES\tPROXY\tRESTARTS\tALLOWED\tDENIED\tDNS DENIED\tLABEL")
 	for _, i := range infos {
 		id := shortID(i.ID)
 		if perID[i.ID] > 1 {
@@ -99,11 +99,11 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 		if i.State().Supervisor != nil {
 			restarts = fmt.Sprint(i.Proxy.Restarts)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
-			id, orDash(i.Name), i.Runtime, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			id, orDash(i.Name), i.Runtime, i.RuntimeKind, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
 	}
 	for _, u := range unenforced {
-		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.Name(), u.LabelColumn())
+		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.Name(), u.LabelColumn())
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -261,6 +261,9 @@ func (i showInfo) identityRows(row func(k, v string), now time.Time) {
 	rt := i.Runtime
 	if i.Network != "" || i.IfName != "" {
 		rt += fmt.Sprintf(" (network %s, interface %s)", orDash(i.Network), orDash(i.IfName))
+	}
+	if i.RuntimeKind != "-" {
+		rt += ", " + i.RuntimeKind
 	}
 	row("runtime", rt)
 	row("netns", i.NetNS)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,10 +141,10 @@ func TestCLIListAndShow(t *testing.T) {
 	}
 	// No supervisor ("-" restarts), connections allowed and denied,
 	// then the queries the DNS filter refused, "-" without the filter.
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni allowlist 2 down - 1 2 4 full" {
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "aaa111 web cni unknown allowlist 2 down - 1 2 4 full" {
 		t.Errorf("ls row %q", lines[1])
 	}
-	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni open 0 down - 0 0 - n/a" {
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "aab222 db cni unknown open 0 down - 0 0 - n/a" {
 		t.Errorf("ls row %q", lines[2])
 	}
 
@@ -410,5 +411,33 @@ func TestCLILogsAndLearn(t *testing.T) {
 	}
 	if r := doorman(stateDir, "learn", "db"); r.code != exitFailed || r.stdout != "" || !strings.Contains(r.stderr, "nothing to learn from") {
 		t.Errorf("learn without decisions: %+v", r)
+	}
+}
+
+func TestOCIRuntimeFlag(t *testing.T) {
+	if rt, err := ociRuntime("", nil); err != nil || rt != nil {
+		t.Errorf("no --runtime: %v %v", rt, err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"", []string{"--platform=systrap"}, `--runtime-arg "--platform=systrap": given without --runtime`},
+		{"runsc", []string{"systrap"}, `--runtime-arg "systrap": not a flag`},
+		{"runc", nil, `--runtime "runc": doorman run runs gVisor's runsc`},
+		{"/nonexistent/runsc", nil, `--runtime "/nonexistent/runsc"`},
+	} {
+		if _, err := ociRuntime(tc.name, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--runtime %q %v: %v, want an error containing %q", tc.name, tc.args, err, tc.want)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := ociRuntime(bin, []string{"--platform=systrap"})
+	if err != nil || !slices.Equal(rt, []string{bin, "--network=sandbox", "--ignore-cgroups", "--overlay2=none", "--platform=systrap"}) {
+		t.Errorf("--runtime %s: %v %v", bin, rt, err)
 	}
 }

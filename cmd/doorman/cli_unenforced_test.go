@@ -29,10 +29,10 @@ func TestCLIUnenforcedRecord(t *testing.T) {
 	if r.code != 0 || len(lines) != 4 {
 		t.Fatalf("ls: %+v", r)
 	}
-	if f := strings.Join(strings.Fields(lines[1]), " "); f != "aaa111 web cni allowlist 2 down - 1 2 4 full" {
+	if f := strings.Join(strings.Fields(lines[1]), " "); f != "aaa111 web cni unknown allowlist 2 down - 1 2 4 full" {
 		t.Errorf("ls row %q", lines[1])
 	}
-	if f := strings.Join(strings.Fields(lines[3]), " "); f != "kube-system/coredns-0 coredns-0 cni - - n/a - 0 0 - n/a (excluded namespace)" {
+	if f := strings.Join(strings.Fields(lines[3]), " "); f != "kube-system/coredns-0 coredns-0 cni - - - n/a - 0 0 - n/a (excluded namespace)" {
 		t.Errorf("ls row of the excluded pod %q", lines[3])
 	}
 	r = doorman(stateDir, "show", "kube-system/coredns-0")
@@ -83,10 +83,10 @@ func TestCLIListAll(t *testing.T) {
 	}
 	r := doorman(stateDir, "ls", "--all")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if r.code != 0 || len(lines) < 4 || strings.Join(strings.Fields(lines[1]), " ") != "aaa111 web cni allowlist 2 down - 1 2 4 full" {
+	if r.code != 0 || len(lines) < 4 || strings.Join(strings.Fields(lines[1]), " ") != "aaa111 web cni unknown allowlist 2 down - 1 2 4 full" {
 		t.Fatalf("ls --all: %+v", r)
 	}
-	want := "/proc/" + pid + "/ns/net sleep[" + pid + "] - - - - - - - - unenforced"
+	want := "/proc/" + pid + "/ns/net sleep[" + pid + "] - - - - - - - - - unenforced"
 	found := false
 	for _, l := range lines[3:] {
 		if strings.Join(strings.Fields(l), " ") == want {

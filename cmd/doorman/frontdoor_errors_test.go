@@ -704,6 +704,7 @@ var badValues = map[string]map[string][]badValue{
 		"proxyLimits.memory":    {{value: `"64"`}, {value: `true`}},
 		"proxyLimits.pids":      {{value: `"4"`}},
 		"proxyLimits.cpuWeight": {{value: `0`}},
+		"runtimes":              {{value: `["runsc"]`}, {value: `{"runsc": {"path": "bin/runsc"}}`, shown: "bin/runsc"}, {value: `{"runsc": {"path": "runsc", "args": ["systrap"]}}`, shown: "systrap"}},
 	},
 	"installer config": {
 		"mode":              {{value: `"permissive"`}},
@@ -750,6 +751,8 @@ var badValues = map[string]map[string][]badValue{
 		"--run-dir":           {{value: "run"}},
 		"--limits":            {{value: "/nonexistent/limits.json"}},
 		"--user":              {{value: "no-such-user-doorman"}},
+		"--runtime":           {{value: "runc"}, {value: "/nonexistent/runsc"}},
+		"--runtime-arg":       {{value: "platform"}, {value: "--platform=systrap"}},
 		"--ca-dir":            {{value: "ca"}},
 		"--upstream-ca-file":  {{value: "roots.pem"}},
 		"--allow":             {{value: "https://api.example.com/"}},

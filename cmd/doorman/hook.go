@@ -118,7 +118,7 @@ func runRuntime(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "doorman: cannot find its own binary:", err)
 		return 1
 	}
-	runc, err := hook.Wrap(args, cfg, self)
+	runc, args, err := hook.Wrap(args, cfg, self)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

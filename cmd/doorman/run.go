@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/internal/runtimekind"
 	"github.com/doorman-net/doorman/runner"
 	"github.com/doorman-net/doorman/spec"
 )
@@ -26,7 +27,8 @@ type runFlags struct {
 	mode, policyFile, upstream, bridge, cniPath string
 	name, stateDir, logDir, runDir, user        string
 	caDir, upstreamCA                           string
-	limits                                      string
+	limits, runtime                             string
+	runtimeArgs                                 listFlag
 	allowICMP                                   bool
 	proxyLimits                                 proxyLimitFlags
 }
@@ -46,6 +48,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.user, "user", "", "run COMMAND as `user[:group]` (names or numbers) instead of as root; a root COMMAND can write the host's files")
 	fs.StringVar(&f.caDir, "ca-dir", "", "`dir` of the networks' CAs (default /var/lib/doorman/ca): the run network's, for hosts the --policy file or a --ruleset inspects, is <dir>/<bridge>")
 	fs.StringVar(&f.upstreamCA, "upstream-ca-file", "", "PEM `file` of the roots inspected hosts' certificates are verified against (default the system's)")
+	fs.StringVar(&f.runtime, "runtime", "", "run COMMAND in gVisor: `runsc` (found on PATH) or the path of a runsc binary, started with --network=sandbox on the sandbox's interface (default: a process of the host kernel)")
+	fs.Var(&f.runtimeArgs, "runtime-arg", "a global `flag` of the --runtime, before its run command (repeatable), such as --platform=systrap")
 	fs.Var(&f.allow, "allow", "allowlist `entry` (repeatable): api.example.com, *.example.com, 203.0.113.7, 10.0.0.0/8, each with an optional :port or :lo-hi")
 	fs.Var(&f.sets, "ruleset", "shipped rule set in force, `NAME[:ACTION]` (repeatable; ACTION deny, strip or probe, default deny): closed-book:strip; added to the --policy file's (doorman rulesets lists them)")
 	fs.Var(&f.direct, "allow-direct", "IP or CIDR `entry` (repeatable, optional :port or :lo-hi) the command reaches without the proxy, TCP and UDP")
@@ -67,7 +71,9 @@ sandbox is torn down. Needs root. COMMAND runs in pid and mount namespaces of it
 own that hide doorman's CA keys, state, logs, /etc/doorman and secret files, the
 host's processes and its disks, with Docker's default capabilities when it runs as
 root (the default; --user gives another user). A root COMMAND still writes the
-host's files: prefer --user (see README, Security notes).
+host's files: prefer --user (see README, Security notes). --runtime runsc runs
+COMMAND in gVisor instead, on the same view of the host (README, "Sandboxed
+runtimes: gVisor, ...").
 
 Flags:`
 
@@ -176,6 +182,9 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if f.cniPath != "" {
 		cfg.CNIPath = filepath.SplitList(f.cniPath)
 	}
+	if cfg.Runtime, err = ociRuntime(f.runtime, f.runtimeArgs); err != nil {
+		return cfg, err
+	}
 	if f.limits != "" {
 		data, err := os.ReadFile(f.limits)
 		if err != nil {
@@ -194,6 +203,38 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// ociRuntime is the argv of the OCI runtime --runtime names (nil for
+// none): gVisor's runsc, found on PATH or at the path given, with its
+// network stack on the sandbox's interface and no cgroup of its own (the
+// command stays in doorman run's, as without a runtime) and no overlay
+// (its writes reach the files it sees, as without a runtime), then args. Its traffic passes
+// the sandbox's own ruleset by: the host-side layer, which every run
+// network has, holds it.
+func ociRuntime(name string, args []string) ([]string, error) {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return nil, fmt.Errorf("--runtime-arg %q: not a flag of the runtime (such as --platform=systrap)", a)
+		}
+		if name == "" {
+			return nil, fmt.Errorf("--runtime-arg %q: given without --runtime", a)
+		}
+	}
+	if name == "" {
+		return nil, nil
+	}
+	if runtimekind.OfProcess(name, "") != runtimekind.Runsc {
+		return nil, fmt.Errorf("--runtime %q: doorman run runs gVisor's runsc (a binary named runsc), or no runtime", name)
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("--runtime %q: %w", name, err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("--runtime %q: %w", name, err)
+	}
+	return append([]string{path, "--network=sandbox", "--ignore-cgroups", "--overlay2=none"}, args...), nil
 }
 
 // runPolicy builds the run's policy: the policy file's if one is given,

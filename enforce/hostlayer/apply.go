@@ -80,6 +80,15 @@ func apply(nsPath string, spec Spec) ([]Pin, error) {
 	if err := n.stageApply(bridge, s, ifaces, bridgeSets); err != nil {
 		return nil, fmt.Errorf("%s: %w", bridge, err)
 	}
+	for _, l := range []layout{redirectLayout(), listenLayout()} {
+		current, err := n.readSets(l)
+		if err == nil {
+			err = n.stageApply(l, s, ifaces, current)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", l, err)
+		}
+	}
 	// Isolation before the rules: a failure of either leaves neither.
 	undo, err := n.isolatePorts(ifaces)
 	if err != nil {
@@ -161,7 +170,7 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 			// The batch-local id, given here: google/nftables would draw
 			// it from a package counter that it does not guard against
 			// concurrent use.
-			set.ID = uint32(l.table.Family)<<8 | uint32(i+1)
+			set.ID = l.setIDs | uint32(i+1)
 			if err := c.AddSet(set, nil); err != nil {
 				return fmt.Errorf("set %s: %w", ss.name, err)
 			}
@@ -180,7 +189,7 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 	for _, r := range l.rules(s, ifaces) {
 		nft.AddRule(c, ch, r)
 	}
-	return n.stageElements(l, sets, current, ch.Name, l.elements(ch.Name, ifaces))
+	return n.stageElements(l, sets, current, ch.Name, l.elements(ch.Name, s, ifaces))
 }
 
 // skeletonIntact reports whether l's table holds its shared skeleton as
@@ -189,7 +198,7 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 // priority and policy, holding exactly their rules. It compares as Check
 // does.
 func (n *runtimeNS) skeletonIntact(l layout) (bool, error) {
-	t, err := n.Conn.ListTableOfFamily(TableName, l.table.Family)
+	t, err := n.Conn.ListTableOfFamily(l.table.Name, l.table.Family)
 	if nft.IsNotExist(err) {
 		return false, nil
 	}

@@ -125,7 +125,7 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 	if err != nil {
 		return err
 	}
-	return compareElements(l, current, name, l.elements(name, ifaces))
+	return compareElements(l, current, name, l.elements(name, s, ifaces))
 }
 
 // compareElements returns an error unless the sandbox's elements in

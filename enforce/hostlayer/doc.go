@@ -21,7 +21,13 @@
 //     which conntrack calls established);
 //   - the ICMP errors conntrack relates to a flow that keep it working:
 //     unreachable, time exceeded, parameter problem, packet too big;
-//   - DNS (UDP and TCP port 53) to the sandbox's resolvers;
+//   - DNS (UDP and TCP port 53) to the sandbox's resolvers: straight to
+//     them without the DNS filter, else redirected to the filter (see
+//     Redirect);
+//   - the TCP the sandbox opens, redirected to its proxy's listeners in
+//     the runtime's namespace (see Redirect): what a workload on a network
+//     stack of its own sends (gVisor, a microVM), or one that flushed its
+//     rules, gets the same decisions as the rest;
 //   - the allowDirect entries: TCP and UDP to IP or CIDR destinations,
 //     with or without a port range, that bypass the proxy (for non-HTTP
 //     services), and, if the policy allows ICMP, echo requests to them
@@ -175,6 +181,76 @@
 // number, or an ICMP error quoting its headers) would then carry the
 // workload's bytes to the host it named. The friendly rejects are the job
 // of the sandbox's own ruleset; this layer is the backstop.
+//
+// # Redirect
+//
+// Some workloads never pass the IP hooks of their own namespace: gVisor's
+// runsc runs its own network stack and writes Ethernet frames to the
+// sandbox's veth through a packet socket; a microVM (Kata Containers'
+// tcfilter mode, Firecracker behind the tc-redirect-tap CNI plugin) has
+// its frames moved between its tap and the veth by tc mirred redirects.
+// The sandbox's ruleset (package enforce) sees none of them; only the
+// host end of the veth does. So the layer redirects there what the
+// sandbox sends past its ruleset, and every runtime gets the same policy:
+//
+//	table inet doorman-host-nat
+//	    map sandboxes, sandbox-macs   as in table inet doorman-host, -> jump sbx-<key>
+//	    chain prerouting  type nat hook prerouting priority -150
+//	    chain sbx-<key>
+//	        ip[6] daddr RESOLVER udp|tcp dport 53 redirect to :DNS4|DNS6   with the DNS filter
+//	        ip[6] daddr RESOLVER tcp dport 53 return                      without it
+//	        ip[6] daddr DIRECT tcp [dport PORTS] return                   allowDirect
+//	        meta nfproto ipv4 meta l4proto tcp redirect to :TCP4
+//	        meta nfproto ipv6 meta l4proto tcp redirect to :TCP6
+//	table inet doorman-host-listen
+//	    map listeners { type inet_proto . inet_service : verdict }    a listener's port -> jump sbx-<key>
+//	    chain input  type filter hook input priority filter
+//	        meta l4proto . th dport vmap @listeners
+//	    chain sbx-<key>
+//	        ct status dnat accept
+//	        drop
+//
+// and table inet doorman-host's chain accepts, before its final drop, a
+// family's TCP while it is new (the NAT core redirects it after the
+// chain) and every later packet of a redirected connection (ct direction
+// original, ct status dnat), and DNS to the resolvers the filter takes.
+// The proxy's listeners and the DNS filter's sockets in the runtime's
+// namespace (Spec.Redirect: their ports) are bound to its wildcard
+// address: the redirect takes a connection to the address of the
+// interface it came in on (the bridge's, on a bridge port), keeping its
+// original destination for SO_ORIGINAL_DST, and the filter answers from
+// the address a query came to, which conntrack turns back into the
+// resolver's, as inside the sandbox. Table inet doorman-host-listen drops
+// whatever reaches those ports without the redirect (the LAN, the
+// runtime's own processes, another sandbox writing to them), and the
+// proxy refuses a connection whose original destination is its own
+// listener.
+//
+// The redirect is NAT, not TPROXY: with br_netfilter on (Docker and
+// Kubernetes turn it on), the inet PREROUTING hooks of a frame that
+// enters by a bridge port run inside br_netfilter's pass, and the socket
+// TPROXY assigns there is dropped by ip_rcv_core when the frame reaches
+// the IP layer (measured here: every SYN was reset). Its nat chain's
+// priority, -150, puts it first among the chains the NAT core runs at
+// destination NAT (Docker's and kube-proxy's are at -100): a sandbox's
+// connection to a service address goes to the proxy, not to the service's
+// endpoint. A nat chain that another tool puts before -150 and that NATs
+// a sandbox's traffic would take a new connection's first packet past the
+// proxy (the connection's later packets are dropped: they are not the
+// layer's redirect); none of Docker, Podman, kube-proxy or the CNI
+// reference plugins does. A routed host interface without an address of
+// the family (Calico's veths) cannot take a redirect: the redirect drops
+// what it cannot redirect.
+//
+// A runc sandbox's TCP keeps going to the proxy's listener inside its
+// namespace (the in-namespace redirect, over loopback); the host-side
+// redirect sees it only once the workload has flushed its own rules.
+// Measured side by side (docs/benchmarks.md, BenchmarkRuntimeStacks),
+// moving runc to the host-side path would cost it about the same on a
+// plain HTTP connection and more on a TLS one, and would make the ruleset
+// inside the namespace pass the sandbox's TCP out, leaving it no second
+// layer: runc stays where it is, and the two paths lead to the same
+// proxy, policy and log.
 //
 // # Identity
 //
@@ -357,6 +433,14 @@
 //     after createRuntime (see WaitHostPeers). Check reports later changes.
 //   - A connection the sandbox accepted is a channel by design: whoever
 //     connects to it gets its replies.
+//   - A workload on a stack of its own (gVisor, a microVM) resolves its
+//     neighbours' addresses itself: the bridge's port isolation keeps a
+//     neighbour sandbox's from it, so it cannot reach one even where its
+//     policy names the address (a runc workload's proxy can, dialing from
+//     the runtime's namespace). TCP it bridges to a port that is not a
+//     sandbox's takes the redirect only where br_netfilter passes bridged
+//     frames to the inet hooks; elsewhere the layer drops it. (Neither
+//     case is covered by the tests.)
 //   - ARP and neighbour discovery, in their shapes, still reach the host
 //     and the ports of the bridge that are not sandboxes', with the
 //     sandbox's own identity; the host's own broadcasts and multicasts

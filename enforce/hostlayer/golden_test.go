@@ -41,6 +41,9 @@ func TestLayerGolden(t *testing.T) {
 		{"routed, nothing allowed", Spec{Key: "b", HostIfaces: []string{"veth-r"}}, []hostIface{routed}},
 		{"bridged, no icmp", Spec{Key: "c", HostIfaces: []string{"veth-b"}, Resolvers: addrs("203.0.113.53"),
 			AllowDirect: constEntries("198.51.100.0/24")}, []hostIface{bridged}},
+		{"bridged, redirected", Spec{Key: "d", HostIfaces: []string{"veth-b"}, AllowDirect: constEntries("198.51.100.0/24:5432"),
+			Redirect: Redirect{TCP4: 40001, TCP6: 40001, DNS4: 40003, DNS6: 40004, DNSResolvers: addrs("203.0.113.53", "2001:db8::53", "127.0.0.11")}},
+			[]hostIface{bridged}},
 	}
 	var b strings.Builder
 	for _, sp := range specs {
@@ -72,7 +75,7 @@ func TestLayerGolden(t *testing.T) {
 				fmt.Fprintf(&b, "  rule %q\n", r.Comment)
 				nfttest.WriteExprs(t, &b, l.table.Family, r.Exprs)
 			}
-			els := l.elements(chain, sp.ifaces)
+			els := l.elements(chain, s, sp.ifaces)
 			names := make([]string, 0, len(els))
 			for name := range els {
 				names = append(names, name)

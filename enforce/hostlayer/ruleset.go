@@ -20,6 +20,18 @@ import (
 // a sandbox's own namespace (see package enforce).
 const TableName = "doorman-host"
 
+// Names of the tables of the redirect (see redirect.go): their own, so
+// that each keeps one chain per sandbox, named as in the other two.
+const (
+	// RedirectTableName is table inet doorman-host-nat: the redirect of
+	// what a sandbox sends past its own ruleset to its proxy's host-side
+	// listeners.
+	RedirectTableName = "doorman-host-nat"
+	// ListenTableName is table inet doorman-host-listen: those
+	// listeners' guard, which drops what reaches them unredirected.
+	ListenTableName = "doorman-host-listen"
+)
+
 const (
 	// chainPrefix starts the name of every sandbox chain.
 	chainPrefix = "sbx-"
@@ -73,6 +85,7 @@ type setSpec struct {
 // a base chain, or a regular chain that sandbox chains jump to (hook nil).
 type baseSpec struct {
 	name     string
+	ctype    nftables.ChainType  // "": filter
 	hook     *nftables.ChainHook // nil: a regular chain
 	priority *nftables.ChainPriority
 	rules    []nft.RuleSpec
@@ -93,17 +106,23 @@ type layout struct {
 	bases []baseSpec
 	// rules builds the sandbox chain of a normalized spec.
 	rules func(s Spec, ifaces []hostIface) []nft.RuleSpec
-	// elements builds the sandbox's elements, by set name.
-	elements func(chain string, ifaces []hostIface) map[string][]element
+	// elements builds the sandbox's elements of a normalized spec, by
+	// set name.
+	elements func(chain string, s Spec, ifaces []hostIface) map[string][]element
+	// setIDs numbers the table's sets in a batch (see stageApply): unique
+	// per table, as two tables of a family change in one batch.
+	setIDs uint32
 }
 
-func layouts() []layout { return []layout{inetLayout(), bridgeLayout()} }
+func layouts() []layout {
+	return []layout{inetLayout(), bridgeLayout(), redirectLayout(), listenLayout()}
+}
 
 func (l layout) String() string {
 	if l.table.Family == nftables.TableFamilyBridge {
-		return "table bridge " + TableName
+		return "table bridge " + l.table.Name
 	}
-	return "table inet " + TableName
+	return "table inet " + l.table.Name
 }
 
 func (l layout) set(s setSpec) *nftables.Set {
@@ -118,7 +137,11 @@ func (l layout) baseChain(b baseSpec) *nftables.Chain {
 	if b.hook == nil {
 		return &nftables.Chain{Name: b.name, Table: l.table}
 	}
-	return &nftables.Chain{Name: b.name, Table: l.table, Type: nftables.ChainTypeFilter,
+	ctype := b.ctype
+	if ctype == "" {
+		ctype = nftables.ChainTypeFilter
+	}
+	return &nftables.Chain{Name: b.name, Table: l.table, Type: ctype,
 		Hooknum: b.hook, Priority: b.priority, Policy: ptr(nftables.ChainPolicyAccept)}
 }
 
@@ -161,19 +184,33 @@ func inetLayout() layout {
 			nft.Rule("bridged sandboxes go to their chains by bridge and source mac", dispatchIfaceMAC(setMACs)),
 		}}},
 		rules: inetRules,
-		elements: func(chain string, ifaces []hostIface) map[string][]element {
-			els := map[string][]element{}
+		elements: func(chain string, _ Spec, ifaces []hostIface) map[string][]element {
+			els := dispatchElements(chain, ifaces)
 			for _, i := range ifaces {
 				if i.bridge == "" {
-					els[setIfaces] = append(els[setIfaces], element{key: ifIndexKey(i.index), chain: chain})
 					addAddrElements(els, i)
-				} else {
-					els[setMACs] = append(els[setMACs], element{key: ifaceMACKey(i.bridgeIndex, i.mac), chain: chain})
 				}
 			}
 			return els
 		},
+		setIDs: 1 << 8,
 	}
+}
+
+// dispatchElements are the elements of maps setIfaces and setMACs that
+// send the packets of a sandbox's interfaces to its chain: a routed
+// interface by its index, a bridge port by the bridge and the sandbox's
+// MAC.
+func dispatchElements(chain string, ifaces []hostIface) map[string][]element {
+	els := map[string][]element{}
+	for _, i := range ifaces {
+		if i.bridge == "" {
+			els[setIfaces] = append(els[setIfaces], element{key: ifIndexKey(i.index), chain: chain})
+		} else {
+			els[setMACs] = append(els[setMACs], element{key: ifaceMACKey(i.bridgeIndex, i.mac), chain: chain})
+		}
+	}
+	return els
 }
 
 // bridgeLayout is table bridge doorman-host, on the bridge ports: it pins
@@ -214,8 +251,9 @@ func bridgeLayout() layout {
 				floodedToSandbox(),
 			}},
 		},
-		rules: func(_ Spec, ifaces []hostIface) []nft.RuleSpec { return bridgeRules(ifaces) },
-		elements: func(chain string, ifaces []hostIface) map[string][]element {
+		rules:  func(_ Spec, ifaces []hostIface) []nft.RuleSpec { return bridgeRules(ifaces) },
+		setIDs: 2 << 8,
+		elements: func(chain string, _ Spec, ifaces []hostIface) map[string][]element {
 			els := map[string][]element{}
 			for _, i := range ifaces {
 				if i.bridge == "" {
@@ -311,6 +349,7 @@ func inetRules(s Spec, ifaces []hostIface) []nft.RuleSpec {
 	for _, e := range s.AllowDirect {
 		rules = append(rules, directRules(e)...)
 	}
+	rules = append(rules, redirectedRules(s)...)
 	return append(rules, nft.Rule("everything else from the sandbox is dropped", nft.Drop()))
 }
 

@@ -62,6 +62,11 @@ type Spec struct {
 	// interface has (of a family IPAM assigned none of, those the
 	// interface has); its IPv6 link-local addresses are read as always.
 	IPAM map[string][]netip.Addr
+	// Redirect sends what the sandbox sends past its own ruleset (its
+	// TCP, its DNS to the resolvers) to its proxy's listeners in the
+	// runtime's namespace (see Redirect). Zero: nothing is redirected,
+	// and that traffic is dropped.
+	Redirect Redirect
 }
 
 // Pin is the identity of a sandbox on one of its host interfaces: what
@@ -124,6 +129,10 @@ func (s Spec) normalized() (Spec, error) {
 		return Spec{}, err
 	}
 	out := Spec{Key: s.Key, SandboxNetNS: s.SandboxNetNS, AllowICMP: s.AllowICMP, IPAM: map[string][]netip.Addr{}}
+	var err error
+	if out.Redirect, err = s.Redirect.normalized(); err != nil {
+		return Spec{}, fmt.Errorf("sandbox %s: %w", s.Key, err)
+	}
 	if len(s.HostIfaces) == 0 && s.SandboxNetNS == "" {
 		return Spec{}, fmt.Errorf("sandbox %s: neither host interfaces nor the sandbox's namespace given", s.Key)
 	}

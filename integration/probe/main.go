@@ -46,6 +46,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -150,12 +151,16 @@ func runGet(args []string) error {
 	caFile := fs.String("ca", "", "PEM file of the CA to trust (default: the system's)")
 	resolve := fs.String("resolve", "", "HOST:ADDR: connect to ADDR whenever HOST is dialled")
 	timeout := fs.Duration("timeout", defaultWait, "overall deadline")
+	repeat := fs.Int("repeat", 0, "make the request this many more times, each on a new connection, and print their median and 90th percentile times (the benchmarks)")
 	data := fs.String("data", "", "a JSON body to POST instead of a GET")
 	pos, err := parse(fs, args, 1, "URL")
 	if err != nil {
 		return err
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{}, Proxy: nil}
+	if *repeat > 0 && *data != "" {
+		return usageError{"--repeat with --data: the repeated requests would have no body"}
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{}, Proxy: nil, DisableKeepAlives: *repeat > 0}
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
 		if err != nil {
@@ -202,7 +207,23 @@ func runGet(args []string) error {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyOutput))
 	fmt.Printf("status: %d\n%s", resp.StatusCode, body)
-	return err
+	if err != nil || *repeat <= 0 {
+		return err
+	}
+	times := make([]time.Duration, 0, *repeat)
+	for range *repeat {
+		start := time.Now()
+		resp, err := (&http.Client{Transport: tr}).Do(req.Clone(ctx))
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	fmt.Printf("repeat: %d median_us %d p90_us %d\n", len(times), times[len(times)/2].Microseconds(), times[len(times)*9/10].Microseconds())
+	return nil
 }
 
 func runTCP(args []string) error {

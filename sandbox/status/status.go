@@ -44,9 +44,13 @@ type Info struct {
 	// pod's cgroup parent: a cgroupfs path or a systemd slice), if any.
 	CgroupParent string `json:"cgroupParent,omitempty"`
 	Runtime      string `json:"runtime"`
-	Network      string `json:"network,omitempty"`
-	IfName       string `json:"ifName,omitempty"`
-	NetNS        string `json:"netns"`
+	// RuntimeKind is the kind of runtime the workload runs on as doorman
+	// detected it: runc, runsc, microvm or unknown (see package
+	// runtimekind).
+	RuntimeKind string `json:"runtimeKind"`
+	Network     string `json:"network,omitempty"`
+	IfName      string `json:"ifName,omitempty"`
+	NetNS       string `json:"netns"`
 	// Mode is the mode of the live policy file, what the proxy applies;
 	// "invalid" if it does not load (the proxy then denies everything).
 	Mode        string `json:"mode"`
@@ -122,12 +126,19 @@ type Cgroup struct {
 
 // Describe gathers what ls and show report about s. Counts come from the
 // decision log, from the sandbox's creation on (a log outlives its
-// sandbox, and a later one with the same key appends to it).
+// sandbox, and a later one with the same key appends to it). It looks
+// again at the runtime kind of s (sandbox.State.DetectRuntimeKind), in
+// memory only; RuntimeKind is "-" where none is known.
 func Describe(s *sandbox.State) *Info {
+	s.DetectRuntimeKind()
 	info := &Info{
-		Key: s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
+		RuntimeKind: s.RuntimeKind,
+		Key:         s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
 		NetNS: s.NetNS, Created: s.Created, StateDir: s.Dir, PolicyFile: s.PolicyPath(), LogFile: s.LogFile,
 		state: s,
+	}
+	if info.RuntimeKind == "" {
+		info.RuntimeKind = "-"
 	}
 	if s.Unenforced != "" {
 		// A record without a policy, proxy or log.
