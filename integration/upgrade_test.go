@@ -233,7 +233,10 @@ func TestUpgradeInPlaceSupervised(t *testing.T) {
 	if l := e.ls(c); l.Mode != "allowlist" || l.Proxy.Health != "up" || l.Runtime != "cni" {
 		t.Errorf("ls of an old supervised sandbox: %+v", l)
 	}
-	if err := e.check(c); err != nil {
+	// The old release's host-side layer lacks this release's redirect
+	// table (issue 26): CHECK may say so, and nothing else, until a
+	// second ADD applies this release's layer.
+	if err := e.check(c); err != nil && !strings.Contains(err.Error(), "host-side layer") {
 		t.Errorf("CHECK of an old supervised sandbox: %v", err)
 	}
 	if _, err := e.doormanVerb(c, c.list, "ADD", e.bridgeResult(c)); err != nil {
