@@ -76,14 +76,14 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./internal/strictjson
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
-	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/proxyconf
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/launch
 	$(GO) test -run='^$$' -fuzz='^FuzzPolicy$$' -fuzztime=$(FUZZTIME) ./annotation
 	$(GO) test -run='^$$' -fuzz='^FuzzParseEntry$$' -fuzztime=$(FUZZTIME) ./plugin
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuntimeConfig$$' -fuzztime=$(FUZZTIME) ./plugin
-	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./hostconf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./spec
 	$(GO) test -run='^$$' -fuzz='^FuzzParsePath$$' -fuzztime=$(FUZZTIME) ./cgroup
 	$(GO) test -run='^$$' -fuzz='^FuzzParseMountinfo$$' -fuzztime=$(FUZZTIME) ./cgroup
-	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./sandbox
+	$(GO) test -run='^$$' -fuzz='^FuzzParseCgroupLimits$$' -fuzztime=$(FUZZTIME) ./spec
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeReply$$' -fuzztime=$(FUZZTIME) ./proxy/internal/realdst
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The

@@ -22,9 +22,8 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/kube/agentclient"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // NetConf is doorman's entry in a conflist, as the runtime passes it:
@@ -45,25 +44,62 @@ type NetConf struct {
 	runtimeErr    error
 }
 
-// parseNetConf reads the conflist entry. It does not require prevResult:
-// DEL and GC may come without one. Only an entry the CNI's types cannot
-// decode is an error here; what doorman's keys and runtimeConfig hold is
-// judged where a verb needs it (see valid).
+// parseNetConf reads the conflist entry: one decode of data into its
+// keys (decodeObject), each of whose values its parser then decodes once.
+// It does not require prevResult: DEL and GC may come without one. Only an
+// entry the CNI's types cannot decode is an error here; what doorman's
+// keys and runtimeConfig hold is judged where a verb needs it (see valid).
 func parseNetConf(data []byte) (*NetConf, error) {
 	var n NetConf
-	if err := json.Unmarshal(data, &n.PluginConf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
+	raw, err := decodeObject(data)
+	if err == nil {
+		err = decodePluginConf(raw, &n.PluginConf)
 	}
-	s, err := ParseEntry(data)
+	if err != nil {
+		// Say it as encoding/json says it of a types.PluginConf, as the
+		// CNI's own parsers would; a JSON null decodes into one, and has
+		// none of doorman's keys, which doorman's keys say is wrong.
+		var c types.PluginConf
+		if jerr := json.Unmarshal(data, &c); jerr != nil {
+			return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", jerr.Error())
+		}
+		n.Settings, n.settingsErr = *DefaultSettings(), err
+		return &n, nil
+	}
+	s, err := parseSettings(raw, CNIKeys)
 	n.Settings, n.settingsErr = *s, err
-	var rc struct {
-		RuntimeConfig json.RawMessage `json:"runtimeConfig"`
-	}
-	if err := json.Unmarshal(data, &rc); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
-	}
-	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(rc.RuntimeConfig)
+	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(lookup(raw, "runtimeConfig"))
 	return &n, nil
+}
+
+// decodePluginConf decodes the CNI's keys among raw into c, as
+// encoding/json decodes them into a types.PluginConf.
+func decodePluginConf(raw map[string]json.RawMessage, c *types.PluginConf) error {
+	for key, dst := range map[string]any{
+		"cniVersion": &c.CNIVersion, "name": &c.Name, "type": &c.Type, "capabilities": &c.Capabilities,
+		"ipam": &c.IPAM, "dns": &c.DNS, "prevResult": &c.RawPrevResult, "cni.dev/valid-attachments": &c.ValidAttachments,
+	} {
+		if v := lookup(raw, key); v != nil {
+			if err := json.Unmarshal(v, dst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lookup is the value of key in raw, or of a key that differs from it in
+// case only, as encoding/json matches a struct's fields; nil if none.
+func lookup(raw map[string]json.RawMessage, key string) json.RawMessage {
+	if v, ok := raw[key]; ok {
+		return v
+	}
+	for k, v := range raw {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
 
 // valid is the CNI error of an entry whose doorman keys do not all parse,
@@ -151,7 +187,7 @@ func (n *NetConf) basePolicy(args *skel.CmdArgs) (*conf.Policy, error) {
 // gets the network's policy narrowed by its annotations (withoutAgent
 // "default"). A pod the agent refuses (its annotations do not parse)
 // fails with the agent's reason.
-func (n *NetConf) fromAgent(pod Pod, s *sandbox.Spec) error {
+func (n *NetConf) fromAgent(pod Pod, s *spec.Spec) error {
 	a, fromFile, err := agentclient.Get(n.Agent.Dir, pod.Namespace, pod.Name, pod.UID, n.Agent.Wait.Duration)
 	var pe *agentclient.PodError
 	switch {
@@ -174,7 +210,7 @@ func (n *NetConf) fromAgent(pod Pod, s *sandbox.Spec) error {
 // withoutAgent is a pod's policy when the agent has none for it and the
 // installer says "default": the network's, narrowed by the pod's
 // annotations (or replaced, with annotations "replace").
-func (n *NetConf) withoutAgent(pod Pod, s *sandbox.Spec) error {
+func (n *NetConf) withoutAgent(pod Pod, s *spec.Spec) error {
 	ann := n.RuntimeConfig.PodAnnotations
 	fail := func(err error) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, "doorman: pod "+pod.ID()+": "+err.Error(), "")
@@ -247,22 +283,15 @@ func policyNames(args *skel.CmdArgs) []string {
 }
 
 // spec is what the ADD of this conflist entry enforces on the container
-// of args, each setting parsed once (by ParseEntry, ParseRuntimeConfig
-// and the annotation package): its policy (see policy), its resolvers,
-// the upstream resolver, allowDirect (the network's and its pod's), the
-// cluster's names, the layers, the log directory and the OTLP export.
-func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, error) {
-	s := sandbox.Spec{
-		AllowICMP:         n.AllowICMP,
-		DNSFilter:         n.DNSFilter,
-		HostLayer:         n.HostLayer,
-		LogDir:            n.LogDir,
-		UpstreamResolvers: n.UpstreamResolvers,
-		AllowDirect:       slices.Clone(n.Settings.AllowDirect),
-		ProxyLimits:       n.ProxyLimits,
-		CADir:             filepath.Join(n.CADir, n.Name),
-		UpstreamCAFile:    n.UpstreamCAFile,
-	}
+// of args: the network's spec (Settings), with the container's policy
+// (see policy), its pod's allowDirect besides the network's, its resolvers
+// (see resolvers), its network's CA directory, the cluster's names, and
+// the host's OTLP export and caps where the network gives none. Each
+// setting was parsed once (by ParseEntry, ParseRuntimeConfig and the
+// annotation package).
+func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (spec.Spec, error) {
+	s := n.Settings.Spec.Clone()
+	s.CADir = filepath.Join(n.CADir, n.Name)
 	if n.Name == "" || n.Name == "." || n.Name == ".." || filepath.Base(n.Name) != n.Name {
 		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
 	}
@@ -288,7 +317,6 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		return s, err
 	}
 	s.ClusterNames = n.clusterNames()
-	s.NAT64Prefixes = slices.Clone(n.NAT64Prefixes)
 	if s.Limits, err = n.limits(hostconf.LimitsFile); err != nil {
 		return s, err
 	}
@@ -297,12 +325,12 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 
 // clusterNames open the network's serviceCIDRs and podCIDRs to the names
 // under its clusterDomain (none if it names no CIDR).
-func (n *NetConf) clusterNames() []proxyconf.NameScope {
+func (n *NetConf) clusterNames() []spec.NameScope {
 	prefixes := slices.Concat(n.ServiceCIDRs, n.PodCIDRs)
 	if len(prefixes) == 0 {
 		return nil
 	}
-	return []proxyconf.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
+	return []spec.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
 }
 
 // resolvers picks the DNS servers containers may query: the network's
@@ -353,7 +381,7 @@ func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
 
 // parseAddrs parses the addresses of key.
 func parseAddrs(key string, values []string) ([]netip.Addr, error) {
-	addrs, err := sandbox.ParseAddrs(key, values)
+	addrs, err := spec.ParseAddrs(key, values)
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
 	}
@@ -372,7 +400,7 @@ func sandboxKey(containerID, ifName string) string {
 }
 
 // otlp returns the OTLP export settings: the network's, else the host's.
-func (n *NetConf) otlp() (otlplog.Config, error) {
+func (n *NetConf) otlp() (spec.OTLP, error) {
 	if n.OTLP.Endpoint != "" {
 		return n.OTLP, nil
 	}
@@ -381,7 +409,7 @@ func (n *NetConf) otlp() (otlplog.Config, error) {
 
 // limits returns the caps: the network's limits key (Settings.Limits,
 // checked by ParseEntry) over those of the host's file at hostFile.
-func (n *NetConf) limits(hostFile string) (proxyconf.Limits, error) {
+func (n *NetConf) limits(hostFile string) (spec.Limits, error) {
 	host, err := hostconf.Limits(hostFile)
 	if err != nil {
 		return host, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")

@@ -15,6 +15,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // These tests run the operator commands against recorded sandboxes whose
@@ -34,7 +35,7 @@ func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, d
 	s := &sandbox.State{
 		Key: key, ID: id, Name: name, Runtime: "cni", Network: "net", IfName: "eth0", NetNS: "/run/netns/" + key,
 		Mode: mode, Label: "full", LogFile: logFile, Created: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
-		DNSFilter: dnsFilter,
+		Spec: spec.Spec{DNSFilter: dnsFilter},
 	}
 	data, _ := json.Marshal(s)
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), data, 0o600); err != nil {
@@ -201,9 +202,9 @@ func TestICMPSummary(t *testing.T) {
 		want string
 	}{
 		{sandbox.State{Mode: "allowlist"}, "errors of admitted flows and IPv6 neighbour discovery only (allowICMP off)"},
-		{sandbox.State{Mode: "allowlist", AllowICMP: true}, "only (allowICMP on, but no allowDirect destination to ping)"},
-		{sandbox.State{Mode: "none", AllowICMP: true, AllowDirect: direct}, "only (mode none)"},
-		{sandbox.State{Mode: "open", AllowICMP: true, AllowDirect: direct},
+		{sandbox.State{Mode: "allowlist", Spec: spec.Spec{AllowICMP: true}}, "only (allowICMP on, but no allowDirect destination to ping)"},
+		{sandbox.State{Mode: "none", Spec: spec.Spec{AllowICMP: true, Proxy: spec.Proxy{AllowDirect: direct}}}, "only (mode none)"},
+		{sandbox.State{Mode: "open", Spec: spec.Spec{AllowICMP: true, Proxy: spec.Proxy{AllowDirect: direct}}},
 			"echo requests of at most 64 data bytes to allowDirect destinations; errors of admitted flows"},
 	} {
 		if got := icmpSummary(&tc.s); !strings.Contains(got, tc.want) {

@@ -1,4 +1,4 @@
-package sandbox
+package spec
 
 import (
 	"encoding/json"
@@ -10,7 +10,8 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 )
 
-// The limits of a proxy's cgroup that a Spec does not set. A proxy idles
+// The limits of a proxy's cgroup that a Spec does not set (see
+// ProxyLimitsWithDefaults). A proxy idles
 // at about 20 MiB (its supervisor at about 5) and a relayed connection
 // costs it 15 to 22 KiB, so 256 MiB holds some ten thousand connections,
 // well above the proxy's own default cap on them; it uses a few dozen
@@ -29,8 +30,9 @@ const (
 	MinProxyPids   = 16
 )
 
-// limitsWithDefaults is l with the defaults above for its zero fields.
-func limitsWithDefaults(l cgroup.Limits) cgroup.Limits {
+// ProxyLimitsWithDefaults is l with the defaults above for its zero
+// fields.
+func ProxyLimitsWithDefaults(l cgroup.Limits) cgroup.Limits {
 	if l.Memory == 0 {
 		l.Memory = DefaultProxyMemory
 	}

@@ -1,4 +1,4 @@
-package proxyconf
+package launch
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/spec"
 )
 
 func mustDirect(t *testing.T, ss ...string) []conf.Direct {
@@ -32,14 +32,19 @@ func mustDirect(t *testing.T, ss ...string) []conf.Direct {
 func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "proxy-config.json")
 	want := Config{
-		Sandbox: "team-a/web-0", PodUID: "0b1c2d3e-0000-4000-8000-000000000001", PolicyFile: "/run/doorman/ctr1-eth0/policy", LogFile: "/var/log/doorman/ctr1-eth0.log",
-		AllowDirect:   mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
-		OTLP:          &OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
-		DrainTimeout:  Duration(500 * time.Millisecond),
-		ClusterNames:  []NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
-		NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
-		Limits:        Limits{Connections: 100, IdleTimeout: new(Duration(0)), DNSQueriesPerSecond: 50},
-		Listeners:     Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
+		Sandbox:      "team-a/web-0",
+		PodUID:       "0b1c2d3e-0000-4000-8000-000000000001",
+		PolicyFile:   "/run/doorman/ctr1-eth0/policy",
+		LogFile:      "/var/log/doorman/ctr1-eth0.log",
+		DrainTimeout: spec.Duration(500 * time.Millisecond),
+		Listeners:    Listeners{TCP: []int{3, 4}, DNSUDP: []int{5}, DNSTCP: []int{6}},
+		Proxy: spec.Proxy{
+			AllowDirect:   mustDirect(t, "203.0.113.7:5432", "2001:db8::/64"),
+			OTLP:          spec.OTLP{Endpoint: "https://otel.example.test:4318", Headers: map[string]string{"Authorization": "Bearer x"}},
+			ClusterNames:  []spec.NameScope{{Domain: "cluster.local", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}},
+			NAT64Prefixes: []netip.Prefix{netip.MustParsePrefix("2001:db8:64::/96")},
+			Limits:        spec.Limits{Connections: 100, IdleTimeout: new(spec.Duration(0)), DNSQueriesPerSecond: 50},
+		},
 	}
 	if err := want.WriteFile(path); err != nil {
 		t.Fatal(err)
@@ -98,40 +103,6 @@ func TestConfigRefuses(t *testing.T) {
 	os.WriteFile(path, []byte("{"), 0o600)
 	if _, err := Load(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("a broken file: %v, want an error naming it", err)
-	}
-}
-
-// Absent limits are the defaults; idleTimeout "0s" is none; the
-// per-upstream default is a share of the port range; Or lets the
-// network's values win.
-func TestLimitsEffective(t *testing.T) {
-	e := Limits{}.Effective(28232)
-	want := Effective{Connections: DefaultConnections, Pending: DefaultPending, PerUpstream: 3529,
-		DNSQueriesPerSecond: DefaultDNSQueriesPerSecond, PendingBytes: DefaultPendingBytes, LogMaxSize: DefaultLogMaxSize,
-		SniffTimeout: DefaultSniffTimeout, IdleTimeout: DefaultIdleTimeout,
-		BufferBytes: DefaultBufferBytes, HeartbeatTimeout: DefaultHeartbeatTimeout}
-	if e != want {
-		t.Errorf("defaults %+v, want %+v", e, want)
-	}
-	host := Limits{Connections: 10, IdleTimeout: new(Duration(time.Minute)), DNSQueriesPerSecond: 7, BufferBytes: 8 << 20}
-	net := Limits{Connections: 20, IdleTimeout: new(Duration(0)), HeartbeatTimeout: Duration(3 * time.Second)}
-	got := host.Or(net).Effective(0)
-	if got.Connections != 20 || got.IdleTimeout != 0 || got.DNSQueriesPerSecond != 7 || got.PerUpstream != 20 ||
-		got.BufferBytes != 8<<20 || got.HeartbeatTimeout != 3*time.Second {
-		t.Errorf("host.Or(network): %+v", got)
-	}
-	if *host.IdleTimeout != Duration(time.Minute) {
-		t.Error("Or changed its receiver's idle timeout")
-	}
-}
-
-func TestOTLPOf(t *testing.T) {
-	if OTLPOf(otlplog.Config{}) != nil || (*OTLP)(nil).Config().Endpoint != "" {
-		t.Error("no endpoint: want no export")
-	}
-	c := otlplog.Config{Endpoint: "h:4318", Insecure: true, Headers: map[string]string{"k": "v"}, QueueSize: 7}
-	if got := OTLPOf(c).Config(); !reflect.DeepEqual(got, c) {
-		t.Errorf("round trip %+v, want %+v", got, c)
 	}
 }
 

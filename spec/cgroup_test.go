@@ -1,4 +1,4 @@
-package sandbox
+package spec
 
 import (
 	"encoding/json"
@@ -93,10 +93,10 @@ func TestProxyLimitsConfig(t *testing.T) {
 	}
 }
 
-// FuzzParseLimits: each limit parser either refuses a value with a
+// FuzzParseCgroupLimits: each limit parser either refuses a value with a
 // FieldError that names the key and the value, or returns the default
 // (0), no limit (cgroup.Max), or a limit within its bounds.
-func FuzzParseLimits(f *testing.F) {
+func FuzzParseCgroupLimits(f *testing.F) {
 	for _, s := range []string{"", "max", "256Mi", "1g", "268435456", "64", "16", "10000", "0", "-1", "1.5g", "17179869184g", " 8m "} {
 		f.Add(s)
 	}

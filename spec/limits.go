@@ -1,11 +1,12 @@
-package proxyconf
+package spec
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/proxy/sniff"
-	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
 // The defaults of Limits, chosen so that a normal workload never meets
@@ -47,8 +48,12 @@ const (
 	// sandboxes that each hold all of theirs.
 	DefaultBufferBytes = 64 << 20
 	// DefaultHeartbeatTimeout is how long a proxy worker may go without
-	// answering its supervisor's heartbeat before it is replaced.
-	DefaultHeartbeatTimeout = supervise.DefaultHeartbeatTimeout
+	// answering its supervisor's heartbeat before it is replaced (see
+	// package supervise).
+	DefaultHeartbeatTimeout = 5 * time.Second
+	// DefaultSniffTimeout bounds the wait for the first bytes of a
+	// connection that carry a name.
+	DefaultSniffTimeout = 10 * time.Second
 )
 
 // MinBufferBytes is the least bufferBytes may be: below it a single
@@ -57,7 +62,7 @@ const MinBufferBytes = 1 << 20
 
 // MinHeartbeatTimeout is the least heartbeatTimeout may be: below it a
 // worker that the host starves of CPU for a moment would be killed.
-const MinHeartbeatTimeout = supervise.MinHeartbeatTimeout
+const MinHeartbeatTimeout = time.Second
 
 // MinPendingBytes is the least pendingBytes may be: one ClientHello of
 // the largest size, in 1-byte records.
@@ -65,8 +70,8 @@ const MinPendingBytes = sniff.MaxHelloWireSize
 
 // Limits are the caps of one sandbox's proxy, with the same JSON keys
 // wherever they are set: a CNI network's "limits", the host's
-// /etc/doorman/limits.json (see package hostconf), and the proxy's
-// config file. A zero or absent value means the default (Default*);
+// /etc/doorman/limits.json (see package hostconf), `doorman run
+// --limits`, the sandbox's state and the proxy's config file. A zero or absent value means the default (Default*);
 // idleTimeout absent means the default and "0s" none. Caps may be raised
 // or lowered; none may be switched off except the idle timeout.
 type Limits struct {
@@ -221,4 +226,44 @@ func (l Limits) Effective(portRange int) Effective {
 		e.IdleTimeout = time.Duration(*l.IdleTimeout)
 	}
 	return e
+}
+
+// ParseLimits decodes caps in the keys of Limits, refusing unknown keys
+// (a misspelt cap must not pass silently) and values that are no cap;
+// each error names the key as limits.<key>, the value and why.
+func ParseLimits(data []byte) (Limits, error) {
+	var l Limits
+	if err := strictjson.Decode("limits", data, &l); err != nil {
+		return Limits{}, err
+	}
+	return l, l.Validate()
+}
+
+// Duration is a time.Duration written as in Go ("500ms", "10s").
+type Duration time.Duration
+
+// MarshalText renders d as time.Duration.String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText parses text with time.ParseDuration; negative durations
+// are refused. The error says why, not what: the caller names the key
+// and the value.
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return errors.New(`want a duration such as "10s", "1m30s" or "0s"`)
+	}
+	if v < 0 {
+		return errors.New("a negative duration")
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Or returns d, or def if d is zero.
+func (d Duration) Or(def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return time.Duration(d)
 }

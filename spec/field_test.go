@@ -1,12 +1,10 @@
-package sandbox
+package spec
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
-	"strings"
 	"testing"
-
-	"github.com/doorman-net/doorman/conf"
 )
 
 // Every front door names its own key, with the same value and reason.
@@ -45,23 +43,10 @@ func TestFieldErrors(t *testing.T) {
 	}
 }
 
-// Enforce refuses a request without what it needs before anything is
-// made.
-func TestRequestDefaults(t *testing.T) {
-	p, _ := conf.NewPolicy(conf.ModeAllowlist, nil)
-	for _, tc := range []struct {
-		r    Request
-		want string
-	}{
-		{Request{Attachment: Attachment{Key: "k", NetNS: "/proc/self/ns/net"}}, "no policy"},
-		{Request{Attachment: Attachment{Key: "k"}, Spec: Spec{Policy: p}}, "no network namespace"},
-		{Request{Attachment: Attachment{Key: "../k", NetNS: "/x"}, Spec: Spec{Policy: p}}, `sandbox key "../k"`},
-		{Request{Attachment: Attachment{Key: "k", NetNS: "/x"}, Spec: Spec{Policy: &conf.Policy{Mode: "wide"}}}, `policy mode "wide"`},
-	} {
-		r := tc.r
-		r.StateDir = t.TempDir()
-		if err := r.defaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want %q", tc.r, err, tc.want)
-		}
+func addrPorts(ss ...string) []netip.AddrPort {
+	out := make([]netip.AddrPort, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParseAddrPort(s)
 	}
+	return out
 }
