@@ -58,7 +58,7 @@ func main() {
 // options say what image to make.
 type options struct {
 	binary, agent, name, arch, version string
-	created                     time.Time
+	created                            time.Time
 }
 
 // Media types of the OCI image spec.
