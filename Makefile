@@ -47,7 +47,7 @@ vet:
 # The whole suite: unit tests, fuzz seed corpora, and the end-to-end tests
 # against real namespaces and runtimes. Run as root.
 test: vet
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 50m ./...
 
 # Short coverage-guided fuzzing of every parser (seed corpora live in
 # */testdata/fuzz and run as part of `make test`).
