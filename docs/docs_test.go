@@ -48,9 +48,9 @@ import (
 // root is the repository, seen from this package's directory.
 const root = ".."
 
-// pendingFiles are pages that README links to and another branch of this
-// issue writes; a link to one is reported, not failed, until it exists.
-var pendingFiles = []string{"docs/architecture.md"}
+// pendingFiles are pages that README links to and another branch writes;
+// a link to one is reported, not failed, until it exists.
+var pendingFiles = []string{}
 
 // externalFlags are the flags of other programs that the docs name in
 // running text (a flag in a command line is judged by its program).
@@ -70,7 +70,8 @@ var externalFlags = map[string]string{
 }
 
 // otherDoormanNames are doorman.io/ names that are not annotations (an API
-// group); each counts only while a Go file spells it.
+// group and version); each counts only while a CRD in deploy/kubernetes
+// serves it.
 var otherDoormanNames = []string{"doorman.io/v1alpha1"}
 
 // programs whose command lines the docs show and the test leaves alone.
@@ -281,19 +282,21 @@ func splitRow(l string) []string {
 
 // cli is what the doorman binary says of itself.
 type cli struct {
-	flags   map[string]map[string]bool // subcommand: its flags, without dashes
-	allFlag map[string]bool
+	flags      map[string]map[string]bool // subcommand: its flags, without dashes
+	allFlag    map[string]bool
+	agentFlags map[string]bool // doorman-agent's, without dashes
 }
 
-// readCLI builds the binary and reads its subcommands and their flags from
-// its --help.
+// readCLI builds the binaries and reads doorman's subcommands and their
+// flags, and doorman-agent's flags, from their --help.
 func readCLI(t *testing.T) *cli {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "doorman")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/doorman")
+	dir := t.TempDir()
+	bin, agentBin := filepath.Join(dir, "doorman"), filepath.Join(dir, "doorman-agent")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/doorman", "./cmd/doorman-agent")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/doorman: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/doorman ./cmd/doorman-agent: %v\n%s", err, out)
 	}
 	help := func(args ...string) string {
 		out, _ := exec.Command(bin, args...).CombinedOutput() // --help exits 0 or 2
@@ -322,6 +325,14 @@ func readCLI(t *testing.T) *cli {
 	}
 	if len(c.flags) < 10 || len(c.allFlag) < 20 {
 		t.Fatalf("read %d subcommands and %d flags from doorman's --help: too few, the parsing is broken", len(c.flags), len(c.allFlag))
+	}
+	c.agentFlags = map[string]bool{"h": true, "help": true}
+	out, _ := exec.Command(agentBin, "--help").CombinedOutput() // exits 0 or 2
+	for _, f := range optRe.FindAllStringSubmatch(string(out), -1) {
+		c.agentFlags[f[1]] = true
+	}
+	if len(c.agentFlags) < 4 {
+		t.Fatalf("read %d flags from doorman-agent's --help: too few, the parsing is broken:\n%s", len(c.agentFlags), out)
 	}
 	return c
 }
@@ -384,9 +395,21 @@ func readRepo(t *testing.T) *repo {
 		}
 	}
 	r.annoKeys = append(slices.Clone(annotation.Keys), hook.AnnotationInspect)
+	crds, err := filepath.Glob(filepath.Join(root, "deploy", "kubernetes", "crd-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range otherDoormanNames {
-		if strings.Contains(r.sources, `"`+n) {
-			r.annoKeys = append(r.annoKeys, n)
+		group, version, _ := strings.Cut(n, "/")
+		for _, f := range crds {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "group: "+group+"\n") && strings.Contains(string(b), "- name: "+version+"\n") {
+				r.annoKeys = append(r.annoKeys, n)
+				break
+			}
 		}
 	}
 	return r
@@ -558,6 +581,19 @@ func (c *checker) checkSegment(file string, line int, tok []string) {
 		}
 		c.lastDoorman = subs
 		c.checkFlags(file, line, subs, tok[2:])
+	case prog == "doorman-agent" || prog == "bin/doorman-agent" || prog == "/doorman-agent":
+		c.counts["doorman-agent commands"]++
+		for _, a := range tok[1:] {
+			m := flagRe.FindStringSubmatch(a)
+			if m == nil {
+				c.checkPath(file, line, a)
+				continue
+			}
+			c.counts["doorman-agent flags"]++
+			if name := strings.TrimLeft(m[1], "-"); !c.cli.agentFlags[name] {
+				c.fail(file, line, "doorman-agent %s: no such flag (doorman-agent --help lists %s)", m[1], strings.Join(sortedKeys(c.cli.agentFlags), ", "))
+			}
+		}
 	case prog == "make":
 		for _, a := range tok[1:] {
 			if strings.HasPrefix(a, "-") {
@@ -864,7 +900,7 @@ func (c *checker) checkBlock(b block) {
 		switch {
 		case l == "sh" || l == "bash" || l == "console" || l == "shell":
 			kind = "sh"
-		case l == "" && strings.HasPrefix(strings.TrimSpace(b.text), "doorman "):
+		case l == "" && (strings.HasPrefix(strings.TrimSpace(b.text), "doorman ") || strings.HasPrefix(strings.TrimSpace(b.text), "doorman-agent ")):
 			kind = "synopsis"
 		case l == "json" && strings.Contains(b.text, `"cniVersion"`) && strings.Contains(b.text, `"plugins"`):
 			kind = "conflist"
@@ -935,13 +971,13 @@ func (c *checker) checkSpan(s span) {
 		c.counts["inline commands"]++
 		// A span may break across lines: it is one command.
 		c.checkLine(s.file, s.line, text)
-	case first == "make" || first == "go":
+	case first == "make" || first == "go" || first == "doorman-agent" && strings.Contains(text, " "):
 		c.counts["inline commands"]++
 		c.checkLine(s.file, s.line, text)
 	case strings.HasPrefix(first, "--"):
 		name := strings.TrimLeft(strings.SplitN(first, "=", 2)[0], "-")
 		c.counts["inline flags"]++
-		if !c.cli.allFlag[name] {
+		if !c.cli.allFlag[name] && !c.cli.agentFlags[name] {
 			if _, ok := externalFlags["--"+name]; !ok {
 				c.fail(s.file, s.line, "%s: no doorman subcommand has this flag (nor is it one of the other programs' flags the test knows)", first)
 			}
@@ -1126,6 +1162,9 @@ func testCatchDrift(t *testing.T, cl *cli, r *repo) {
 		"oci hook args":                    "<!-- doccheck: oci-hooks -->\n```json\n\"hooks\": {\"poststop\": [{\"path\": \"/usr/local/bin/doorman\", \"args\": [\"doorman\", \"hooks\", \"poststop\"]}]}\n```\n",
 		"inspect json":                     "<!-- doccheck: inspect-json -->\n```json\n{\"inspect\": {\"h.example\": {\"deny\": [{\"methd\": \"POST\"}]}}}\n```\n",
 		"doorman alternative after a bar":  "```\ndoorman ca show [--pem] | [--nope]\n```\n",
+		"doorman-agent flag":               "```sh\ndoorman-agent --node-nam n1\n```\n",
+		"doorman-agent inline flag":        "Run `doorman-agent --metrics-address :1`.\n",
+		"API version":                      "`apiVersion: doorman.io/v1beta9`\n",
 	}
 	for name, text := range bad {
 		errs, _ := checkDocs(t, []string{"docs/x.md"}, func(string) ([]byte, error) { return []byte(text), nil }, cl, r)
