@@ -5,7 +5,7 @@
 // does not answer, the file the agent last wrote for the pod on the node.
 // It imports nothing of Kubernetes' client libraries: every CNI ADD execs
 // the doorman binary, and their package initialization would slow each
-// one down (about 25 ms, measured; see the README).
+// one down (about 25 ms, measured; see docs/benchmarks.md, "Issue 28").
 package agentclient
 
 import (

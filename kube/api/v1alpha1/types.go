@@ -68,7 +68,7 @@ type EgressPolicySpec struct {
 	// list admits nothing; leaving it out keeps what the cluster grants.
 	AllowedHosts []string `json:"allowedHosts,omitempty"`
 	// Inspect are request rules of hosts whose TLS the proxy terminates
-	// (README: "Request rules: inspected hosts"). They refine what may be
+	// (docs/policy.md: "Request rules: inspected hosts"). They refine what may be
 	// asked of a host the cluster admits; they admit no host.
 	Inspect []InspectHost `json:"inspect,omitempty"`
 	// RuleSets names rule sets (such as "closed-book") the pods' proxies
