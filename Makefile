@@ -12,7 +12,7 @@ CNI_PLUGINS = github.com/containernetworking/plugins/plugins/main/bridge \
               github.com/containernetworking/plugins/plugins/ipam/host-local \
               github.com/containernetworking/plugins/plugins/main/loopback
 
-.PHONY: all build test vet fuzz bench install uninstall clean image
+.PHONY: all build test test-all vet fuzz bench install uninstall clean image crds
 
 all: build
 
@@ -20,15 +20,25 @@ all: build
 # (built from the containernetworking/plugins version in go.mod).
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/doorman ./cmd/doorman
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/doorman-agent ./cmd/doorman-agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o bin/ $(CNI_PLUGINS)
 
 # bin/doorman-image.tar: the DaemonSet's image (deploy/kubernetes), an OCI
-# archive with one layer, /doorman, made by deploy/kubernetes/mkimage: no
+# archive with one layer, /doorman and /doorman-agent (the node agent),
+# made by deploy/kubernetes/mkimage: no
 # container engine, no registry, no network. Load it on a node with
 # `ctr -n k8s.io images import bin/doorman-image.tar` (or `podman load -i`).
 IMAGE ?= localhost/doorman:latest
 image: build
-	$(GO) run ./deploy/kubernetes/mkimage -binary bin/doorman -name $(IMAGE) -version $(VERSION) -o bin/doorman-image.tar
+	$(GO) run ./deploy/kubernetes/mkimage -binary bin/doorman -agent bin/doorman-agent -name $(IMAGE) -version $(VERSION) -o bin/doorman-image.tar
+
+# bin/crds/: the ClusterNetworkPolicy CRD (the experimental channel, which
+# has domainNames) from the sigs.k8s.io/network-policy-api module in
+# go.mod (Apache-2.0), for `kubectl apply -f bin/crds/`.
+crds:
+	mkdir -p bin/crds
+	cp "$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" bin/crds/
+	chmod 0644 bin/crds/*.yaml
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
@@ -37,7 +47,15 @@ vet:
 # The whole suite: unit tests, fuzz seed corpora, and the end-to-end tests
 # against real namespaces and runtimes. Run as root.
 test: vet
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 50m ./...
+
+# The README's command for a fresh machine: installs what the tests need
+# (apt packages, nerdctl, crictl, containerd 2, the vendors' API clients,
+# the Kubernetes cluster's binaries; each cached, so a rerun installs
+# nothing), starts the system's dockerd, then runs `make test`. It is what
+# CI runs. Debian 12, as root, with Go at /usr/local/go/bin.
+test-all:
+	.ci/run
 
 # Short coverage-guided fuzzing of every parser (seed corpora live in
 # */testdata/fuzz and run as part of `make test`).
@@ -66,14 +84,14 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateConfig$$' -fuzztime=$(FUZZTIME) ./cniinstall
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./internal/strictjson
 	$(GO) test -run='^$$' -fuzz='^FuzzWithEntry$$' -fuzztime=$(FUZZTIME) ./cniinstall
-	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/proxyconf
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./proxy/launch
 	$(GO) test -run='^$$' -fuzz='^FuzzPolicy$$' -fuzztime=$(FUZZTIME) ./annotation
 	$(GO) test -run='^$$' -fuzz='^FuzzParseEntry$$' -fuzztime=$(FUZZTIME) ./plugin
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRuntimeConfig$$' -fuzztime=$(FUZZTIME) ./plugin
-	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./hostconf
+	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./spec
 	$(GO) test -run='^$$' -fuzz='^FuzzParsePath$$' -fuzztime=$(FUZZTIME) ./cgroup
 	$(GO) test -run='^$$' -fuzz='^FuzzParseMountinfo$$' -fuzztime=$(FUZZTIME) ./cgroup
-	$(GO) test -run='^$$' -fuzz='^FuzzParseLimits$$' -fuzztime=$(FUZZTIME) ./sandbox
+	$(GO) test -run='^$$' -fuzz='^FuzzParseCgroupLimits$$' -fuzztime=$(FUZZTIME) ./spec
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeReply$$' -fuzztime=$(FUZZTIME) ./proxy/internal/realdst
 
 # Benchmarks print tables; they are never pass/fail. Run as root. The

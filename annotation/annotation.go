@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // The annotations (and, on Docker, container labels) that carry a policy.
@@ -90,10 +90,10 @@ func WithRuleSets(p *conf.Policy, annotations map[string]string) (*conf.Policy, 
 }
 
 // Direct parses the AllowDirect annotation: address entries only, none if
-// it is absent. The error is a *sandbox.FieldError whose key is
+// it is absent. The error is a *spec.FieldError whose key is
 // "annotation doorman.io/allow-direct".
 func Direct(annotations map[string]string) ([]conf.Direct, error) {
-	return sandbox.ParseAllowDirect("annotation "+AllowDirect, split(annotations[AllowDirect]))
+	return spec.ParseAllowDirect("annotation "+AllowDirect, split(annotations[AllowDirect]))
 }
 
 // split returns the comma-separated values of s, trimmed, without blank

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 func TestPolicy(t *testing.T) {
@@ -70,7 +70,7 @@ func TestDirect(t *testing.T) {
 		t.Errorf("no annotation: %v, %v", d, err)
 	}
 	_, err = Direct(map[string]string{AllowDirect: "db.example.com"})
-	var fe *sandbox.FieldError
+	var fe *spec.FieldError
 	if !errors.As(err, &fe) || fe.Key != "annotation "+AllowDirect || fe.Value != "db.example.com" {
 		t.Errorf("a name in allow-direct: %v, want a FieldError naming the annotation and the value", err)
 	}

@@ -10,4 +10,9 @@
 // rulesets is comma-separated rule set uses, NAME or NAME:ACTION. A
 // value that does not parse is an error naming the annotation and the
 // value, never a policy that ignores it.
+//
+// Where a cluster grants a pod its policy (the Kubernetes node agent),
+// the annotations narrow it: Narrow and NarrowDirect intersect what they
+// ask for with what is granted, entry by entry, so that whoever may
+// create a pod may ask for less, never for more.
 package annotation

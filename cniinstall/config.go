@@ -67,11 +67,14 @@ type Config struct {
 	Inspect        json.RawMessage `json:"inspect,omitempty"`
 	CADir          string          `json:"caDir,omitempty"`
 	UpstreamCAFile string          `json:"upstreamCAFile,omitempty"`
-	// Limits are every pod proxy's caps (proxyconf.Limits), ProxyLimits
-	// the limits of its cgroup (sandbox.ProxyLimitsConfig), as the
+	// Limits are every pod proxy's caps (spec.Limits), ProxyLimits
+	// the limits of its cgroup (spec.ProxyLimitsConfig), as the
 	// plugin reads them; passed on as written.
 	Limits      json.RawMessage `json:"limits,omitempty"`
 	ProxyLimits json.RawMessage `json:"proxyLimits,omitempty"`
+	// Agent says that the doorman node agent computes each pod's policy
+	// (plugin.AgentSettings: dir, wait, withoutAgent, annotations).
+	Agent json.RawMessage `json:"agent,omitempty"`
 }
 
 // Defaults of the keys a --config file may leave out: the plugin's.

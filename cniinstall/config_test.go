@@ -152,6 +152,7 @@ func TestConfigKeepsEveryPluginKey(t *testing.T) {
 		"caDir":   `"/var/lib/doorman/ca"`, "upstreamCAFile": `"/etc/ssl/certs/ca-certificates.crt"`,
 		"limits":      `{"connections": 100}`,
 		"proxyLimits": `{"memory": "64Mi"}`,
+		"agent":       `{"wait": "3s"}`,
 	}
 	var parts []string
 	for _, k := range cniplugin.Keys {

@@ -87,6 +87,13 @@ func ParseInspectJSON(data []byte) ([]InspectHost, error) {
 	if _, ok := raw[ruleSetsKey]; ok {
 		return nil, errors.New("inspect: rulesets: rule sets are not read from this configuration yet (name them in the policy file: \"ruleset NAME\", or in a conflist's inspect key)")
 	}
+	return parseInspectHosts(raw)
+}
+
+// parseInspectHosts parses the hosts' rules of the JSON form, already
+// decoded into each host's raw rules (ParseInspectJSON,
+// ParseInspectRules).
+func parseInspectHosts(raw map[string]json.RawMessage) ([]InspectHost, error) {
 	var errs []error
 	var hosts []InspectHost
 	keys := make([]string, 0, len(raw))

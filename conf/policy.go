@@ -47,6 +47,14 @@ func (p *Policy) WithInspect(hosts []InspectHost) (*Policy, error) {
 	return &Policy{Mode: p.Mode, Entries: p.Entries, Inspect: hosts, RuleSets: p.RuleSets}, nil
 }
 
+// PolicyOf returns the policy of mode, entries and inspect as their
+// parsers returned them (ParseMode, ParseEntry, ParseInspectRules), which
+// checked each: a front door that reports each part's errors in its own
+// words builds its policy with it, and nothing is parsed again.
+func PolicyOf(mode Mode, entries []Entry, inspect InspectRules) *Policy {
+	return &Policy{Mode: mode, Entries: entries, Inspect: inspect.Hosts, RuleSets: inspect.RuleSets}
+}
+
 // NewPolicy validates mode and every entry and returns the policy. On any
 // error it returns nil and all the errors joined (errors.Join), each naming
 // its entry, so that nothing is ever half loaded. An empty entry list is

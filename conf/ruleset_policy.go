@@ -211,11 +211,9 @@ func ParseInspectRules(data []byte) (InspectRules, error) {
 			errs = append(errs, fmt.Errorf("inspect.rulesets: %w", err))
 		}
 	}
-	rest, err := json.Marshal(raw)
-	if err == nil {
-		out.Hosts, err = ParseInspectJSON(rest)
-	}
-	if err != nil {
+	// The hosts' rules, decoded once above.
+	var err error
+	if out.Hosts, err = parseInspectHosts(raw); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

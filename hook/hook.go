@@ -19,27 +19,26 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/runtimekind"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Options configure the hook; the zero value uses the defaults.
 type Options struct {
-	StateDir         string           // default hostconf.DefaultStateDir
-	LogDir           string           // default hostconf.DefaultLogDir
-	DefaultPolicy    string           // default DefaultPolicyFile
-	UpstreamResolver string           // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
-	AllowICMP        bool             // let echo requests (at most 64 bytes of data) out to allowDirect destinations
-	DNSFilter        bool             // send DNS through the proxy's filter
-	HostLayer        bool             // add the host-side layer on the container's veth
-	OTLP             otlplog.Config   // export records to this collector, if its Endpoint is set
-	Limits           proxyconf.Limits // the proxies' caps (zero: the defaults)
-	ProxyBinary      string           // default this executable
-	ProxyLimits      cgroup.Limits    // the limits of each proxy's cgroup (zero fields: the defaults)
-	CADir            string           // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
-	UpstreamCAFile   string           // PEM roots inspected hosts are verified against, if not the system's
-	NAT64Prefixes    []netip.Prefix   // NAT64 prefixes besides 64:ff9b::/96 and 64:ff9b:1::/48 (see sandbox.Spec)
+	StateDir         string         // default hostconf.DefaultStateDir
+	LogDir           string         // default hostconf.DefaultLogDir
+	DefaultPolicy    string         // default DefaultPolicyFile
+	UpstreamResolver string         // DNS server (addr or addr:port) the proxy resolves allowed names with; "" the container's own resolvers
+	AllowICMP        bool           // let echo requests (at most 64 bytes of data) out to allowDirect destinations
+	DNSFilter        bool           // send DNS through the proxy's filter
+	HostLayer        bool           // add the host-side layer on the container's veth
+	OTLP             spec.OTLP      // export records to this collector, if its Endpoint is set
+	Limits           spec.Limits    // the proxies' caps (zero: the defaults)
+	ProxyBinary      string         // default this executable
+	ProxyLimits      cgroup.Limits  // the limits of each proxy's cgroup (zero fields: the defaults)
+	CADir            string         // the networks' CAs (default hostconf.DefaultCADir); the hook's is CADir/hook
+	UpstreamCAFile   string         // PEM roots inspected hosts are verified against, if not the system's
+	NAT64Prefixes    []netip.Prefix // NAT64 prefixes besides 64:ff9b::/96 and 64:ff9b:1::/48 (see sandbox.Spec)
 }
 
 // Stages the hook acts on.
@@ -223,11 +222,11 @@ func (c *container) join(holder *sandbox.State) error {
 // once: its policy, its resolvers (those of the resolv.conf it will see),
 // the allow-direct annotation, the upstream resolver (the flag's, else
 // Docker's record of the container's), and the hook's flags.
-func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec, error) {
-	s := sandbox.Spec{
+func (c *container) spec(opts Options, upstream []netip.AddrPort) (spec.Spec, error) {
+	s := spec.Spec{
 		Policy: c.policy, AllowICMP: opts.AllowICMP, DNSFilter: opts.DNSFilter, HostLayer: opts.HostLayer,
-		LogDir: opts.LogDir, OTLP: opts.OTLP, UpstreamResolvers: upstream, Limits: opts.Limits, ProxyLimits: opts.ProxyLimits,
-		CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile, NAT64Prefixes: opts.NAT64Prefixes,
+		LogDir: opts.LogDir, UpstreamResolvers: upstream, ProxyLimits: opts.ProxyLimits,
+		Proxy: spec.Proxy{OTLP: opts.OTLP, Limits: opts.Limits, CADir: caDirFor(opts.CADir), UpstreamCAFile: opts.UpstreamCAFile, NAT64Prefixes: opts.NAT64Prefixes},
 	}
 	var err error
 	if s.AllowDirect, err = annotation.Direct(c.annotations); err != nil {
@@ -245,7 +244,7 @@ func (c *container) spec(opts Options, upstream []netip.AddrPort) (sandbox.Spec,
 // upstreamResolvers parses UpstreamResolver: none (the proxy then asks
 // the container's resolvers), or the one server it asks instead.
 func (o Options) upstreamResolvers() ([]netip.AddrPort, error) {
-	return sandbox.ParseUpstreamResolver("--upstream-resolver", o.UpstreamResolver)
+	return spec.ParseUpstreamResolver("--upstream-resolver", o.UpstreamResolver)
 }
 
 // teardown undoes enforceContainer; errors only go to stderr.

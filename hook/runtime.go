@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +18,11 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/internal/runtimekind"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // RuntimeConfigFile configures the runtime wrapper; it is optional.
@@ -73,7 +76,7 @@ type RuntimeConfig struct {
 	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 	// ProxyLimits are the limits of each proxy's cgroup: {"memory":
 	// "256Mi", "pids": 512, "cpuWeight": 100} (the defaults).
-	ProxyLimits *sandbox.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
+	ProxyLimits *spec.ProxyLimitsConfig `json:"proxyLimits,omitempty"`
 	// Runtimes are the other OCI runtimes the wrapper can wrap, by the
 	// name an engine's runtime entry passes it first as
 	// --doorman-runtime=NAME (Docker's daemon.json runtimeArgs):
@@ -83,7 +86,7 @@ type RuntimeConfig struct {
 	Runtimes map[string]RuntimeEntry `json:"runtimes,omitempty"`
 	// NAT64Prefixes are the prefixes of the NAT64 translators the host
 	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
-	// sandbox.ParseNAT64Prefixes).
+	// spec.ParseNAT64Prefixes).
 	NAT64Prefixes []string `json:"nat64Prefixes,omitempty"`
 
 	source string // the file this was read from, for messages
@@ -159,14 +162,14 @@ func (c RuntimeConfig) hookArgs() ([]string, error) {
 	add("--default-policy", c.DefaultPolicy)
 	add("--ca-dir", c.CADir)
 	add("--upstream-ca-file", c.UpstreamCAFile)
-	ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", c.UpstreamResolver)
+	ups, err := spec.ParseUpstreamResolver("upstreamResolver", c.UpstreamResolver)
 	if err != nil {
 		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
 	}
 	for _, ap := range ups {
 		add("--upstream-resolver", ap.String())
 	}
-	nat64, err := sandbox.ParseNAT64Prefixes("nat64Prefixes", c.NAT64Prefixes)
+	nat64, err := spec.ParseNAT64Prefixes("nat64Prefixes", c.NAT64Prefixes)
 	if err != nil {
 		return nil, fmt.Errorf("runtime config %s: %w", orDefault(c.source, RuntimeConfigFile), err)
 	}
@@ -605,15 +608,7 @@ func writeFileKeepMode(path string, data []byte) error {
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	tmp := path + ".doorman-tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(path, bytes.NewReader(data), atomicfile.Options{Perm: mode, TempInfix: ".doorman-tmp-"})
 }
 
 // ExecRunc replaces this process with runc.

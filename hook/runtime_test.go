@@ -201,8 +201,11 @@ func TestPrepareBundleDocker(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(bundle, "config.json")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("config.json mode: %v, %v; want 0600", fi.Mode(), err)
 	}
-	if _, err := os.Stat(filepath.Join(bundle, "config.json.doorman-tmp")); !os.IsNotExist(err) {
-		t.Errorf("temporary file left: %v", err)
+	if left, _ := filepath.Glob(filepath.Join(bundle, "*doorman-tmp*")); len(left) > 0 {
+		t.Errorf("temporary file left: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(bundle, ".*doorman-tmp*")); len(left) > 0 {
+		t.Errorf("temporary file left: %v", left)
 	}
 
 	// A second run (a retried create) changes nothing.

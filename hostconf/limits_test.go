@@ -1,10 +1,8 @@
 package hostconf
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -36,24 +34,28 @@ func TestLimitsFile(t *testing.T) {
 	}
 }
 
-// FuzzParseLimits checks that ParseLimits never panics and that what it
-// accepts is valid and encodes and decodes again to equal caps.
-func FuzzParseLimits(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		l, err := ParseLimits(data)
-		if err != nil {
-			return
+// The OTLP settings file: absent is no export from OTLP and an error
+// from LoadOTLP; a bad one is an error naming the file and the value.
+func TestOTLPFile(t *testing.T) {
+	dir := t.TempDir()
+	if o, err := OTLP(filepath.Join(dir, "absent.json")); err != nil || o.Endpoint != "" {
+		t.Errorf("absent file: %+v, %v", o, err)
+	}
+	if _, err := LoadOTLP(filepath.Join(dir, "absent.json")); err == nil || !strings.Contains(err.Error(), "absent.json") {
+		t.Errorf("absent file: %v", err)
+	}
+	path := filepath.Join(dir, "otlp.json")
+	for body, want := range map[string]string{
+		`{"endpoint": "ftp://127.0.0.1:4318"}`:                  `"ftp://127.0.0.1:4318"`,
+		`{"endpoint": "http://127.0.0.1:4318", "endpont": "x"}`: `"endpont"`,
+	} {
+		os.WriteFile(path, []byte(body), 0o600)
+		if _, err := OTLP(path); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v, want an error naming %s and %s", body, err, path, want)
 		}
-		if err := l.Validate(); err != nil {
-			t.Fatalf("accepted %q, which is not valid: %v", data, err)
-		}
-		again, err := json.Marshal(l)
-		if err != nil {
-			t.Fatalf("accepted %q, but it does not encode: %v", data, err)
-		}
-		back, err := ParseLimits(again)
-		if err != nil || !reflect.DeepEqual(back, l) {
-			t.Fatalf("%q: encodes to %s, which decodes to %+v, %v; want %+v", data, again, back, err, l)
-		}
-	})
+	}
+	os.WriteFile(path, []byte(`{"endpoint": "otel.example.com:4318", "headers": {"Authorization": "Bearer t0ken"}}`), 0o600)
+	if o, err := OTLP(path); err != nil || o.Endpoint != "otel.example.com:4318" || o.Headers["Authorization"] != "Bearer t0ken" {
+		t.Errorf("read %+v, %v", o, err)
+	}
 }

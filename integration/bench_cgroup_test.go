@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/cgroup"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // benchCgroups numbers the cgroups benchCgroup makes.
@@ -32,7 +32,7 @@ func benchCgroup(b *testing.B, name string) *cgroup.Group {
 		return nil
 	}
 	g, _, err := layout.Create("/", fmt.Sprintf("dm-bench-%s-%d-%d", name, os.Getpid(), benchCgroups.Add(1)),
-		cgroup.Limits{CPUWeight: sandbox.DefaultProxyCPUWeight}, cgroup.CreateOptions{})
+		cgroup.Limits{CPUWeight: spec.DefaultProxyCPUWeight}, cgroup.CreateOptions{})
 	if err != nil {
 		b.Logf("%s runs in this process's cgroup: %v", name, err)
 		return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Sizes and target of BenchmarkCNIAdd.
@@ -249,7 +250,7 @@ func (e *benchCNI) enforceTeardown(b *testing.B, ns *testnet.Netns, key string) 
 	}
 	req := sandbox.Request{
 		Attachment: sandbox.Attachment{Key: key, Runtime: "cni", NetNS: ns.Path(), Label: "full"},
-		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{e.net.DNS}, AllowICMP: true, LogDir: e.logDir,
+		Spec: spec.Spec{Policy: pol, Resolvers: []netip.Addr{e.net.DNS}, AllowICMP: true, LogDir: e.logDir,
 			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(e.net.DNS, 53)}},
 		StateDir: e.stateDir, ProxyBinary: doormanBin(),
 	}

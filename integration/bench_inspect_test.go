@@ -29,6 +29,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Sizes of BenchmarkInspect: each round runs every path once per
@@ -335,8 +336,13 @@ func enforceInspectBench(b *testing.B, n *testnet.Net, dir, name, rules, caDir, 
 	sb := n.NewSandbox(b)
 	req := sandbox.Request{
 		Attachment: sandbox.Attachment{Key: sb.Name(), Runtime: "cni", NetNS: sb.Path(), Label: "full"},
-		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, LogDir: filepath.Join(dir, "log-"+name),
-			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)}, CADir: caDir, UpstreamCAFile: upstreamCA},
+		Spec: spec.Spec{
+			Policy:            pol,
+			Resolvers:         []netip.Addr{n.DNS},
+			LogDir:            filepath.Join(dir, "log-"+name),
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
+			Proxy:             spec.Proxy{CADir: caDir, UpstreamCAFile: upstreamCA},
+		},
 		StateDir: filepath.Join(dir, "state-"+name), ProxyBinary: binary,
 	}
 	if err := n.InHost(func() error { _, err := sandbox.Enforce(req); return err }); err != nil {

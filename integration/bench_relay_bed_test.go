@@ -31,8 +31,8 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // The relay benchmarks' host on the fake internet: testnet's usual servers
@@ -224,9 +224,15 @@ func (bed *relayBed) enforceDoorman(b *testing.B, p *benchPath, binary string) (
 	dir := b.TempDir()
 	req := sandbox.Request{
 		Attachment: sandbox.Attachment{Key: p.side.sb.Name(), Runtime: "cni", NetNS: p.side.sb.Path(), Label: "full"},
-		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, AllowICMP: true, LogDir: filepath.Join(dir, "log"),
+		Spec: spec.Spec{
+			Policy:            pol,
+			Resolvers:         []netip.Addr{n.DNS},
+			AllowICMP:         true,
+			LogDir:            filepath.Join(dir, "log"),
 			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
-			Limits:            benchDoormanLimits, ProxyLimits: cgroup.Limits{Memory: benchDoormanMemory}},
+			ProxyLimits:       cgroup.Limits{Memory: benchDoormanMemory},
+			Proxy:             spec.Proxy{Limits: benchDoormanLimits},
+		},
 		StateDir: filepath.Join(dir, "state"), ProxyBinary: binary,
 	}
 	var st *sandbox.State
@@ -817,7 +823,7 @@ func benchRaiseNoFile(b *testing.B, want uint64) uint64 {
 // ports per upstream, 3529 here) so that one sandbox may hold
 // benchHeldConns connections to the one server. The proxy still lowers
 // the connection cap to what its descriptor limit allows (benchProxyCap).
-var benchDoormanLimits = proxyconf.Limits{Connections: 2 * benchHeldConns, PerUpstream: 2 * benchHeldConns}
+var benchDoormanLimits = spec.Limits{Connections: 2 * benchHeldConns, PerUpstream: 2 * benchHeldConns}
 
 // benchDoormanMemory is the memory limit of the doorman proxy's cgroup,
 // raised from the default 256 MiB (which counts socket buffers too) so

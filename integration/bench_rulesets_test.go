@@ -21,6 +21,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Sizes of BenchmarkRuleSet.
@@ -128,8 +129,13 @@ func enforceRuleSetBench(b *testing.B, n *testnet.Net, dir, name, rules, upstrea
 	sb := n.NewSandbox(b)
 	req := sandbox.Request{
 		Attachment: sandbox.Attachment{Key: sb.Name(), Runtime: "cni", NetNS: sb.Path(), Label: "full"},
-		Spec: sandbox.Spec{Policy: pol, Resolvers: []netip.Addr{n.DNS}, LogDir: filepath.Join(dir, "log-"+name),
-			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)}, CADir: filepath.Join(dir, "ca-"+sb.Name()), UpstreamCAFile: upstreamCA},
+		Spec: spec.Spec{
+			Policy:            pol,
+			Resolvers:         []netip.Addr{n.DNS},
+			LogDir:            filepath.Join(dir, "log-"+name),
+			UpstreamResolvers: []netip.AddrPort{netip.AddrPortFrom(n.DNS, 53)},
+			Proxy:             spec.Proxy{CADir: filepath.Join(dir, "ca-"+sb.Name()), UpstreamCAFile: upstreamCA},
+		},
 		StateDir: filepath.Join(dir, "state-"+name), ProxyBinary: doormanBin(),
 	}
 	if err := n.InHost(func() error { _, err := sandbox.Enforce(req); return err }); err != nil {

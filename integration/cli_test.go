@@ -68,8 +68,11 @@ func (e *cniEnv) mustCLI(command string, args ...string) cliResult {
 type lsEntry struct {
 	Key, ID, Runtime, Mode, Label string
 	Entries                       int
-	Proxy                         struct{ Health string }
-	Allowed, Denied               int
+	Proxy                         struct {
+		Health string
+		PID    int
+	}
+	Allowed, Denied int
 }
 
 func (e *cniEnv) ls(c *container) lsEntry {

@@ -33,13 +33,7 @@ func buildPauseImage(t testing.TB, dir string) string {
 // criProbeImage under dir, whose path it returns.
 func buildCRIProbeImage(t testing.TB, dir string, caPEM []byte) string {
 	t.Helper()
-	tt, ok := t.(*testing.T)
-	if !ok {
-		// buildProbeImage takes a *testing.T; a benchmark has none, and
-		// runs no probe.
-		t.Fatal("buildCRIProbeImage needs a *testing.T")
-	}
-	layer := buildProbeImage(tt, dir, caPEM)
+	layer := buildProbeImage(t, dir, caPEM)
 	archive := filepath.Join(dir, "probe-image.tar")
 	if err := ociimage.Write(archive, layer, criProbeImage, ociimage.Config{Env: []string{"PATH=/bin:/"}}); err != nil {
 		t.Fatalf("write the probe image: %v", err)

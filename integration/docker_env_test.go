@@ -494,7 +494,7 @@ func (d *dockerEnv) importProbeImage() {
 // buildProbeImage writes dir/probe-rootfs.tar: the static probe as /probe,
 // caPEM as /ca.pem, and busybox (Debian's busybox-static) with the applets
 // the tests use under /bin. It returns the archive's path.
-func buildProbeImage(t *testing.T, dir string, caPEM []byte) string {
+func buildProbeImage(t testing.TB, dir string, caPEM []byte) string {
 	t.Helper()
 	rootfs := filepath.Join(dir, "probe-rootfs")
 	for _, sub := range []string{"bin", "etc", "tmp"} {

@@ -22,7 +22,7 @@ func renderSecurityDoc(r *escapeReport) string {
 
 	p(backticks(`## Threat model
 
-The workload is root inside its container and wants to get data out (see DESIGN.md). It holds Docker's
+The workload is root inside its container and wants to get data out (see docs/threat-model.md). It holds Docker's
 default capabilities, CAP_NET_RAW included, so it can open raw and AF_PACKET sockets and set SO_MARK; it
 may hold CAP_NET_ADMIN too (a Docker-in-Docker daemon needs it), and then it can delete every rule in its
 own network namespace. It knows the ruleset and the source.
@@ -132,8 +132,8 @@ These cannot be closed by doorman's design, whatever the tables say:
   RuntimeClass handler) and integration/microvm_test.go (a guest behind tc mirred redirects from a tap)
   check the allow and deny rows for them: the allowed name relayed, a denied name unresolved, a denied
   address refused with the TLS alert, UDP arriving nowhere. Such a sandbox without the host-side layer is
-  enforced by nothing: the OCI hook refuses it, and a CNI sandbox's label says so (see the README,
-  "Sandboxed runtimes").
+  enforced by nothing: the OCI hook refuses it, and a CNI sandbox's label says so (see
+  docs/runtimes.md).
 - Kernel exploits and escapes to the host are out of scope.
 `))
 	return b.String()

@@ -23,9 +23,9 @@ func TestRuntimeStartCompletesHostLayer(t *testing.T) {
 	r.mustRunc("create", "--bundle", c.bundle, c.id)
 
 	st := r.state(c)
-	if st.HostLayer || !st.HostLayerWanted || st.Label != "partial (container holds CAP_NET_RAW)" {
+	if st.HostLayer || !st.Spec.HostLayer || st.Label != "partial (container holds CAP_NET_RAW)" {
 		t.Fatalf("after create, without a veth: host layer %v, wanted %v, label %q; want false, true, partial (container holds CAP_NET_RAW)",
-			st.HostLayer, st.HostLayerWanted, st.Label)
+			st.HostLayer, st.Spec.HostLayer, st.Label)
 	}
 	spec := hostlayer.Spec{Key: st.Key, SandboxNetNS: st.NetNS, AllowICMP: st.AllowICMP,
 		Redirect: hostlayer.Redirect{TCP4: st.HostPort4, TCP6: st.HostPort6, DNS4: st.HostDNSPort4, DNS6: st.HostDNSPort6, DNSResolvers: st.Resolvers}}

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/hook"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // The isolation and supervision of each sandbox's proxy, seen from
@@ -167,7 +167,7 @@ func randomHex(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-var defaultLimits = proxyLimits{sandbox.DefaultProxyMemory, sandbox.DefaultProxyPids, sandbox.DefaultProxyCPUWeight}
+var defaultLimits = proxyLimits{spec.DefaultProxyMemory, spec.DefaultProxyPids, spec.DefaultProxyCPUWeight}
 
 // TestCNIProxyCgroup: without a cgroupPath from the runtime, each
 // sandbox's proxy (its supervisor and worker) runs in a cgroup of its own
@@ -187,7 +187,7 @@ func TestCNIProxyCgroup(t *testing.T) {
 	assertProxyIn(t, e.state(set), setPath, proxyLimits{64 << 20, 100, 50})
 	// Its sockets are charged to it, within limits.bufferBytes: on v1
 	// the cgroup's TCP limit (v2 counts them in memory.max).
-	for c, want := range map[string]uint64{defPath: proxyconf.DefaultBufferBytes, setPath: 8 << 20} {
+	for c, want := range map[string]uint64{defPath: spec.DefaultBufferBytes, setPath: 8 << 20} {
 		if d, v1 := cgroupDir(t, "memory", c); v1 {
 			if got := readCgroupValue(t, d, "memory.kmem.tcp.limit_in_bytes"); got != want {
 				t.Errorf("TCP limit of %s: %d, want %d", c, got, want)
@@ -682,7 +682,7 @@ func TestCNISupervisedOOM(t *testing.T) {
 	e.mustAdd(c, e.conflist(map[string]any{"proxyLimits": map[string]any{"memory": "8Mi"}}))
 	first := e.state(c)
 	path := sandbox.DefaultCgroupSlice + "/doorman-" + c.key
-	assertProxyIn(t, first, path, proxyLimits{8 << 20, sandbox.DefaultProxyPids, sandbox.DefaultProxyCPUWeight})
+	assertProxyIn(t, first, path, proxyLimits{8 << 20, spec.DefaultProxyPids, spec.DefaultProxyCPUWeight})
 
 	var conns []net.Conn
 	closeAll := func() {

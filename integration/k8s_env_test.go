@@ -39,7 +39,7 @@ var k8sDeploy struct {
 
 // doormanCluster is the shared cluster with doorman deployed on it and
 // the probe image imported: the first test to ask deploys it.
-func doormanCluster(t *testing.T) *k8scluster.Cluster {
+func doormanCluster(t testing.TB) *k8scluster.Cluster {
 	t.Helper()
 	c := k8scluster.Shared(t)
 	k8sDeploy.mu.Lock()
@@ -62,13 +62,13 @@ func doormanCluster(t *testing.T) *k8scluster.Cluster {
 	return c
 }
 
-// deployDoorman deploys doorman on c as README's "Install on a cluster"
+// deployDoorman deploys doorman on c as docs/kubernetes.md's "Install on a cluster"
 // says: the image `make image` builds (mkimage on the doorman binary under
 // test: bin/doorman-image.tar), imported into the node's containerd, then
 // `kubectl apply` of deploy/kubernetes and the DaemonSet's rollout. It
 // checks that the installer chained doorman into the node's primary
 // conflist, and logs how long apply → rollout took.
-func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
+func deployDoorman(t testing.TB, c *k8scluster.Cluster) {
 	t.Helper()
 	dir := filepath.Join(c.Dir(), "images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -76,7 +76,7 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 	}
 	archive := filepath.Join(dir, "doorman-image.tar")
 	mk := exec.Command("go", "run", "github.com/doorman-net/doorman/deploy/kubernetes/mkimage",
-		"-binary", doormanBin(), "-name", doormanImage, "-version", "test", "-o", archive)
+		"-binary", doormanBin(), "-agent", filepath.Join(binDir, "doorman-agent"), "-name", doormanImage, "-version", "test", "-o", archive)
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("mkimage: %v\n%s", err, out)
 	}
@@ -86,7 +86,18 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The ClusterNetworkPolicy CRD, as `make crds` copies it, and the
+	// grant the annotation tests narrow: *.test to the namespaces labelled
+	// k8sGrantLabels (the shipped ConfigMap has the agent, so annotations
+	// only narrow what the cluster grants).
+	mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/network-policy-api").Output()
+	if err != nil {
+		t.Fatalf("go list -m sigs.k8s.io/network-policy-api: %v", err)
+	}
 	start := time.Now()
+	c.MustKubectl(t, "apply", "-f", filepath.Join(strings.TrimSpace(string(mod)), "config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml"))
+	c.MustKubectl(t, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusternetworkpolicies.policy.networking.k8s.io")
+	c.Apply(t, k8sTestGrant)
 	c.MustKubectl(t, "apply", "-f", filepath.Join(manifests, "namespace.yaml"), "-f", manifests)
 	if r := c.Kubectl(t, "-n", "doorman-system", "rollout", "status", "daemonset/doorman", "--timeout=3m"); r.Exit != 0 {
 		d := c.Kubectl(t, "-n", "doorman-system", "describe", "pods")
@@ -98,8 +109,30 @@ func deployDoorman(t *testing.T, c *k8scluster.Cluster) {
 	t.Logf("doorman deployed: kubectl apply to the DaemonSet rolled out with doorman chained: %v", time.Since(start).Round(time.Millisecond))
 }
 
+// k8sGrantLabels label the namespaces of the tests whose pods' annotations
+// ask for hosts of the fake internet: k8sTestGrant grants them *.test.
+var k8sGrantLabels = map[string]string{"doorman-test/grant": "test"}
+
+// k8sTestGrant is a Baseline ClusterNetworkPolicy granting the namespaces
+// labelled k8sGrantLabels the names of the tests' hosts under .test, which
+// their pods' annotations narrow. (The API's domainNames need two labels
+// after "*.": "*.test" is refused.)
+const k8sTestGrant = `
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: doorman-test-grant}
+spec:
+  tier: Baseline
+  priority: 100
+  subject: {namespaces: {matchLabels: {doorman-test/grant: test}}}
+  egress:
+  - name: test-names
+    action: Accept
+    to: [{domainNames: ["*.allowed.test", "*.denied.test", "*.restart.test", "example.test"]}]
+`
+
 // nodeChain is the plugin types of the node's primary conflist, in order.
-func nodeChain(t *testing.T, c *k8scluster.Cluster) []string {
+func nodeChain(t testing.TB, c *k8scluster.Cluster) []string {
 	t.Helper()
 	types, err := chainOf(c.NodePath("/etc/cni/net.d/" + k8scluster.PrimaryConflist))
 	if err != nil {
@@ -154,7 +187,7 @@ func probePod(namespace, name string, annotations map[string]string) string {
 
 // startProbePod applies probePod and waits until it is Ready, logging how
 // long that took.
-func startProbePod(t *testing.T, c *k8scluster.Cluster, namespace, name string, annotations map[string]string) {
+func startProbePod(t testing.TB, c *k8scluster.Cluster, namespace, name string, annotations map[string]string) {
 	t.Helper()
 	start := time.Now()
 	c.Apply(t, probePod(namespace, name, annotations))
@@ -170,7 +203,7 @@ func nodeState(c *k8scluster.Cluster, id string) (*sandbox.State, error) {
 
 // mustNodeState is nodeState that fails the test unless the state is
 // there.
-func mustNodeState(t *testing.T, c *k8scluster.Cluster, id string) *sandbox.State {
+func mustNodeState(t testing.TB, c *k8scluster.Cluster, id string) *sandbox.State {
 	t.Helper()
 	s, err := nodeState(c, id)
 	if err != nil {
@@ -183,7 +216,7 @@ func mustNodeState(t *testing.T, c *k8scluster.Cluster, id string) *sandbox.Stat
 // assertK8sEnforced checks that doorman enforces pod namespace/name on the
 // node: its state (runtime cni, the pod's id, label full, both protective
 // layers) and one live proxy, the recorded one.
-func assertK8sEnforced(t *testing.T, c *k8scluster.Cluster, namespace, name string) *sandbox.State {
+func assertK8sEnforced(t testing.TB, c *k8scluster.Cluster, namespace, name string) *sandbox.State {
 	t.Helper()
 	id := namespace + "/" + name
 	s := mustNodeState(t, c, id)
@@ -198,7 +231,7 @@ func assertK8sEnforced(t *testing.T, c *k8scluster.Cluster, namespace, name stri
 }
 
 // podUID is the uid of pod namespace/name.
-func podUID(t *testing.T, c *k8scluster.Cluster, namespace, name string) string {
+func podUID(t testing.TB, c *k8scluster.Cluster, namespace, name string) string {
 	t.Helper()
 	return c.MustKubectl(t, "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid}")
 }
@@ -210,7 +243,7 @@ func isNoMatch(err error) bool {
 }
 
 // probeGet runs `probe get URL --ca /ca.pem [extra...]` in the pod.
-func probeGet(t *testing.T, c *k8scluster.Cluster, namespace, pod, url string, extra ...string) k8scluster.Result {
+func probeGet(t testing.TB, c *k8scluster.Cluster, namespace, pod, url string, extra ...string) k8scluster.Result {
 	t.Helper()
 	return c.Exec(t, namespace, pod, append([]string{"/probe", "get", url, "--ca", "/ca.pem"}, extra...)...)
 }

@@ -26,7 +26,7 @@ import (
 // its decision log has the allowed and the denied connection.
 func TestK8sPodAllowlist(t *testing.T) {
 	c := doormanCluster(t)
-	ns := c.Namespace(t, nil)
+	ns := c.Namespace(t, k8sGrantLabels)
 	allowed := c.AddHost(t, ns+".allowed.test")
 	denied := c.AddHost(t, ns+".denied.test")
 
@@ -130,7 +130,7 @@ func TestK8sKubeSystemUntouched(t *testing.T) {
 // longer lists it.
 func TestK8sPodDeleteLeavesNothing(t *testing.T) {
 	c := doormanCluster(t)
-	ns := c.Namespace(t, nil)
+	ns := c.Namespace(t, k8sGrantLabels)
 	startProbePod(t, c, ns, "gone", map[string]string{"doorman.io/mode": "allowlist", "doorman.io/allowed-hosts": "example.test"})
 	id := ns + "/gone"
 	s := assertK8sEnforced(t, c, ns, "gone")
@@ -182,7 +182,7 @@ func TestK8sPodDeleteLeavesNothing(t *testing.T) {
 // restarts is enforced and reaches only what its policy allows.
 func TestK8sInstallerRestartKeepsEntry(t *testing.T) {
 	c := doormanCluster(t)
-	ns := c.Namespace(t, nil)
+	ns := c.Namespace(t, k8sGrantLabels)
 	allowed := c.AddHost(t, ns+".allowed.test")
 	denied := c.AddHost(t, ns+".denied.test")
 	before := c.MustKubectl(t, "get", "pods", "-n", "doorman-system", "-l", "app.kubernetes.io/name=doorman", "-o", "jsonpath={.items[*].metadata.uid}")
@@ -236,7 +236,7 @@ func TestK8sInstallerRestartKeepsEntry(t *testing.T) {
 	}
 }
 
-func randomSuffix(t *testing.T) string {
+func randomSuffix(t testing.TB) string {
 	b := make([]byte, 3)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
@@ -252,7 +252,7 @@ func randomSuffix(t *testing.T) string {
 // internet through doorman.
 func TestK8sComponentsRestart(t *testing.T) {
 	c := doormanCluster(t)
-	ns := c.Namespace(t, nil)
+	ns := c.Namespace(t, k8sGrantLabels)
 	host := c.AddHost(t, ns+".restart.test")
 	startProbePod(t, c, ns, "survivor", map[string]string{"doorman.io/mode": "allowlist", "doorman.io/allowed-hosts": host.Name()})
 	containerID := func() string {

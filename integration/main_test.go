@@ -33,6 +33,7 @@ func run(m *testing.M) int {
 	binDir = dir
 	build := exec.Command("go", "build", "-o", dir+"/",
 		"github.com/doorman-net/doorman/cmd/doorman",
+		"github.com/doorman-net/doorman/cmd/doorman-agent",
 		"github.com/containernetworking/plugins/plugins/main/bridge",
 		"github.com/containernetworking/plugins/plugins/ipam/host-local",
 		"github.com/containernetworking/plugins/plugins/main/loopback",

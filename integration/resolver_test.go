@@ -25,6 +25,7 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/integration/testnet"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // A name only the sandbox's resolvers know (testnet.AnswerOnlyAt): the
@@ -160,7 +161,7 @@ func TestProxyResolvesWithSandboxResolvers(t *testing.T) {
 			var err error
 			s, err = sandbox.Enforce(sandbox.Request{
 				Attachment: sandbox.Attachment{Key: key, Runtime: "hook", NetNS: sbx.Path(), Label: "full"},
-				Spec:       sandbox.Spec{Policy: allowSplit, Resolvers: resolvers, LogDir: logDir, DNSFilter: dnsFilter},
+				Spec:       spec.Spec{Policy: allowSplit, Resolvers: resolvers, LogDir: logDir, DNSFilter: dnsFilter},
 				StateDir:   stateDir, ProxyBinary: doormanBin(),
 			})
 			return err

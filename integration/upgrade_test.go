@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,12 @@ import (
 // file and the state migration (issue 15). Its sandboxes record their
 // state in its format, and its proxies were started with flags.
 const upgradeFrom = "6eaae5a15de3055ebc3330c757e90ad72c01be37"
+
+// upgradeFromSupervised is the last release before one spec package and
+// one launch contract (issue 25): its proxies are a supervisor and its
+// workers, started by the proxyconf package's config file and flags; its
+// state, supervisor.json and proxy config are in that release's keys.
+const upgradeFromSupervised = "f76faea74879be9db8335beb0d038abd527601d0"
 
 // exeOf is the binary process pid runs.
 func exeOf(t *testing.T, pid int) string {
@@ -190,5 +197,104 @@ func TestUpgradeInPlaceHook(t *testing.T) {
 	waitGone(t, s.PID)
 	if _, err := os.Stat(filepath.Join(e.stateDir, hook.Key(c.id))); !os.IsNotExist(err) {
 		t.Errorf("state left: %v", err)
+	}
+}
+
+// TestUpgradeInPlaceSupervised adds a CNI sandbox with the doorman of
+// upgradeFromSupervised, whose supervisor and worker keep running, then,
+// with the doorman under test only: lists and checks it, ADDs it again,
+// edits its policy (the old worker reloads it), kills the old worker (the
+// old supervisor replaces it with another of its own release, on the
+// config file that release wrote, and the replacement enforces the edited
+// policy), checks it again and DELs it, leaving no table, state or
+// process.
+func TestUpgradeInPlaceSupervised(t *testing.T) {
+	skipUnlessRoot(t)
+	oldDir := buildPreviousDoorman(t, upgradeFromSupervised)
+	old := filepath.Join(oldDir, "doorman")
+	e := newCNIEnv(t)
+	current := e.cni
+	e.cni = libcni.NewCNIConfig([]string{oldDir}, nil)
+	c := e.newContainer()
+	e.mustAdd(c, e.conflist(nil))
+	e.cni = current // from here on, the doorman under test
+
+	s := e.state(c)
+	if s.Supervisor == nil {
+		t.Fatal("the old release's sandbox records no supervisor")
+	}
+	sup, worker := s.Supervisor.PID, s.PID
+	if exe := exeOf(t, sup); exe != old {
+		t.Fatalf("supervisor runs %s, want the old release's doorman", exe)
+	}
+	if exe := exeOf(t, worker); exe != old {
+		t.Fatalf("worker runs %s, want the old release's doorman", exe)
+	}
+	if l := e.ls(c); l.Mode != "allowlist" || l.Proxy.Health != "up" || l.Runtime != "cni" {
+		t.Errorf("ls of an old supervised sandbox: %+v", l)
+	}
+	// The old release's host-side layer lacks this release's redirect
+	// table (issue 26): CHECK may say so, and nothing else, until a
+	// second ADD applies this release's layer.
+	if err := e.check(c); err != nil && !strings.Contains(err.Error(), "host-side layer") {
+		t.Errorf("CHECK of an old supervised sandbox: %v", err)
+	}
+	if _, err := e.doormanVerb(c, c.list, "ADD", e.bridgeResult(c)); err != nil {
+		t.Fatalf("second ADD of an old supervised sandbox: %v", err)
+	}
+	if err := e.check(c); err != nil {
+		t.Errorf("CHECK after a second ADD: %v", err)
+	}
+	apiURL, otherURL := "https://"+apiName+"/", "https://"+otherName+"/"
+	if !e.reaches(c, apiURL, apiName) || !e.unresolved(c, otherName) {
+		t.Fatal("the old proxy does not enforce its policy")
+	}
+	id := c.rt.ContainerID
+	if r := e.mustCLI("allow", id, otherName); !strings.Contains(r.stdout, "in force") {
+		t.Errorf("allow on an old supervised sandbox: %v", r)
+	}
+	if !e.reaches(c, otherURL, otherName) {
+		t.Error("a name allowed by the new doorman is refused by the old proxy")
+	}
+
+	// The old supervisor replaces its worker, with its own release.
+	if err := syscall.Kill(worker, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, worker)
+	var next int
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if l := e.ls(c); l.Proxy.Health == "up" && l.Proxy.PID != 0 && l.Proxy.PID != worker {
+			next = l.Proxy.PID
+			break
+		}
+	}
+	if next == 0 {
+		t.Fatalf("the old supervisor did not replace its worker: %+v", e.ls(c))
+	}
+	if exe := exeOf(t, next); exe != old {
+		t.Errorf("replacement worker runs %s, want the old release's doorman", exe)
+	}
+	if !e.reaches(c, otherURL, otherName) || !e.reaches(c, apiURL, apiName) {
+		t.Error("the replacement worker does not enforce the edited policy")
+	}
+	if err := e.check(c); err != nil {
+		t.Errorf("CHECK after the worker was replaced: %v", err)
+	}
+
+	if err := e.del(c); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if tablePresent(t, c) {
+		t.Errorf("doorman's table left in %s", c.ns.Path())
+	}
+	if _, err := os.Stat(filepath.Join(e.stateDir, c.key)); !os.IsNotExist(err) {
+		t.Errorf("state of %s left: %v", c.key, err)
+	}
+	for _, pid := range []int{sup, next} {
+		waitGone(t, pid)
+	}
+	if pids := proxiesFor(id); len(pids) != 0 {
+		t.Errorf("proxies left: %v", pids)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -20,9 +21,9 @@ import (
 	"github.com/doorman-net/doorman/annotation"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // NetConf is doorman's entry in a conflist, as the runtime passes it:
@@ -43,25 +44,62 @@ type NetConf struct {
 	runtimeErr    error
 }
 
-// parseNetConf reads the conflist entry. It does not require prevResult:
-// DEL and GC may come without one. Only an entry the CNI's types cannot
-// decode is an error here; what doorman's keys and runtimeConfig hold is
-// judged where a verb needs it (see valid).
+// parseNetConf reads the conflist entry: one decode of data into its
+// keys (decodeObject), each of whose values its parser then decodes once.
+// It does not require prevResult: DEL and GC may come without one. Only an
+// entry the CNI's types cannot decode is an error here; what doorman's
+// keys and runtimeConfig hold is judged where a verb needs it (see valid).
 func parseNetConf(data []byte) (*NetConf, error) {
 	var n NetConf
-	if err := json.Unmarshal(data, &n.PluginConf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
+	raw, err := decodeObject(data)
+	if err == nil {
+		err = decodePluginConf(raw, &n.PluginConf)
 	}
-	s, err := ParseEntry(data)
+	if err != nil {
+		// Say it as encoding/json says it of a types.PluginConf, as the
+		// CNI's own parsers would; a JSON null decodes into one, and has
+		// none of doorman's keys, which doorman's keys say is wrong.
+		var c types.PluginConf
+		if jerr := json.Unmarshal(data, &c); jerr != nil {
+			return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", jerr.Error())
+		}
+		n.Settings, n.settingsErr = *DefaultSettings(), err
+		return &n, nil
+	}
+	s, err := parseSettings(raw, CNIKeys)
 	n.Settings, n.settingsErr = *s, err
-	var rc struct {
-		RuntimeConfig json.RawMessage `json:"runtimeConfig"`
-	}
-	if err := json.Unmarshal(data, &rc); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "doorman: cannot parse network configuration", err.Error())
-	}
-	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(rc.RuntimeConfig)
+	n.RuntimeConfig, n.runtimeErr = ParseRuntimeConfig(lookup(raw, "runtimeConfig"))
 	return &n, nil
+}
+
+// decodePluginConf decodes the CNI's keys among raw into c, as
+// encoding/json decodes them into a types.PluginConf.
+func decodePluginConf(raw map[string]json.RawMessage, c *types.PluginConf) error {
+	for key, dst := range map[string]any{
+		"cniVersion": &c.CNIVersion, "name": &c.Name, "type": &c.Type, "capabilities": &c.Capabilities,
+		"ipam": &c.IPAM, "dns": &c.DNS, "prevResult": &c.RawPrevResult, "cni.dev/valid-attachments": &c.ValidAttachments,
+	} {
+		if v := lookup(raw, key); v != nil {
+			if err := json.Unmarshal(v, dst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lookup is the value of key in raw, or of a key that differs from it in
+// case only, as encoding/json matches a struct's fields; nil if none.
+func lookup(raw map[string]json.RawMessage, key string) json.RawMessage {
+	if v, ok := raw[key]; ok {
+		return v
+	}
+	for k, v := range raw {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
 
 // valid is the CNI error of an entry whose doorman keys do not all parse,
@@ -142,6 +180,74 @@ func (n *NetConf) basePolicy(args *skel.CmdArgs) (*conf.Policy, error) {
 	return n.Settings.Policy, nil
 }
 
+// fromAgent sets the policy, allowDirect and ICMP of pod's spec s from
+// the doorman node agent (package agentclient): its answer, else the
+// file it last wrote for the pod. Without either, the ADD fails so that
+// the kubelet retries (withoutAgent "refuse", the default), or the pod
+// gets the network's policy narrowed by its annotations (withoutAgent
+// "default"). A pod the agent refuses (its annotations do not parse)
+// fails with the agent's reason.
+func (n *NetConf) fromAgent(pod Pod, s *spec.Spec) error {
+	a, fromFile, err := agentclient.Get(n.Agent.Dir, pod.Namespace, pod.Name, pod.UID, n.Agent.Wait.Duration)
+	var pe *agentclient.PodError
+	switch {
+	case errors.As(err, &pe):
+		return types.NewError(types.ErrInvalidNetworkConfig, "doorman: pod "+pod.ID()+": "+pe.Reason, "")
+	case err != nil && n.Agent.WithoutAgent == "default":
+		fmt.Fprintf(os.Stderr, "doorman: pod %s: %v: it gets the node's default policy (withoutAgent: default)\n", pod.ID(), err)
+		return n.withoutAgent(pod, s)
+	case err != nil:
+		return types.NewError(types.ErrTryAgainLater,
+			"doorman: pod "+pod.ID()+": no policy from the doorman node agent (withoutAgent: refuse): the pod waits until the agent answers", err.Error())
+	}
+	if fromFile {
+		fmt.Fprintf(os.Stderr, "doorman: pod %s: the node agent did not answer: the policy it last wrote for the pod (computed %s) applies\n", pod.ID(), a.Computed.Format(time.RFC3339))
+	}
+	s.Policy, s.AllowDirect, s.AllowICMP = a.Policy, a.AllowDirect, a.AllowICMP
+	return nil
+}
+
+// withoutAgent is a pod's policy when the agent has none for it and the
+// installer says "default": the network's, narrowed by the pod's
+// annotations (or replaced, with annotations "replace").
+func (n *NetConf) withoutAgent(pod Pod, s *spec.Spec) error {
+	ann := n.RuntimeConfig.PodAnnotations
+	fail := func(err error) error {
+		return types.NewError(types.ErrInvalidNetworkConfig, "doorman: pod "+pod.ID()+": "+err.Error(), "")
+	}
+	if err := annotation.CheckKnown(ann); err != nil {
+		return fail(err)
+	}
+	asked, ok, err := annotation.Policy(ann)
+	if err != nil {
+		return fail(err)
+	}
+	direct, err := annotation.Direct(ann)
+	if err != nil {
+		return fail(err)
+	}
+	replace := n.Agent.Annotations == "replace"
+	s.Policy = n.Settings.Policy
+	if ok {
+		if replace {
+			s.Policy = asked
+		} else {
+			s.Policy, _ = annotation.Narrow(n.Settings.Policy, asked)
+		}
+	}
+	if replace {
+		s.AllowDirect = append(s.AllowDirect, direct...)
+	} else if _, has := ann[annotation.AllowDirect]; has {
+		var kept []conf.Direct
+		for _, d := range direct {
+			x, _ := annotation.NarrowDirect(d, s.AllowDirect)
+			kept = append(kept, x...)
+		}
+		s.AllowDirect = kept
+	}
+	return nil
+}
+
 // describePod names the pod (or container) of args in an error.
 func describePod(args *skel.CmdArgs) string {
 	if pod, ok := podOf(cniArgs(args.Args)); ok {
@@ -177,34 +283,33 @@ func policyNames(args *skel.CmdArgs) []string {
 }
 
 // spec is what the ADD of this conflist entry enforces on the container
-// of args, each setting parsed once (by ParseEntry, ParseRuntimeConfig
-// and the annotation package): its policy (see policy), its resolvers,
-// the upstream resolver, allowDirect (the network's and its pod's), the
-// cluster's names, the layers, the log directory and the OTLP export.
-func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, error) {
-	s := sandbox.Spec{
-		AllowICMP:         n.AllowICMP,
-		DNSFilter:         n.DNSFilter,
-		HostLayer:         n.HostLayer,
-		LogDir:            n.LogDir,
-		UpstreamResolvers: n.UpstreamResolvers,
-		AllowDirect:       slices.Clone(n.Settings.AllowDirect),
-		ProxyLimits:       n.ProxyLimits,
-		CADir:             filepath.Join(n.CADir, n.Name),
-		UpstreamCAFile:    n.UpstreamCAFile,
-	}
+// of args: the network's spec (Settings), with the container's policy
+// (see policy), its pod's allowDirect besides the network's, its resolvers
+// (see resolvers), its network's CA directory, the cluster's names, and
+// the host's OTLP export and caps where the network gives none. Each
+// setting was parsed once (by ParseEntry, ParseRuntimeConfig and the
+// annotation package).
+func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (spec.Spec, error) {
+	s := n.Settings.Spec.Clone()
+	s.CADir = filepath.Join(n.CADir, n.Name)
 	if n.Name == "" || n.Name == "." || n.Name == ".." || filepath.Base(n.Name) != n.Name {
 		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: network name", fmt.Sprintf("%q cannot name a CA directory", n.Name))
 	}
 	var err error
-	if s.Policy, err = n.policy(args); err != nil {
-		return s, err
+	if pod, ok := podOf(cniArgs(args.Args)); ok && n.Agent != nil {
+		if err := n.fromAgent(pod, &s); err != nil {
+			return s, err
+		}
+	} else {
+		if s.Policy, err = n.policy(args); err != nil {
+			return s, err
+		}
+		podDirect, err := annotation.Direct(n.RuntimeConfig.PodAnnotations)
+		if err != nil {
+			return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
+		}
+		s.AllowDirect = append(s.AllowDirect, podDirect...)
 	}
-	podDirect, err := annotation.Direct(n.RuntimeConfig.PodAnnotations)
-	if err != nil {
-		return s, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+describePod(args)+": "+err.Error(), "")
-	}
-	s.AllowDirect = append(s.AllowDirect, podDirect...)
 	if s.Resolvers, err = n.resolvers(prev); err != nil {
 		return s, err
 	}
@@ -212,7 +317,6 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 		return s, err
 	}
 	s.ClusterNames = n.clusterNames()
-	s.NAT64Prefixes = slices.Clone(n.NAT64Prefixes)
 	if s.Limits, err = n.limits(hostconf.LimitsFile); err != nil {
 		return s, err
 	}
@@ -221,12 +325,12 @@ func (n *NetConf) spec(args *skel.CmdArgs, prev *current.Result) (sandbox.Spec, 
 
 // clusterNames open the network's serviceCIDRs and podCIDRs to the names
 // under its clusterDomain (none if it names no CIDR).
-func (n *NetConf) clusterNames() []proxyconf.NameScope {
+func (n *NetConf) clusterNames() []spec.NameScope {
 	prefixes := slices.Concat(n.ServiceCIDRs, n.PodCIDRs)
 	if len(prefixes) == 0 {
 		return nil
 	}
-	return []proxyconf.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
+	return []spec.NameScope{{Domain: n.ClusterDomain, Prefixes: prefixes}}
 }
 
 // resolvers picks the DNS servers containers may query: the network's
@@ -277,7 +381,7 @@ func ipamAddrs(prev *current.Result, ifName string) []netip.Addr {
 
 // parseAddrs parses the addresses of key.
 func parseAddrs(key string, values []string) ([]netip.Addr, error) {
-	addrs, err := sandbox.ParseAddrs(key, values)
+	addrs, err := spec.ParseAddrs(key, values)
 	if err != nil {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")
 	}
@@ -296,7 +400,7 @@ func sandboxKey(containerID, ifName string) string {
 }
 
 // otlp returns the OTLP export settings: the network's, else the host's.
-func (n *NetConf) otlp() (otlplog.Config, error) {
+func (n *NetConf) otlp() (spec.OTLP, error) {
 	if n.OTLP.Endpoint != "" {
 		return n.OTLP, nil
 	}
@@ -305,7 +409,7 @@ func (n *NetConf) otlp() (otlplog.Config, error) {
 
 // limits returns the caps: the network's limits key (Settings.Limits,
 // checked by ParseEntry) over those of the host's file at hostFile.
-func (n *NetConf) limits(hostFile string) (proxyconf.Limits, error) {
+func (n *NetConf) limits(hostFile string) (spec.Limits, error) {
 	host, err := hostconf.Limits(hostFile)
 	if err != nil {
 		return host, types.NewError(types.ErrInvalidNetworkConfig, "doorman: "+err.Error(), "")

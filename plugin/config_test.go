@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"encoding/json"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -13,7 +15,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 )
 
 func TestPolicyNames(t *testing.T) {
@@ -213,5 +217,43 @@ func TestLimits(t *testing.T) {
 		if err := n.valid(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("limits %s: %v, want %q", tc.limits, err, tc.want)
 		}
+	}
+}
+
+// With the "agent" key a pod's policy is the agent's: its file when it
+// does not answer; with neither, the ADD is refused (the kubelet retries)
+// or, with withoutAgent "default", the network's policy narrowed by the
+// pod's annotations, never widened.
+func TestPolicyFromAgent(t *testing.T) {
+	dir := t.TempDir()
+	args := &skel.CmdArgs{ContainerID: "3f2a", Args: "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0;K8S_POD_UID=u1"}
+	prev := &current.Result{DNS: types.DNS{Nameservers: []string{"198.51.100.53"}}}
+	ann := `"runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"doorman.io/mode": "open", "doorman.io/allow-direct": "203.0.113.9"}}`
+	entry := func(without string) string {
+		return `{"name": "k8s", "mode": "allowlist", "allowedHosts": ["api.example.com"], "allowDirect": ["203.0.113.7"], "agent": {"dir": "` + dir + `", "wait": "200ms", "withoutAgent": "` + without + `"}, ` + ann + `}`
+	}
+	// Neither agent nor file: refused, try again later.
+	_, err := netConf(t, entry("refuse")).spec(args, prev)
+	var cerr *types.Error
+	if !errors.As(err, &cerr) || cerr.Code != types.ErrTryAgainLater || !strings.Contains(cerr.Msg, "pod team-a/web-0: no policy from the doorman node agent") {
+		t.Fatalf("no agent: %v", err)
+	}
+	// withoutAgent default: the network's policy; mode open in the
+	// annotation means what is granted, and allow-direct outside the
+	// network's is dropped.
+	s, err := netConf(t, entry("default")).spec(args, prev)
+	if err != nil || s.Policy.String() != "allowlist [api.example.com]" || len(s.AllowDirect) != 0 {
+		t.Errorf("withoutAgent default: %v %v, %v", s.Policy, s.AllowDirect, err)
+	}
+	// The file the agent wrote.
+	p, _ := conf.NewPolicy(conf.ModeAllowlist, []string{"www.example.com:443"})
+	data, _ := json.Marshal(agentclient.Answer{Namespace: "team-a", Name: "web-0", UID: "u1", Policy: p, AllowICMP: true})
+	os.MkdirAll(filepath.Join(dir, "pods", "team-a"), 0o755)
+	if err := os.WriteFile(agentclient.PodFile(dir, "team-a", "web-0"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err = netConf(t, entry("refuse")).spec(args, prev)
+	if err != nil || !s.Policy.Equal(p) || !s.AllowICMP || len(s.AllowDirect) != 0 {
+		t.Errorf("from the agent's file: %v %v %v, %v", s.Policy, s.AllowDirect, s.AllowICMP, err)
 	}
 }

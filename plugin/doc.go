@@ -6,13 +6,19 @@
 // proxy, GC reaps attachments the runtime no longer knows, and STATUS says
 // whether this host can enforce at all.
 //
-// The conflist entry is this front door's keys: ParseEntry parses and
-// checks every one of them once, reporting each bad value with its key
-// and why, and refusing keys it does not know. It is the one parser of
-// those keys: the Kubernetes installer (package cniinstall) checks its
-// --config with it, so that it never writes an entry the plugin refuses.
-// ADD turns the settings into one sandbox.Spec. A DEL or GC whose entry
-// does not parse still tears down, with the defaults of the bad keys.
+// The conflist entry is this front door's keys. A verb decodes its stdin
+// once, into the entry's keys, and hands each key's value to its parser:
+// the CNI's keys (types.PluginConf), doorman's (ParseEntry, reporting each
+// bad value with its key and why, and refusing keys it does not know; each
+// allowedHosts entry and inspect rule parsed once, the policy built from
+// what they returned) and runtimeConfig (ParseRuntimeConfig). ParseEntry
+// is the one parser of doorman's keys: the Kubernetes installer (package
+// cniinstall) checks its --config with it, so that it never writes an
+// entry the plugin refuses, and `doorman run` (package runner) writes its
+// network's entry from a typed spec.Spec with Settings.Entry, the
+// inverse. ADD turns the settings into one spec.Spec. A DEL or GC whose
+// entry does not parse still tears down, with the defaults of the bad
+// keys.
 //
 // # Kubernetes pods
 //

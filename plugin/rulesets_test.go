@@ -7,6 +7,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // A pod's doorman.io/rulesets annotation puts its sets in force over the
@@ -24,7 +25,7 @@ func TestPodRuleSetsAnnotation(t *testing.T) {
 		{map[string]string{}, "[]"},
 		{map[string]string{"doorman.io/rulesets": "closed-book:block"}, `annotation doorman.io/rulesets: "closed-book:block": ruleset closed-book: action "block"`},
 	} {
-		n := &NetConf{Settings: Settings{Policy: network}, RuntimeConfig: RuntimeConfig{PodAnnotations: c.ann}}
+		n := &NetConf{Settings: Settings{Spec: spec.Spec{Policy: network}}, RuntimeConfig: RuntimeConfig{PodAnnotations: c.ann}}
 		p, err := n.policy(args)
 		got := ""
 		if err != nil {

@@ -10,14 +10,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/strictjson"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/kube/agentclient"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Keys are doorman's own keys in its conflist entry, in the order the
@@ -29,7 +28,7 @@ var Keys = []string{
 	"policyDir", "stateDir", "logDir",
 	"otlpEndpoint", "otlpInsecure", "otlpHeaders",
 	"dnsFilter", "hostLayer", "allowICMP",
-	"inspect", "caDir", "upstreamCAFile", "limits", "proxyLimits",
+	"inspect", "caDir", "upstreamCAFile", "limits", "proxyLimits", "agent",
 }
 
 // CNIKeys are the keys of a plugin's entry that belong to the CNI and the
@@ -54,13 +53,32 @@ func DefaultExcludeNamespaces() []string { return []string{"kube-system"} }
 
 // Settings are doorman's own keys of its conflist entry (Keys), each
 // parsed and checked once (ParseEntry, ParseSettings), with the defaults
-// of the keys left out.
+// of the keys left out; Entry writes them back.
 type Settings struct {
-	// Policy is the network's policy, from mode (default allowlist),
-	// allowedHosts (default none) and inspect (the request rules of
-	// inspected hosts, see conf.ParseInspectJSON): that of a container or
-	// pod with no policy of its own.
-	Policy *conf.Policy
+	// Spec is the network's spec, which a container attached to it
+	// enforces but for what its pod, a policyDir file or the runtime say
+	// (see NetConf.spec):
+	//   - Policy, from mode (default allowlist), allowedHosts (default
+	//     none) and inspect (request rules and rule sets, see
+	//     conf.ParseInspectRules);
+	//   - Resolvers (resolvers; none means the runtime's or the interface
+	//     plugin's, see NetConf.resolvers) and UpstreamResolvers
+	//     (upstreamResolver: at most one);
+	//   - AllowDirect, NAT64Prefixes, AllowICMP (default false), DNSFilter
+	//     and HostLayer (default true);
+	//   - LogDir (default hostconf.DefaultLogDir);
+	//   - CADir, the root of the networks' CAs (default
+	//     hostconf.DefaultCADir): a network's is CADir/<network name>,
+	//     made when a policy first inspects a host; UpstreamCAFile;
+	//   - OTLP (otlpEndpoint, otlpInsecure, otlpHeaders): with no
+	//     Endpoint, the host's (hostconf.OTLPFile) apply;
+	//   - Limits, the caps of each container's proxy: each key given wins
+	//     over the host's /etc/doorman/limits.json (hostconf.LimitsFile),
+	//     each one left out is the host's, else the default;
+	//   - ProxyLimits, from proxyLimits ({"memory": "256Mi", "pids": 512,
+	//     "cpuWeight": 100}, see spec.ProxyLimitsConfig).
+	// ClusterNames come from the keys below.
+	spec.Spec
 	// ExcludeNamespaces are the Kubernetes namespaces whose pods doorman
 	// passes through untouched (default DefaultExcludeNamespaces).
 	ExcludeNamespaces []string
@@ -68,58 +86,100 @@ type Settings struct {
 	// domain: names under it may reach ServiceCIDRs and PodCIDRs.
 	ClusterDomain          string
 	ServiceCIDRs, PodCIDRs []netip.Prefix
-	// NAT64Prefixes are the prefixes of the NAT64 translators the node
-	// reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (see
-	// sandbox.Spec.NAT64Prefixes).
-	NAT64Prefixes []netip.Prefix
-	// AllowDirect are destinations reached without the proxy.
-	AllowDirect []conf.Direct
-	// Resolvers are the DNS servers containers may query; none means
-	// the runtime's or the interface plugin's (see NetConf.resolvers).
-	Resolvers []netip.Addr
-	// UpstreamResolvers, if any, is the one server the proxy resolves
-	// allowed names with instead of the sandbox's resolvers.
-	UpstreamResolvers []netip.AddrPort
-	// PolicyDir holds per-container policy files ("" none); StateDir and
-	// LogDir default to hostconf's.
-	PolicyDir, StateDir, LogDir string
-	// OTLP is the network's export settings; with no Endpoint, the
-	// host's (hostconf.OTLPFile) apply.
-	OTLP otlplog.Config
-	// DNSFilter and HostLayer (default true) are the protective layers;
-	// AllowICMP (default false) lets small echo requests out to the
-	// AllowDirect destinations.
-	DNSFilter, HostLayer, AllowICMP bool
-	// CADir holds the networks' CAs (default hostconf.DefaultCADir); a
-	// network's is CADir/<network name>, made when a policy first
-	// inspects a host.
-	CADir string
-	// UpstreamCAFile, if set, holds the PEM roots the proxies verify
-	// inspected hosts' certificates against, instead of the host's.
-	UpstreamCAFile string
-	// Limits are the caps of each container's proxy, in the keys of
-	// proxyconf.Limits; each key given wins over the host's
-	// /etc/doorman/limits.json (hostconf.LimitsFile), each one left out
-	// is the host's, else the default.
-	Limits proxyconf.Limits
-	// ProxyLimits are the limits of each proxy's cgroup, from
-	// proxyLimits ({"memory": "256Mi", "pids": 512, "cpuWeight": 100},
-	// see sandbox.ProxyLimitsConfig); a zero field is the default.
-	ProxyLimits cgroup.Limits
+	// PolicyDir holds per-container policy files ("" none); StateDir
+	// defaults to hostconf's.
+	PolicyDir, StateDir string
+	// Agent, if set, says that a doorman node agent computes each pod's
+	// policy (from "agent"; see AgentSettings). nil: the pod's policy
+	// comes from its annotations and these settings, as without a
+	// cluster.
+	Agent *AgentSettings
 }
 
-// defaultSettings are the settings of an entry with none of Keys.
-func defaultSettings() *Settings {
-	return &Settings{
-		Policy:            &conf.Policy{Mode: conf.ModeAllowlist},
+// AgentSettings are the "agent" key's: where the node agent is and what a
+// pod gets when it does not answer.
+type AgentSettings struct {
+	// Dir holds the agent's socket and the files it writes
+	// (default agentclient.DefaultDir).
+	Dir string `json:"dir,omitempty"`
+	// Wait bounds how long ADD waits for the agent's answer (default
+	// 5s, at most 60s).
+	Wait Duration `json:"wait,omitempty"`
+	// WithoutAgent is what a pod gets when neither the agent nor a file
+	// it wrote has its policy: "refuse" (default: the ADD fails and the
+	// kubelet retries) or "default" (the node's policy, mode and
+	// allowedHosts, narrowed by the pod's annotations).
+	WithoutAgent string `json:"withoutAgent,omitempty"`
+	// Annotations is what pods' doorman.io/* annotations do: "narrow"
+	// (default: they narrow what the cluster grants) or "replace" (they
+	// replace it, as without the agent: for single-tenant clusters). The
+	// agent reads it too.
+	Annotations string `json:"annotations,omitempty"`
+}
+
+// Duration is a time.Duration written as "5s" in JSON.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON parses a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"5s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q: want a duration such as \"5s\"", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON renders d as "5s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// check fills in a's defaults and checks its values.
+func (a *AgentSettings) check() error {
+	if a.Dir == "" {
+		a.Dir = agentclient.DefaultDir
+	}
+	var errs []error
+	if !filepath.IsAbs(a.Dir) || filepath.Clean(a.Dir) != a.Dir {
+		errs = append(errs, fmt.Errorf("agent.dir %q: want a clean absolute path on the node", a.Dir))
+	}
+	switch {
+	case a.Wait.Duration == 0:
+		a.Wait.Duration = 5 * time.Second
+	case a.Wait.Duration < 0 || a.Wait.Duration > time.Minute:
+		errs = append(errs, fmt.Errorf("agent.wait %v: want more than 0 and at most 1m", a.Wait.Duration))
+	}
+	switch a.WithoutAgent {
+	case "":
+		a.WithoutAgent = "refuse"
+	case "refuse", "default":
+	default:
+		errs = append(errs, fmt.Errorf("agent.withoutAgent %q: want refuse or default", a.WithoutAgent))
+	}
+	switch a.Annotations {
+	case "":
+		a.Annotations = "narrow"
+	case "narrow", "replace":
+	default:
+		errs = append(errs, fmt.Errorf("agent.annotations %q: want narrow or replace", a.Annotations))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultSettings are the settings of an entry with none of Keys.
+func DefaultSettings() *Settings {
+	s := &Settings{
 		ExcludeNamespaces: DefaultExcludeNamespaces(),
 		ClusterDomain:     DefaultClusterDomain,
 		StateDir:          hostconf.DefaultStateDir,
-		LogDir:            hostconf.DefaultLogDir,
-		CADir:             hostconf.DefaultCADir,
-		DNSFilter:         true,
-		HostLayer:         true,
 	}
+	s.Policy = &conf.Policy{Mode: conf.ModeAllowlist}
+	s.LogDir, s.CADir = hostconf.DefaultLogDir, hostconf.DefaultCADir
+	s.DNSFilter, s.HostLayer = true, true
+	return s
 }
 
 // ParseEntry parses doorman's keys in its conflist entry data (a JSON
@@ -133,29 +193,45 @@ func defaultSettings() *Settings {
 // On error the settings returned hold what did parse and the defaults
 // of the rest: DEL, which must succeed, tears down with them.
 func ParseEntry(data []byte) (*Settings, error) {
-	return parseSettings(data, CNIKeys)
+	raw, err := decodeObject(data)
+	if err != nil {
+		return DefaultSettings(), err
+	}
+	return parseSettings(raw, CNIKeys)
 }
 
 // ParseSettings is ParseEntry for doorman's keys alone (the installer's
 // --config): the CNI's keys are errors there. On error it returns nil.
 func ParseSettings(data []byte) (*Settings, error) {
-	s, err := parseSettings(data, nil)
+	raw, err := decodeObject(data)
+	if err != nil {
+		return nil, err
+	}
+	s, err := parseSettings(raw, nil)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// parseSettings is ParseEntry, accepting the keys in other besides Keys.
-func parseSettings(data []byte, other []string) (*Settings, error) {
-	s := defaultSettings()
+// decodeObject decodes a JSON object into its keys' raw values: the one
+// decode of an entry, whose values each key's parser then decodes into
+// its field.
+func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return s, fmt.Errorf("not a JSON object: %w", err)
+		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
 	if raw == nil {
-		return s, errors.New("not a JSON object: null")
+		return nil, errors.New("not a JSON object: null")
 	}
+	return raw, nil
+}
+
+// parseSettings parses doorman's keys among raw (an entry's), accepting
+// the keys in other besides Keys.
+func parseSettings(raw map[string]json.RawMessage, other []string) (*Settings, error) {
+	s := DefaultSettings()
 	var errs []error
 	var unknown []string
 	for k := range raw {
@@ -173,7 +249,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	var nat64 []string
 	if v.strings("nat64Prefixes", &nat64) {
 		for i, n := range nat64 {
-			p, err := sandbox.ParseNAT64Prefixes(fmt.Sprintf("nat64Prefixes[%d]", i), []string{n})
+			p, err := spec.ParseNAT64Prefixes(fmt.Sprintf("nat64Prefixes[%d]", i), []string{n})
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -184,18 +260,14 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	var direct []string
 	if v.strings("allowDirect", &direct) {
 		for i, d := range direct {
-			parsed, err := sandbox.ParseAllowDirect(fmt.Sprintf("allowDirect[%d]", i), []string{d})
+			parsed, err := spec.ParseAllowDirect(fmt.Sprintf("allowDirect[%d]", i), []string{d})
 			if err != nil {
 				errs = append(errs, err)
 			}
 			s.AllowDirect = append(s.AllowDirect, parsed...)
 		}
 	}
-	for _, d := range []struct {
-		key string
-		dst *string
-	}{{"policyDir", &s.PolicyDir}, {"stateDir", &s.StateDir}, {"logDir", &s.LogDir},
-		{"caDir", &s.CADir}, {"upstreamCAFile", &s.UpstreamCAFile}} {
+	for _, d := range s.dirs() {
 		key, dst := d.key, d.dst
 		var p string
 		if !v.str(key, &p) || p == "" {
@@ -209,7 +281,7 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 	}
 	s.parseOTLP(v)
 	if raw, has := v.raw["proxyLimits"]; has && string(raw) != "null" {
-		var c sandbox.ProxyLimitsConfig
+		var c spec.ProxyLimitsConfig
 		err := strictjson.Decode("proxyLimits", raw, &c)
 		if err == nil {
 			s.ProxyLimits, err = c.Limits("proxyLimits")
@@ -219,23 +291,59 @@ func parseSettings(data []byte, other []string) (*Settings, error) {
 		}
 	}
 	if raw, has := v.raw["limits"]; has && string(raw) != "null" {
-		l, err := hostconf.ParseLimits(raw)
+		l, err := spec.ParseLimits(raw)
 		if err != nil {
 			errs = append(errs, err)
 		} else {
 			s.Limits = l
 		}
 	}
-	v.boolean("dnsFilter", &s.DNSFilter)
-	v.boolean("hostLayer", &s.HostLayer)
-	v.boolean("allowICMP", &s.AllowICMP)
+	if raw, has := v.raw["agent"]; has && string(raw) != "null" {
+		var a AgentSettings
+		err := strictjson.Decode("agent", raw, &a)
+		if err == nil {
+			err = a.check()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			s.Agent = &a
+		}
+	}
+	for _, b := range s.booleans() {
+		v.boolean(b.key, b.dst)
+	}
 	if len(errs) > 0 {
 		return s, errors.Join(errs...)
 	}
 	return s, nil
 }
 
-// parsePolicy reads mode and allowedHosts into s.Policy.
+// dirs are the keys of s that are paths on the node, and their fields.
+func (s *Settings) dirs() []struct {
+	key string
+	dst *string
+} {
+	return []struct {
+		key string
+		dst *string
+	}{{"policyDir", &s.PolicyDir}, {"stateDir", &s.StateDir}, {"logDir", &s.LogDir},
+		{"caDir", &s.CADir}, {"upstreamCAFile", &s.UpstreamCAFile}}
+}
+
+// booleans are the keys of s that are true or false, and their fields.
+func (s *Settings) booleans() []struct {
+	key string
+	dst *bool
+} {
+	return []struct {
+		key string
+		dst *bool
+	}{{"dnsFilter", &s.DNSFilter}, {"hostLayer", &s.HostLayer}, {"allowICMP", &s.AllowICMP}}
+}
+
+// parsePolicy reads mode, allowedHosts and inspect into s.Policy, each
+// entry and rule parsed once.
 func (s *Settings) parsePolicy(v valueReader) {
 	mode := string(conf.ModeAllowlist)
 	var hosts []string
@@ -246,11 +354,14 @@ func (s *Settings) parsePolicy(v valueReader) {
 		*v.errs = append(*v.errs, fmt.Errorf("mode: %w", err))
 	}
 	ok := okMode && okHosts && err == nil
+	entries := make([]conf.Entry, 0, len(hosts))
 	for i, h := range hosts {
-		if _, err := conf.ParseEntry(h); err != nil {
+		e, err := conf.ParseEntry(h)
+		if err != nil {
 			*v.errs = append(*v.errs, fmt.Errorf("allowedHosts[%d]: %w", i, err))
 			ok = false
 		}
+		entries = append(entries, e)
 	}
 	var inspect conf.InspectRules
 	if raw, has := v.raw["inspect"]; has && string(raw) != "null" {
@@ -261,22 +372,9 @@ func (s *Settings) parsePolicy(v valueReader) {
 			ok = false
 		}
 	}
-	if !ok {
-		return
+	if ok {
+		s.Policy = conf.PolicyOf(m, entries, inspect)
 	}
-	p, err := conf.NewPolicy(m, hosts)
-	if err == nil {
-		p, err = p.WithInspect(inspect.Hosts)
-	}
-	if err == nil && len(inspect.RuleSets) > 0 {
-		p, err = p.WithRuleSets(inspect.RuleSets)
-	}
-	if err != nil {
-		// Every part was checked above.
-		*v.errs = append(*v.errs, err)
-		return
-	}
-	s.Policy = p
 }
 
 // parseCluster reads excludeNamespaces, clusterDomain, serviceCIDRs and
@@ -325,7 +423,7 @@ func (s *Settings) parseDNS(v valueReader) {
 	var resolvers []string
 	if v.strings("resolvers", &resolvers) {
 		for i, r := range resolvers {
-			a, err := sandbox.ParseAddrs(fmt.Sprintf("resolvers[%d]", i), []string{r})
+			a, err := spec.ParseAddrs(fmt.Sprintf("resolvers[%d]", i), []string{r})
 			if err != nil {
 				*v.errs = append(*v.errs, err)
 			}
@@ -334,7 +432,7 @@ func (s *Settings) parseDNS(v valueReader) {
 	}
 	var upstream string
 	if v.str("upstreamResolver", &upstream) {
-		ups, err := sandbox.ParseUpstreamResolver("upstreamResolver", upstream)
+		ups, err := spec.ParseUpstreamResolver("upstreamResolver", upstream)
 		if err != nil {
 			*v.errs = append(*v.errs, err)
 		}
@@ -344,7 +442,7 @@ func (s *Settings) parseDNS(v valueReader) {
 
 // parseOTLP reads otlpEndpoint, otlpInsecure and otlpHeaders.
 func (s *Settings) parseOTLP(v valueReader) {
-	c := otlplog.Config{}
+	c := spec.OTLP{}
 	v.str("otlpEndpoint", &c.Endpoint)
 	v.boolean("otlpInsecure", &c.Insecure)
 	if r, ok := v.raw["otlpHeaders"]; ok {
@@ -360,7 +458,7 @@ func (s *Settings) parseOTLP(v valueReader) {
 	}
 	if err := c.Validate(); err != nil {
 		// Its errors name the setting (as otlp.json does) and the value.
-		var se *otlplog.SettingError
+		var se *spec.SettingError
 		if errors.As(err, &se) {
 			e := *se
 			e.Key = otlpKeys[e.Key]
@@ -376,7 +474,7 @@ func (s *Settings) parseOTLP(v valueReader) {
 }
 
 // otlpKeys are the entry's keys of the OTLP settings, by their keys in
-// otlp.json (otlplog.SettingError).
+// otlp.json (spec.SettingError).
 var otlpKeys = map[string]string{"endpoint": "otlpEndpoint", "insecure": "otlpInsecure", "headers": "otlpHeaders"}
 
 // valueReader decodes the values of an entry's keys into their fields,
@@ -507,4 +605,96 @@ func checkCIDR(s string) (netip.Prefix, error) {
 		return p, fmt.Errorf("host bits set: did you mean %s?", m)
 	}
 	return p, nil
+}
+
+// Entry is s in doorman's keys of a conflist entry: mode, and each other
+// key whose value is not its default (see DefaultSettings): what
+// ParseEntry reads back
+// into s. `doorman run` writes its network's entry with it (package
+// runner), so that its typed spec reaches the plugin through the plugin's
+// own keys, parsed once there. It fails for what no key says: more than
+// one upstream resolver, an OTLP queue size, cluster names other than the
+// cluster keys'.
+func (s *Settings) Entry() (map[string]any, error) {
+	d := DefaultSettings()
+	e := map[string]any{}
+	if p := s.Policy; p != nil {
+		// The mode is written even when it is the default, so that an
+		// entry says what it enforces.
+		e["mode"] = p.Mode
+		if len(p.Entries) > 0 {
+			e["allowedHosts"] = p.Hosts()
+		}
+		if p.HasInspection() {
+			// The request rules and rule sets, placeholders as their
+			// SHA-256.
+			js, err := p.MarshalInspectRules()
+			if err != nil {
+				return nil, err
+			}
+			e["inspect"] = json.RawMessage(js)
+		}
+	}
+	if !slices.Equal(s.ExcludeNamespaces, d.ExcludeNamespaces) {
+		e["excludeNamespaces"] = append([]string{}, s.ExcludeNamespaces...)
+	}
+	if s.ClusterDomain != d.ClusterDomain {
+		e["clusterDomain"] = s.ClusterDomain
+	}
+	for key, list := range map[string][]netip.Prefix{"serviceCIDRs": s.ServiceCIDRs, "podCIDRs": s.PodCIDRs, "nat64Prefixes": s.NAT64Prefixes} {
+		if len(list) > 0 {
+			e[key] = list
+		}
+	}
+	if len(s.AllowDirect) > 0 {
+		e["allowDirect"] = s.AllowDirect
+	}
+	if len(s.Resolvers) > 0 {
+		e["resolvers"] = s.Resolvers
+	}
+	switch len(s.UpstreamResolvers) {
+	case 0:
+	case 1:
+		e["upstreamResolver"] = s.UpstreamResolvers[0].String()
+	default:
+		return nil, fmt.Errorf("upstreamResolver: %d upstream resolvers, where the entry takes one", len(s.UpstreamResolvers))
+	}
+	defaultDirs := d.dirs()
+	for i, dir := range s.dirs() {
+		if *dir.dst != *defaultDirs[i].dst {
+			e[dir.key] = *dir.dst
+		}
+	}
+	if s.OTLP.QueueSize != 0 {
+		return nil, fmt.Errorf("otlp queueSize %d: the entry has no key for it", s.OTLP.QueueSize)
+	}
+	if len(s.ClusterNames) > 0 {
+		return nil, errors.New("clusterNames: the entry says them with clusterDomain, serviceCIDRs and podCIDRs")
+	}
+	if s.OTLP.Endpoint != "" {
+		e["otlpEndpoint"] = s.OTLP.Endpoint
+		if s.OTLP.Insecure {
+			e["otlpInsecure"] = true
+		}
+		if len(s.OTLP.Headers) > 0 {
+			e["otlpHeaders"] = s.OTLP.Headers
+		}
+	}
+	defaultBools := d.booleans()
+	for i, b := range s.booleans() {
+		if *b.dst != *defaultBools[i].dst {
+			e[b.key] = *b.dst
+		}
+	}
+	if s.Limits != (spec.Limits{}) {
+		e["limits"] = s.Limits
+	}
+	if l := spec.ProxyLimitsConfigOf(s.ProxyLimits); l != nil {
+		e["proxyLimits"] = l
+	}
+	if s.Agent != nil {
+		a := *s.Agent
+		e["agent"] = &a
+	}
+	return e, nil
 }

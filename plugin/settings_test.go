@@ -1,14 +1,17 @@
 package plugin
 
 import (
+	"encoding/json"
 	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // An entry with none of doorman's keys has the documented defaults; the
@@ -21,14 +24,16 @@ func TestParseEntryDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Settings{
-		Policy:            &conf.Policy{Mode: conf.ModeAllowlist},
+		Spec: spec.Spec{
+			Policy:    &conf.Policy{Mode: conf.ModeAllowlist},
+			LogDir:    hostconf.DefaultLogDir,
+			DNSFilter: true,
+			HostLayer: true,
+			Proxy:     spec.Proxy{CADir: hostconf.DefaultCADir},
+		},
 		ExcludeNamespaces: []string{"kube-system"},
 		ClusterDomain:     "cluster.local",
 		StateDir:          hostconf.DefaultStateDir,
-		LogDir:            hostconf.DefaultLogDir,
-		CADir:             hostconf.DefaultCADir,
-		DNSFilter:         true,
-		HostLayer:         true,
 	}
 	if !s.Policy.Equal(want.Policy) {
 		t.Errorf("default policy %v, want %v", s.Policy, want.Policy)
@@ -134,5 +139,98 @@ func TestParseEntryInspect(t *testing.T) {
 	}
 	if _, err := ParseEntry([]byte(`{"upstreamCAFile": "roots.pem"}`)); err == nil || !strings.Contains(err.Error(), `upstreamCAFile "roots.pem"`) {
 		t.Errorf("a relative upstreamCAFile: %v", err)
+	}
+}
+
+func TestAgentSettings(t *testing.T) {
+	s, err := ParseSettings([]byte(`{"agent": {}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.Agent; a == nil || a.Dir != "/run/doorman/agent" || a.Wait.Duration != 5*time.Second || a.WithoutAgent != "refuse" || a.Annotations != "narrow" {
+		t.Errorf("defaults %+v", s.Agent)
+	}
+	if s, err := ParseSettings([]byte(`{}`)); err != nil || s.Agent != nil {
+		t.Errorf("no agent key: %+v, %v", s.Agent, err)
+	}
+	for _, bad := range []string{
+		`{"agent": {"withoutAgent": "open"}}`, `{"agent": {"annotations": "widen"}}`,
+		`{"agent": {"wait": "2m"}}`, `{"agent": {"wait": 5}}`, `{"agent": {"dir": "run"}}`, `{"agent": {"sock": "/x"}}`,
+	} {
+		if _, err := ParseSettings([]byte(bad)); err == nil || !strings.Contains(err.Error(), "agent") {
+			t.Errorf("%s: err %v", bad, err)
+		}
+	}
+}
+
+// entrySamples hold a value other than the default for each of Keys.
+var entrySamples = map[string]string{
+	"mode": `"open"`, "allowedHosts": `["api.example.com", "*.github.com:443", "203.0.113.0/24"]`,
+	"excludeNamespaces": `[]`, "clusterDomain": `"k8s.example"`, "serviceCIDRs": `["10.96.0.0/12"]`,
+	"podCIDRs": `["10.244.0.0/16", "fd00:10:244::/56"]`, "nat64Prefixes": `["2001:db8:64::/96"]`,
+	"allowDirect": `["10.0.0.5:5432", "2001:db8::/64"]`, "resolvers": `["203.0.113.53", "2001:db8::53"]`,
+	"upstreamResolver": `"203.0.113.54:5353"`, "policyDir": `"/etc/doorman/pods"`, "stateDir": `"/run/dm"`,
+	"logDir": `"/var/log/dm"`, "otlpEndpoint": `"collector.example.com:4318"`, "otlpInsecure": `true`,
+	"otlpHeaders": `{"Authorization": "Bearer x"}`, "dnsFilter": `false`, "hostLayer": `false`, "allowICMP": `true`,
+	"inspect":        `{"api.example.com": {"deny": [{"method": "POST", "path": "/v1/files"}], "default": "allow"}}`,
+	"caDir":          `"/var/lib/dm/ca"`,
+	"upstreamCAFile": `"/etc/ssl/roots.pem"`,
+	"limits":         `{"connections": 100, "idleTimeout": "0s", "sniffTimeout": "3s"}`,
+	"proxyLimits":    `{"memory": "64Mi", "pids": "max", "cpuWeight": 50}`,
+	"agent":          `{"dir": "/run/dm/agent", "wait": "3s", "withoutAgent": "default", "annotations": "replace"}`,
+}
+
+// Entry writes every key ParseEntry reads: each key's value, read, written
+// and read again, gives the same settings, and a key added to Keys without
+// a writer (or a sample here) fails. doorman run hands its spec to the
+// plugin this way.
+func TestEntryRoundTrip(t *testing.T) {
+	for _, key := range Keys {
+		sample, ok := entrySamples[key]
+		if !ok {
+			t.Errorf("key %s has no sample in entrySamples: add one", key)
+			continue
+		}
+		entry := `{"` + key + `": ` + sample + `}`
+		switch key {
+		case "otlpInsecure", "otlpHeaders":
+			entry = `{"otlpEndpoint": "collector.example.com:4318", "` + key + `": ` + sample + `}`
+		case "inspect":
+			entry = `{"allowedHosts": ["api.example.com"], "inspect": ` + sample + `}`
+		}
+		s, err := ParseSettings([]byte(entry))
+		if err != nil {
+			t.Errorf("%s: %v", entry, err)
+			continue
+		}
+		e, err := s.Entry()
+		if err != nil {
+			t.Errorf("%s: Entry: %v", key, err)
+			continue
+		}
+		if _, ok := e[key]; !ok {
+			t.Errorf("%s: Entry leaves the key out: %v", key, e)
+		}
+		data, _ := json.Marshal(e)
+		back, err := ParseSettings(data)
+		if err != nil {
+			t.Errorf("%s: Entry wrote %s, which does not parse: %v", key, data, err)
+			continue
+		}
+		if !back.Policy.Equal(s.Policy) {
+			t.Errorf("%s: policy %v, written and read back %v", key, s.Policy, back.Policy)
+		}
+		back.Policy = s.Policy
+		if !reflect.DeepEqual(back, s) {
+			t.Errorf("%s: %+v, written (%s) and read back %+v", key, s, data, back)
+		}
+	}
+	if e, err := DefaultSettings().Entry(); err != nil || len(e) != 1 || e["mode"] != conf.ModeAllowlist {
+		t.Errorf("the defaults: %v, %v; want mode allowlist alone", e, err)
+	}
+	two := DefaultSettings()
+	two.UpstreamResolvers = []netip.AddrPort{netip.MustParseAddrPort("203.0.113.53:53"), netip.MustParseAddrPort("203.0.113.54:53")}
+	if _, err := two.Entry(); err == nil || !strings.Contains(err.Error(), "upstreamResolver") {
+		t.Errorf("two upstream resolvers: %v", err)
 	}
 }

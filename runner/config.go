@@ -9,11 +9,10 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/doorman-net/doorman/cgroup"
-	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/plugin"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Defaults of the run network.
@@ -40,31 +39,30 @@ const (
 
 // Config says how to attach one sandbox.
 type Config struct {
-	// Policy is what the command may reach (required).
-	Policy *conf.Policy
+	// Spec is what the sandbox enforces, handed to the doorman plugin
+	// as its entry's keys (plugin.Settings.Entry), which it parses once:
+	//   - Policy is what the command may reach (required);
+	//   - Resolvers are the DNS servers the command may query, the only
+	//     nameservers in its /etc/resolv.conf (default:
+	//     hostconf.Resolvers, keeping the families the subnets provide);
+	//   - UpstreamResolvers, at most one, is the DNS server the proxy
+	//     resolves allowed names with (none: the sandbox's Resolvers);
+	//   - CADir holds the networks' CAs (default hostconf.DefaultCADir):
+	//     a run's is CADir/<Bridge>;
+	//   - LogDir is the plugin's (default /var/log/doorman);
+	//   - Limits (the zero value: the host's /etc/doorman/limits.json,
+	//     else the defaults), ProxyLimits, AllowDirect, AllowICMP,
+	//     NAT64Prefixes and UpstreamCAFile are the plugin's settings of
+	//     those names (see plugin.Settings);
+	//   - DNSFilter and HostLayer are ignored: a run always has both
+	//     layers, whatever the zero value of a Config says.
+	spec.Spec
 	// Name is the sandbox's container id: it names the namespace
 	// (doorman-<Name>), the sandbox state (<Name>-eth0) and its decision
 	// log (<LogDir>/<Name>-eth0.log). Default "run-" and 8 hex digits.
 	Name string
-	// Resolvers are the DNS servers the command may query; they are the
-	// only nameservers in its /etc/resolv.conf. Default: hostconf.Resolvers,
-	// keeping the families the subnets provide.
-	Resolvers []netip.Addr
 	// Search is the resolv.conf search list (default: the host's).
 	Search []string
-	// UpstreamResolver is the DNS server the proxy resolves allowed
-	// names with; the zero value means the sandbox's Resolvers, the ones
-	// the command queries.
-	UpstreamResolver netip.AddrPort
-	// AllowICMP lets ICMP echo requests (at most 64 bytes of data) out of
-	// the sandbox to the AllowDirect destinations.
-	AllowICMP bool
-	// AllowDirect are the destinations the command reaches without the
-	// proxy (the plugin's allowDirect).
-	AllowDirect []conf.Direct
-	// NAT64Prefixes are the NAT64 prefixes the host reaches besides the
-	// well-known and local-use ones (the plugin's nat64Prefixes).
-	NAT64Prefixes []netip.Prefix
 	// Bridge is the host bridge (default DefaultBridge).
 	Bridge string
 	// Subnets are the run network's ranges, at most one per family
@@ -73,22 +71,10 @@ type Config struct {
 	// CNIPath are the directories searched for the plugins loopback,
 	// bridge, host-local and doorman (default SearchPath of this binary).
 	CNIPath []string
-	// StateDir and LogDir are the doorman plugin's (default
-	// /run/doorman and /var/log/doorman).
-	StateDir, LogDir string
-	// CADir holds the networks' CAs (default hostconf.DefaultCADir); a
-	// run's is CADir/<Bridge>. UpstreamCAFile, if set, holds the PEM
-	// roots inspected hosts' certificates are verified against.
-	CADir, UpstreamCAFile string
-	// Limits are the proxy's caps, written as the network's "limits"
-	// (the zero value: the host's /etc/doorman/limits.json, else the
-	// defaults).
-	Limits proxyconf.Limits
+	// StateDir is the doorman plugin's (default /run/doorman).
+	StateDir string
 	// RunDir is this package's own directory (default DefaultRunDir).
 	RunDir string
-	// ProxyLimits are the limits of the sandbox proxy's cgroup (the
-	// plugin's proxyLimits; zero fields: its defaults).
-	ProxyLimits cgroup.Limits
 	// Runtime, if set, is the argv of an OCI runtime (gVisor's runsc and
 	// its flags) that runs the command on a network stack of its own:
 	// Start runs `<Runtime> --root <dir> run --bundle <dir> <id>` with a
@@ -150,6 +136,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LogDir == "" {
 		c.LogDir = hostconf.DefaultLogDir
+	}
+	if c.CADir == "" {
+		c.CADir = hostconf.DefaultCADir
 	}
 	if c.RunDir == "" {
 		c.RunDir = DefaultRunDir
@@ -295,46 +284,15 @@ func (c Config) chainList(ipamDir string) ([]byte, error) {
 		},
 		"dns": map[string]any{"nameservers": resolvers},
 	}
-	// The policy in the keys conf.ParseJSON reads.
-	doorman := map[string]any{
-		"type":         "doorman",
-		"mode":         c.Policy.Mode,
-		"allowedHosts": c.Policy.Hosts(),
-		"resolvers":    resolvers,
-		"allowICMP":    c.AllowICMP,
-		"stateDir":     c.StateDir,
-		"logDir":       c.LogDir,
+	// The spec, in the doorman plugin's own keys.
+	settings := plugin.DefaultSettings()
+	settings.Spec, settings.StateDir = c.Spec, c.StateDir
+	settings.DNSFilter, settings.HostLayer = true, true
+	doorman, err := settings.Entry()
+	if err != nil {
+		return nil, err
 	}
-	if len(c.AllowDirect) > 0 {
-		doorman["allowDirect"] = c.AllowDirect
-	}
-	if c.UpstreamResolver.IsValid() {
-		doorman["upstreamResolver"] = c.UpstreamResolver
-	}
-	if len(c.NAT64Prefixes) > 0 {
-		doorman["nat64Prefixes"] = c.NAT64Prefixes
-	}
-	if c.Policy.HasInspection() {
-		// The request rules and rule sets, in the form ParseJSON reads
-		// (placeholders as their SHA-256).
-		js, err := c.Policy.MarshalInspectRules()
-		if err != nil {
-			return nil, err
-		}
-		doorman["inspect"] = json.RawMessage(js)
-	}
-	if c.UpstreamCAFile != "" {
-		doorman["upstreamCAFile"] = c.UpstreamCAFile
-	}
-	if c.CADir != "" {
-		doorman["caDir"] = c.CADir
-	}
-	if c.Limits != (proxyconf.Limits{}) {
-		doorman["limits"] = c.Limits
-	}
-	if l := sandbox.ProxyLimitsConfigOf(c.ProxyLimits); l != nil {
-		doorman["proxyLimits"] = l
-	}
+	doorman["type"] = "doorman"
 	return json.Marshal(map[string]any{
 		"cniVersion": cniVersion,
 		"name":       c.Bridge,

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/spec"
 )
 
 func mustPolicy(t *testing.T, mode conf.Mode, entries ...string) *conf.Policy {
@@ -38,7 +39,7 @@ func prefixes(ss ...string) []netip.Prefix {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c, err := Config{Policy: mustPolicy(t, conf.ModeAllowlist), Resolvers: addrs("203.0.113.53")}.withDefaults()
+	c, err := Config{Spec: spec.Spec{Policy: mustPolicy(t, conf.ModeAllowlist), Resolvers: addrs("203.0.113.53")}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.StateDir != "/run/doorman" || c.LogDir != "/var/log/doorman" || c.RunDir != DefaultRunDir || c.Logf == nil {
 		t.Errorf("default dirs: %q %q %q", c.StateDir, c.LogDir, c.RunDir)
 	}
-	other, _ := Config{Policy: c.Policy, Resolvers: c.Resolvers}.withDefaults()
+	other, _ := Config{Spec: spec.Spec{Policy: c.Policy, Resolvers: c.Resolvers}}.withDefaults()
 	if other.Name == c.Name {
 		t.Errorf("two default names are the same: %q", c.Name)
 	}
@@ -64,17 +65,17 @@ func TestConfigRefuses(t *testing.T) {
 		cfg  Config
 		want string // in the error
 	}{
-		{Config{Resolvers: v4}, "no policy"},
-		{Config{Policy: pol, Resolvers: v4, Name: "../etc"}, `"../etc"`},
-		{Config{Policy: pol, Resolvers: v4, Name: "-x"}, `"-x"`},
-		{Config{Policy: pol, Resolvers: v4, Bridge: "a-very-long-bridge-name"}, `"a-very-long-bridge-name"`},
-		{Config{Policy: pol, Resolvers: v4, Bridge: "br/0"}, `"br/0"`},
-		{Config{Policy: pol, Resolvers: v4, Subnets: prefixes("10.1.2.3/24")}, "did you mean 10.1.2.0/24"},
-		{Config{Policy: pol, Resolvers: v4, Subnets: prefixes("10.1.2.0/30")}, "too small"},
-		{Config{Policy: pol, Resolvers: v4, Subnets: prefixes("10.1.2.0/24", "10.1.3.0/24")}, "at most one IPv4"},
-		{Config{Policy: pol, Resolvers: addrs("127.0.0.53")}, "127.0.0.53: a loopback address"},
-		{Config{Policy: pol, Resolvers: addrs("fe80::1")}, "fe80::1: link-local"},
-		{Config{Policy: pol, Resolvers: addrs("2001:db8::53")}, "2001:db8::53: the sandbox has no IPv6 subnet"},
+		{Config{Spec: spec.Spec{Resolvers: v4}}, "no policy"},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Name: "../etc"}, `"../etc"`},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Name: "-x"}, `"-x"`},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Bridge: "a-very-long-bridge-name"}, `"a-very-long-bridge-name"`},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Bridge: "br/0"}, `"br/0"`},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Subnets: prefixes("10.1.2.3/24")}, "did you mean 10.1.2.0/24"},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Subnets: prefixes("10.1.2.0/30")}, "too small"},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: v4}, Subnets: prefixes("10.1.2.0/24", "10.1.3.0/24")}, "at most one IPv4"},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: addrs("127.0.0.53")}}, "127.0.0.53: a loopback address"},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: addrs("fe80::1")}}, "fe80::1: link-local"},
+		{Config{Spec: spec.Spec{Policy: pol, Resolvers: addrs("2001:db8::53")}}, "2001:db8::53: the sandbox has no IPv6 subnet"},
 	} {
 		_, err := tc.cfg.withDefaults()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -82,7 +83,7 @@ func TestConfigRefuses(t *testing.T) {
 		}
 	}
 	// Both families, each with its resolver, is fine.
-	_, err := Config{Policy: pol, Resolvers: addrs("203.0.113.53", "2001:db8::53"),
+	_, err := Config{Spec: spec.Spec{Policy: pol, Resolvers: addrs("203.0.113.53", "2001:db8::53")},
 		Subnets: prefixes("10.1.2.0/24", "fd00:1::/64")}.withDefaults()
 	if err != nil {
 		t.Errorf("dual-stack config: %v", err)
@@ -100,15 +101,20 @@ func TestUsableResolvers(t *testing.T) {
 // keys each plugin gets.
 func TestChainList(t *testing.T) {
 	c, err := Config{
-		Policy:           mustPolicy(t, conf.ModeAllowlist, "API.Example.com", "*.github.com:443"),
-		Resolvers:        addrs("203.0.113.53", "2001:db8::53"),
-		Subnets:          prefixes("10.9.8.0/24", "fd00:9::/64"),
-		UpstreamResolver: netip.MustParseAddrPort("203.0.113.53:53"),
-		AllowICMP:        true,
-		AllowDirect: []conf.Direct{{Prefix: netip.MustParsePrefix("203.0.113.7/32"), Ports: conf.PortRange{Lo: 5432, Hi: 5432}},
-			{Prefix: netip.MustParsePrefix("2001:db8::/64")}},
-		NAT64Prefixes: prefixes("2001:db8:64::/96"),
-		StateDir:      "/tmp/s", LogDir: "/tmp/l",
+		Spec: spec.Spec{
+			Policy:            mustPolicy(t, conf.ModeAllowlist, "API.Example.com", "*.github.com:443"),
+			Resolvers:         addrs("203.0.113.53", "2001:db8::53"),
+			UpstreamResolvers: []netip.AddrPort{netip.MustParseAddrPort("203.0.113.53:53")},
+			AllowICMP:         true,
+			LogDir:            "/tmp/l",
+			Proxy: spec.Proxy{
+				AllowDirect: []conf.Direct{{Prefix: netip.MustParsePrefix("203.0.113.7/32"), Ports: conf.PortRange{Lo: 5432, Hi: 5432}},
+					{Prefix: netip.MustParsePrefix("2001:db8::/64")}},
+				NAT64Prefixes: prefixes("2001:db8:64::/96"),
+			},
+		},
+		Subnets:  prefixes("10.9.8.0/24", "fd00:9::/64"),
+		StateDir: "/tmp/s",
 	}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +182,7 @@ func TestChainList(t *testing.T) {
 }
 
 func TestChainListModeNone(t *testing.T) {
-	c, err := Config{Policy: mustPolicy(t, conf.ModeNone), Resolvers: addrs("203.0.113.53")}.withDefaults()
+	c, err := Config{Spec: spec.Spec{Policy: mustPolicy(t, conf.ModeNone), Resolvers: addrs("203.0.113.53")}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/internal/procstat"
 )
 
@@ -40,12 +42,7 @@ func (r *record) save(dir string) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+recordFile)
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write run record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, recordFile)); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(filepath.Join(dir, recordFile), bytes.NewReader(data), atomicfile.Options{Perm: 0o600}); err != nil {
 		return fmt.Errorf("write run record: %w", err)
 	}
 	return nil

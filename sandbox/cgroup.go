@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/cgroup"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // DefaultCgroupSlice is doorman's slice: where a proxy's cgroup goes when
@@ -47,12 +48,9 @@ func cgroupName(key string, n int) string {
 func (s *State) makeCgroup() *cgroup.Group {
 	s.removeLeftovers()
 	s.Cgroup, s.CgroupError = nil, ""
-	lim := limitsWithDefaults(cgroup.Limits{})
-	if s.ProxyLimits != nil {
-		lim = limitsWithDefaults(*s.ProxyLimits)
-	}
+	lim := spec.ProxyLimitsWithDefaults(s.ProxyLimits)
 	// The proxy's sockets are charged to its cgroup and bounded there
-	// (see proxyconf.Limits.BufferBytes). The kernel charges a socket
+	// (see spec.Limits.BufferBytes). The kernel charges a socket
 	// from its making (or accept) on, so the limit is set here, before
 	// the proxy starts.
 	lim.SocketMemory = uint64(s.Limits.Effective(0).BufferBytes)

@@ -21,7 +21,7 @@ func CompleteHostLayer(stateDir, key string) (*State, error) {
 	}
 	// Most containers need nothing: say so without taking the lock,
 	// which every `runc start` would otherwise wait on.
-	if s, err := Load(stateDir, key); err != nil || !s.HostLayerWanted || s.HostLayer {
+	if s, err := Load(stateDir, key); err != nil || !s.Spec.HostLayer || s.HostLayer {
 		if err != nil {
 			return nil, fmt.Errorf("host-side layer of sandbox %s: %w", key, err)
 		}
@@ -36,7 +36,7 @@ func CompleteHostLayer(stateDir, key string) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host-side layer of sandbox %s: %w", key, err)
 	}
-	if !s.HostLayerWanted || s.HostLayer {
+	if !s.Spec.HostLayer || s.HostLayer {
 		return s, nil
 	}
 	if err := s.applyHostLayer(nil, nil); err != nil {

@@ -1,22 +1,29 @@
 // Package sandbox owns doorman's sandboxes: it is the one enforcement core
 // that every front door calls (the CNI plugin's ADD/DEL/CHECK/GC, the OCI
 // hook's createRuntime/poststop, `doorman run` through the plugin, the
-// operator CLI's edits), and the only code that reads or writes doorman's
-// state for a network namespace.
+// operator CLI's edits), and the code that writes doorman's state for a
+// network namespace: the state file, the live policy file and the proxy's
+// config file (package launch's format). Others read that state through
+// it (Load, List, Find), and two files beside it are another's: the
+// supervisor of a sandbox's proxy (package supervise) writes its status
+// file, supervisor.json, which Load reads, and the proxy worker appends
+// to the decision log. The network namespace itself is the runtime's (or,
+// for `doorman run`, package runner's): a sandbox only records and checks
+// its identity. What ls and show compute from a state is package
+// sandbox/status's.
 //
 // A front door describes a sandbox once, typed: an Attachment (who: the
-// container, its runtime, its netns, its label) and a Spec (what: the
+// container, its runtime, its netns, its label) and a spec.Spec (what: the
 // policy, the resolvers, the upstream resolver, allowDirect, the layers,
-// logging and export). It builds the Spec from its own keys with the
-// parsers here (ParseAllowDirect, ParseServers, ...), whose FieldError
-// names the key as that front door spells it, so that a bad value reads
-// the same from every door. Nothing after that parses a setting again.
+// logging and export), which it builds from its own keys with the parsers
+// of package spec. Nothing after that parses a setting again: the state
+// embeds the Spec, and the proxy's config file its Proxy part.
 //
 // Enforcing a sandbox means, in this order:
 //
 //  1. create the proxy's listening sockets inside the sandbox's network
 //     namespace (they stay bound to it after the thread leaves);
-//  2. write the proxy's config file (package proxyconf), make the proxy's
+//  2. write the proxy's config file (package launch), make the proxy's
 //     cgroup (package cgroup: below the cgroup the runtime names, else in
 //     doorman's slice, with the Spec's limits), start one detached
 //     `doorman supervise` in the caller's namespace (package supervise),

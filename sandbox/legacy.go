@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
 )
 
@@ -46,9 +45,9 @@ const stateVersion = 1
 // launchFile is the launch record of states recorded before proxyBinary.
 const launchFile = "proxy.json"
 
-// launch is a launch record: how a proxy was started. Its binary is not
-// needed: it took flags, and the next proxy is this release's.
-type launch struct {
+// launchRecord is how a proxy was started. Its binary is not needed: it
+// took flags, and the next proxy is this release's.
+type launchRecord struct {
 	Resolvers []netip.AddrPort `json:"resolvers,omitempty"`
 	// Resolver is the one resolver of records written before Resolvers
 	// was.
@@ -70,12 +69,12 @@ func (s *State) migrate(data []byte) {
 	if len(s.ProxyResolvers) == 0 {
 		s.ProxyResolvers = legacyResolver(old.ProxyResolver)
 	}
-	if s.OTLP == nil && old.OTLPConfig != "" {
-		c, err := otlplog.LoadFile(old.OTLPConfig)
+	if s.OTLP.Endpoint == "" && old.OTLPConfig != "" {
+		o, err := hostconf.LoadOTLP(old.OTLPConfig)
 		if err != nil {
 			s.legacyErr = fmt.Errorf("the OTLP settings an earlier doorman recorded: %w", err)
 		}
-		s.OTLP = proxyconf.OTLPOf(c)
+		s.OTLP = o
 	}
 	if s.ProxyBinary != "" || s.migrateLaunch() {
 		// The recorded binary takes flags; this one, the config file.
@@ -116,10 +115,10 @@ func legacyResolver(raw string) []netip.AddrPort {
 }
 
 // loadLaunch reads the launch record in dir; ok is false if there is none.
-func loadLaunch(dir string) (l launch, ok bool) {
+func loadLaunch(dir string) (l launchRecord, ok bool) {
 	data, err := os.ReadFile(filepath.Join(dir, launchFile))
 	if err != nil || json.Unmarshal(data, &l) != nil {
-		return launch{}, false
+		return launchRecord{}, false
 	}
 	if len(l.Resolvers) == 0 {
 		l.Resolvers = legacyResolver(l.Resolver)
@@ -130,8 +129,8 @@ func loadLaunch(dir string) (l launch, ok bool) {
 
 // launchOf reads how the running proxy pid was started, from its command
 // line in /proc: its --resolver flags.
-func launchOf(pid int) (launch, bool) {
-	var l launch
+func launchOf(pid int) (launchRecord, bool) {
+	var l launchRecord
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return l, false

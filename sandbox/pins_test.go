@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/spec"
 )
 
 func ip(t *testing.T, nsPath string, args ...string) {
@@ -62,7 +63,7 @@ func TestPinsAreRecorded(t *testing.T) {
 	}
 	stateDir := t.TempDir()
 	r := Request{Attachment: Attachment{Key: "ctr1-eth0", ID: "ctr1", Runtime: "cni", IfName: "eth0", NetNS: sbx, Addrs: ipam},
-		Spec: Spec{Policy: p, LogDir: t.TempDir(), HostLayer: true}, StateDir: stateDir}
+		Spec: spec.Spec{Policy: p, LogDir: t.TempDir(), HostLayer: true}, StateDir: stateDir}
 	// The runtime's namespace is the calling thread's.
 	inRuntime := func(f func() error) {
 		t.Helper()

@@ -1,25 +1,19 @@
 package sandbox
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/cgroup"
-	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
-	"github.com/doorman-net/doorman/internal/testhook"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/proxy/supervise"
 )
 
@@ -28,7 +22,7 @@ import (
 const readyTimeout = 10 * time.Second
 
 // proxyConfigFile, in a sandbox's state directory, is the config file of
-// its proxy (see proxyconf.Config), written each time one is started. It is
+// its proxy (see launch.Config), written each time one is started. It is
 // readable by its owner only: it carries the OTLP headers.
 const proxyConfigFile = "proxy-config.json"
 
@@ -80,135 +74,26 @@ const (
 )
 
 // spawnedProxy is a sandbox's supervisor that was started, whose first
-// worker may not serve yet.
+// worker may not serve yet: the process, its status file and its cgroup.
 type spawnedProxy struct {
-	cmd     *exec.Cmd
-	ready   chan error
-	exited  chan error
-	errPath string
-	errFrom int64 // where this proxy's output starts in errPath
-	status  string
-	cgroup  *cgroup.Group
-}
-
-// maxStartError bounds how much of a proxy's own error output an error
-// that it did not start quotes.
-const maxStartError = 1024
-
-// spawnSupervisor starts a detached `doorman supervise` (its own session,
-// stdio on /dev/null, so it outlives the plugin and the runtime and never
-// holds the runtime's pipes open), handing it the sockets; it joins grp,
-// if any, and starts the sandbox's proxy as its worker. The caller may
-// install the ruleset meanwhile (connections wait in the listeners'
-// backlog), then calls wait, which returns as ready says.
-func spawnSupervisor(binary, sandbox, config, status, logFile string, grp *cgroup.Group, files []*os.File, ready readiness) (*spawnedProxy, error) {
-	readR, readW, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		readR.Close()
-		readW.Close()
-		return nil, err
-	}
-	defer devnull.Close()
-
-	// ExtraFiles start at fd 3: the sockets, then the readiness pipe.
-	// --sandbox repeats the config's, so that ps shows whose proxy it is.
-	extra := append(slices.Clip(files), readW)
-	args := []string{"supervise", "--sandbox", sandbox, "--config", config, "--status", status}
-	if grp != nil {
-		for _, d := range grp.Dirs {
-			args = append(args, "--cgroup", d)
-		}
-	}
-	args = append(args, "--ready-fd", strconv.Itoa(2+len(extra)))
-	if ready == workerStarted {
-		args = append(args, "--ready-on-start")
-	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdin, cmd.Stdout = devnull, devnull
-	// Early failures (bad flags, unreadable policy) and the supervisor's
-	// account of its workers go to the decision log's directory, as the
-	// proxy's own stderr.
-	errPath := logFile + ".stderr"
-	errLog, err := os.OpenFile(errPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
-		readR.Close()
-		readW.Close()
-		return nil, fmt.Errorf("proxy stderr log: %w", err)
-	}
-	defer errLog.Close()
-	var errFrom int64
-	if fi, err := errLog.Stat(); err == nil {
-		errFrom = fi.Size()
-	}
-	cmd.Stderr = errLog
-	cmd.ExtraFiles = extra
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	// One P: a sandbox's proxy spends its time in splice and the
-	// network stack, not in Go code, and with one P it wakes no second
-	// thread per connection. Measured side by side (docs/benchmarks.md):
-	// about 10% more new connections per second and 7% less CPU per
-	// connection than with two, bulk throughput unchanged. The
-	// supervisor passes its environment on to each worker.
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"}
-	if e := phasetrace.Env(); e != "" {
-		cmd.Env = append(cmd.Env, e)
-	}
-	cmd.Env = append(cmd.Env, testhook.Env()...)
-	err = cmd.Start()
-	readW.Close()
-	if err != nil {
-		readR.Close()
-		return nil, fmt.Errorf("start proxy %s: %w", binary, err)
-	}
-	p := &spawnedProxy{cmd: cmd, ready: make(chan error, 1), exited: make(chan error, 1), errPath: errPath, errFrom: errFrom, status: status, cgroup: grp}
-	go func() {
-		if grp != nil {
-			// Move the supervisor into its cgroup from here, while it
-			// is still starting up, rather than leave the move to it
-			// alone: the kernel's wait on a move (an RCU grace period,
-			// unless a move happened in the one before, see
-			// cgroup.WarmMigration) then runs beside its start-up, and
-			// its own Join, which it makes before it starts a worker
-			// and which stays what places the worker, finds the move
-			// done or waits for it to be. Errors are its Join's to
-			// report. Before cmd.Wait: until the supervisor is reaped,
-			// its pid cannot name another process.
-			grp.Join(cmd.Process.Pid)
-		}
-		p.exited <- cmd.Wait()
-	}()
-	go func() {
-		defer readR.Close()
-		line, err := bufio.NewReader(readR).ReadString('\n')
-		if err != nil || strings.TrimSpace(line) != "ready" {
-			p.ready <- fmt.Errorf("proxy did not signal ready (%q, %v)", line, err)
-			return
-		}
-		p.ready <- nil
-	}()
-	return p, nil
+	*launch.Process
+	status string
+	cgroup *cgroup.Group
 }
 
 // supervisor names the supervisor process, which runs from the moment
-// spawnSupervisor returns (its exec succeeded), ready or not. One that
-// cannot be named (it is gone already) is killed with what it started.
+// launch.Start returns (its exec succeeded), ready or not. One that cannot
+// be named (it is gone already) is killed with what it started.
 func (p *spawnedProxy) supervisor() (Proc, error) {
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	start, err := processStart(pid)
 	if err != nil {
 		// Gone already (and reaped): it said why on its way out.
-		select {
-		case werr := <-p.exited:
-			p.exited <- werr
-			p.kill()
-			return Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", werr))
-		case <-time.After(time.Second):
-		}
+		exited, why := p.ExitedWithin(time.Second)
 		p.kill()
+		if exited {
+			return Proc{}, why
+		}
 		return Proc{}, fmt.Errorf("proxy supervisor pid %d: %w", pid, err)
 	}
 	return Proc{PID: pid, Start: start}, nil
@@ -218,57 +103,21 @@ func (p *spawnedProxy) supervisor() (Proc, error) {
 // or has started: see readiness) and returns that worker. A proxy that
 // fails to get ready is killed.
 func (p *spawnedProxy) wait() (worker Proc, err error) {
-	select {
-	case err := <-p.ready:
-		if err != nil {
-			p.kill()
-			return Proc{}, p.startError(err)
-		}
-	case err := <-p.exited:
-		p.exited <- err
+	if err := p.Ready(readyTimeout); err != nil {
 		p.kill()
-		return Proc{}, p.startError(fmt.Errorf("proxy exited before serving (%v)", err))
-	case <-time.After(readyTimeout):
-		p.kill()
-		return Proc{}, fmt.Errorf("proxy not ready after %v", readyTimeout)
+		return Proc{}, err
 	}
 	// The supervisor wrote its status before it said ready.
 	if st, err := supervise.ReadStatus(p.status); err == nil && st.Worker != nil {
 		worker = Proc{PID: st.Worker.PID, Start: st.Worker.Start}
 	}
-	// The goroutine in spawnSupervisor keeps waiting for the child, so
-	// that a long-lived caller (the CLI, tests) reaps it; once this
-	// process exits, the supervisor belongs to no one and runs on.
 	return worker, nil
-}
-
-// startError is err, the reason the proxy did not get to serve, with what
-// the proxy itself said on its way out (a bad flag, an unreadable file):
-// the caller's error is often all an operator sees.
-func (p *spawnedProxy) startError(err error) error {
-	f, ferr := os.Open(p.errPath)
-	if ferr != nil {
-		return fmt.Errorf("%w; see %s", err, p.errPath)
-	}
-	defer f.Close()
-	var b strings.Builder
-	io.Copy(&b, io.NewSectionReader(f, p.errFrom, maxStartError))
-	said := strings.Join(strings.Fields(b.String()), " ")
-	if said == "" {
-		return fmt.Errorf("%w; see %s", err, p.errPath)
-	}
-	return fmt.Errorf("%w: %s (in %s)", err, said, p.errPath)
 }
 
 // kill ends a proxy that is not wanted after all: the supervisor, the
 // worker it started, and the cgroup they ran in.
 func (p *spawnedProxy) kill() {
-	p.cmd.Process.Kill()
-	select {
-	case err := <-p.exited:
-		p.exited <- err
-	case <-time.After(5 * time.Second):
-	}
+	p.Kill()
 	if st, err := supervise.ReadStatus(p.status); err == nil && st.Worker != nil {
 		stopProcess(st.Worker.PID, st.Worker.Start, 0)
 	}

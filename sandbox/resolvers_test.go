@@ -11,7 +11,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 )
 
 func TestProxyResolversFor(t *testing.T) {
@@ -154,7 +154,7 @@ func startedResolvers(t *testing.T, dir, argsFile string) []string {
 			t.Fatalf("the proxy was started without --config %s: %q", path, args)
 		}
 	}
-	cfg, err := proxyconf.Load(path)
+	cfg, err := launch.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestLoadOlderOTLPConfig(t *testing.T) {
 	os.WriteFile(otlpFile, []byte(`{"endpoint":"https://otel.example.test:4318","headers":{"Authorization":"Bearer x"}}`), 0o600)
 	writeOlderState(t, s, map[string]any{"proxyBinary": "/usr/bin/doorman", "otlpConfig": otlpFile})
 	got, err := Load(stateDir, s.Key)
-	if err != nil || got.OTLP == nil || got.OTLP.Endpoint != "https://otel.example.test:4318" || got.OTLP.Headers["Authorization"] != "Bearer x" || got.legacyErr != nil {
+	if err != nil || got.OTLP.Endpoint != "https://otel.example.test:4318" || got.OTLP.Headers["Authorization"] != "Bearer x" || got.legacyErr != nil {
 		t.Fatalf("older OTLP settings: %+v, %v", got.OTLP, err)
 	}
 	if err := got.save(); err != nil {
@@ -261,7 +261,7 @@ func TestProxyConfigNAT64Prefixes(t *testing.T) {
 	}); err == nil {
 		t.Fatal("a proxy that exits at once: no error")
 	}
-	cfg, err := proxyconf.Load(filepath.Join(s.Dir, proxyConfigFile))
+	cfg, err := launch.Load(filepath.Join(s.Dir, proxyConfigFile))
 	if err != nil || !slices.Equal(cfg.NAT64Prefixes, s.NAT64Prefixes) {
 		t.Errorf("the proxy's config: NAT64 prefixes %v, %v; want %v", cfg.NAT64Prefixes, err, s.NAT64Prefixes)
 	}

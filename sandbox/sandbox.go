@@ -19,14 +19,15 @@ import (
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/phasetrace"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Request says what to enforce on one sandbox: who it is, what it
 // enforces, and where its state and proxy binary are.
 type Request struct {
 	Attachment
-	Spec
+	spec.Spec
 	StateDir string // default hostconf.DefaultStateDir
 	// ProxyBinary is the doorman binary to run as `doorman proxy`
 	// (default: this executable).
@@ -50,7 +51,7 @@ func (r *Request) defaults() error {
 	if r.ID == "" {
 		r.ID = r.Key
 	}
-	return r.Spec.validate(r.Attachment)
+	return validate(&r.Spec, r.Attachment)
 }
 
 // Enforce puts sandbox r under its policy: listeners in its netns, a proxy
@@ -200,16 +201,11 @@ func newState(r Request) (*State, error) {
 	}
 	s := &State{
 		Key: r.Key, ID: r.ID, Name: r.Name, PodUID: r.PodUID, CgroupParent: r.CgroupParent, Runtime: r.Runtime, RuntimeKind: r.RuntimeKind, Network: r.Network, IfName: r.IfName,
-		NetNS: r.NetNS, Mode: r.Policy.Mode, Resolvers: r.Resolvers, AllowICMP: r.AllowICMP,
-		BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
-		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers), DNSFilter: r.DNSFilter,
-		HostLayerWanted: r.HostLayer, AllowDirect: slices.Clone(r.AllowDirect), OTLP: proxyconf.OTLPOf(r.OTLP),
-		ClusterNames: slices.Clone(r.ClusterNames), NAT64Prefixes: slices.Clone(r.NAT64Prefixes),
-		CADir: r.CADir, UpstreamCAFile: r.UpstreamCAFile,
-		Limits: r.Limits,
+		NetNS: r.NetNS, Mode: r.Policy.Mode, BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
+		Spec:        r.Spec.Clone(),
+		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers),
 	}
-	lim := limitsWithDefaults(r.ProxyLimits)
-	s.ProxyLimits = &lim
+	s.ProxyLimits = spec.ProxyLimitsWithDefaults(r.ProxyLimits)
 	var err error
 	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
 		os.RemoveAll(dir)
@@ -366,12 +362,10 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 	}
 	phasetrace.Mark("enforce.listeners")
 	defer socks.close()
-	cfg := proxyconf.Config{
+	cfg := launch.Config{
 		Sandbox: s.ID, PodUID: s.PodUID, PolicyFile: s.PolicyPath(), LogFile: s.LogFile, Resolvers: s.ProxyResolvers,
-		AllowDirect: s.AllowDirect, OTLP: s.OTLP, DrainTimeout: proxyconf.Duration(proxyDrainTimeout),
-		ClusterNames: s.ClusterNames, NAT64Prefixes: s.NAT64Prefixes,
-		CADir: s.CADir, UpstreamCAFile: s.UpstreamCAFile,
-		Limits: s.Limits,
+		DrainTimeout: spec.Duration(proxyDrainTimeout),
+		Proxy:        s.Proxy,
 	}
 	if filter {
 		cfg.DNSUpstreams = dnsUpstreams(s.Resolvers)
@@ -382,7 +376,7 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 		}
 	}
 	var host *sockets
-	if s.HostLayerWanted || s.HostLayer {
+	if s.Spec.HostLayer || s.HostLayer {
 		// The proxy runs in this namespace, the layer's: it logs what
 		// the layer drops for the sandbox from its counters.
 		cfg.HostLayerKey = s.Key
@@ -405,8 +399,8 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 		// sandbox's namespace through its first listener.
 		tcp, dnsUDP, dnsTCP = append(tcp, htcp...), append(dnsUDP, hUDP...), append(dnsTCP, hTCP...)
 	}
-	// Descriptors 3 and up: the listeners, then the DNS filter's sockets
-	// (the readiness pipe follows).
+	// The listeners, in the order the config names them (see package
+	// launch): inherited as descriptors 3 and up.
 	var files []*os.File
 	pass := func(fds *[]int, fs []*os.File) {
 		for _, f := range fs {
@@ -435,9 +429,14 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 		return nil, err
 	}
 	phasetrace.Mark("enforce.proxy-config")
-	p, err := spawnSupervisor(s.ProxyBinary, s.ID, path, filepath.Join(s.Dir, supervisorFile), s.LogFile, grp, files, ready)
+	status := filepath.Join(s.Dir, supervisorFile)
+	p, err := launch.Start(launch.Request{Binary: s.ProxyBinary, Sandbox: s.ID, ConfigFile: path, StatusFile: status,
+		LogFile: s.LogFile, Cgroup: grp, Listeners: files, ReadyOnStart: ready == workerStarted})
 	phasetrace.Mark("enforce.spawned")
-	return p, err
+	if err != nil {
+		return nil, err
+	}
+	return &spawnedProxy{Process: p, status: status, cgroup: grp}, nil
 }
 
 // supervisedBy records p's supervisor as the sandbox's proxy, which is
@@ -455,7 +454,7 @@ func (s *State) supervisedBy(p *spawnedProxy) error {
 // readiness): the supervisor (unless supervisedBy did), its first
 // worker, and what its status says.
 func (s *State) started(p *spawnedProxy) error {
-	if s.Supervisor == nil || s.Supervisor.PID != p.cmd.Process.Pid {
+	if s.Supervisor == nil || s.Supervisor.PID != p.Pid() {
 		if err := s.supervisedBy(p); err != nil {
 			return err
 		}
@@ -553,7 +552,7 @@ func reenforce(s *State, r Request) (*State, error) {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	} else if r.HostLayer {
-		s.HostLayerWanted = true
+		s.Spec.HostLayer = true
 		if err := s.applyHostLayer(r.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}

@@ -21,8 +21,8 @@ import (
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/internal/runtimekind"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/supervise"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Files inside one sandbox's state directory.
@@ -36,24 +36,22 @@ const (
 type State struct {
 	// Version is the format of the state file: stateVersion for those
 	// this release writes, 0 for those of earlier releases (see migrate).
-	Version   int          `json:"version,omitempty"`
-	Key       string       `json:"key"`                // directory name: unique per attachment
-	ID        string       `json:"id"`                 // container id
-	Name      string       `json:"name,omitempty"`     // container name, where known
-	PodUID    string       `json:"podUID,omitempty"`   // Kubernetes pod uid, where known
-	Runtime   string       `json:"runtime"`            // "cni" or "hook"
-	Network   string       `json:"network,omitempty"`  // CNI network name
-	IfName    string       `json:"ifName,omitempty"`   // CNI interface name
-	NetNS     string       `json:"netns"`              // path of the sandbox's network namespace
-	Mode      conf.Mode    `json:"mode"`               // policy mode when enforced: what the ruleset is for
-	Port4     uint16       `json:"port4"`              // proxy listener ports inside the sandbox
-	Port6     uint16       `json:"port6"`              //
-	Resolvers []netip.Addr `json:"resolvers"`          // DNS servers the sandbox may query
-	AllowICMP bool         `json:"allowICMP"`          //
-	Label     string       `json:"label"`              // what the enforcement covers: full, partial (...) (see ComposeLabel)
-	BaseLabel string       `json:"baseLabel"`          // what the in-namespace rules cover, given the workload's capabilities
-	DNSPort4  uint16       `json:"dnsPort4,omitempty"` // DNS filter ports inside the sandbox (UDP and TCP)
-	DNSPort6  uint16       `json:"dnsPort6,omitempty"` //
+	Version   int       `json:"version,omitempty"`
+	Key       string    `json:"key"`                // directory name: unique per attachment
+	ID        string    `json:"id"`                 // container id
+	Name      string    `json:"name,omitempty"`     // container name, where known
+	PodUID    string    `json:"podUID,omitempty"`   // Kubernetes pod uid, where known
+	Runtime   string    `json:"runtime"`            // "cni" or "hook"
+	Network   string    `json:"network,omitempty"`  // CNI network name
+	IfName    string    `json:"ifName,omitempty"`   // CNI interface name
+	NetNS     string    `json:"netns"`              // path of the sandbox's network namespace
+	Mode      conf.Mode `json:"mode"`               // policy mode when enforced: what the ruleset is for
+	Port4     uint16    `json:"port4"`              // proxy listener ports inside the sandbox
+	Port6     uint16    `json:"port6"`              //
+	Label     string    `json:"label"`              // what the enforcement covers: full, partial (...) (see ComposeLabel)
+	BaseLabel string    `json:"baseLabel"`          // what the in-namespace rules cover, given the workload's capabilities
+	DNSPort4  uint16    `json:"dnsPort4,omitempty"` // DNS filter ports inside the sandbox (UDP and TCP)
+	DNSPort6  uint16    `json:"dnsPort6,omitempty"` //
 	// HostPort4 and HostPort6 are the proxy's TCP listeners in the
 	// runtime's namespace, and HostDNSPort4 and HostDNSPort6 its DNS
 	// filter's sockets there (UDP and TCP): where the host-side layer
@@ -70,45 +68,28 @@ type State struct {
 	// kernel's, behind a tap), or unknown. "" in states of earlier
 	// releases.
 	RuntimeKind string `json:"runtimeKind,omitempty"`
+	// Spec is what the sandbox enforces, as its front door described it
+	// (its Policy aside: the policy file holds the live one), with
+	// ProxyLimits' defaults filled in. Resolvers are its rules' from a
+	// later enforcement when the DNS filter is off (see reenforce).
+	spec.Spec
 	// ProxyBinary and ProxyResolvers say how the proxy is started, so
 	// that leaving mode none starts the same one: the DNS servers it
 	// resolves allowed names with, in order (none: the host's
 	// /etc/resolv.conf).
 	ProxyBinary    string           `json:"proxyBinary,omitempty"`
 	ProxyResolvers []netip.AddrPort `json:"proxyResolvers,omitempty"`
-	// HostLayer says the host-side layer holds HostIfaces for this sandbox.
+	// HostLayer says the host-side layer holds HostIfaces for this
+	// sandbox. When it is false while the spec's HostLayer asks for it,
+	// the sandbox had no host-side interface yet (see CompleteHostLayer).
 	HostLayer  bool     `json:"hostLayer,omitempty"`
 	HostIfaces []string `json:"hostIfaces,omitempty"`
-	// HostLayerWanted says the layer was asked for: when HostLayer is
-	// false too, the sandbox had no host-side interface yet (see
-	// CompleteHostLayer).
-	HostLayerWanted bool `json:"hostLayerWanted,omitempty"`
 	// Pins are the identities the host-side layer pins on HostIfaces, as
 	// the first Apply on each interface found them; every later Apply
 	// and Check passes them back, so that a MAC or address the workload
 	// took since is never pinned. States recorded before pins were have
 	// none: the next Apply reads them from the sandbox's interfaces.
 	Pins []Pin `json:"pins,omitempty"`
-	// AllowDirect are the destinations reached without the proxy.
-	AllowDirect []conf.Direct `json:"allowDirect,omitempty"`
-	// OTLP are the proxy's OTLP export settings, if any (the state file is
-	// readable by its owner only: they may carry a token).
-	OTLP *proxyconf.OTLP `json:"otlp,omitempty"`
-	// Limits are the caps of the proxy (see proxyconf.Limits).
-	Limits proxyconf.Limits `json:"limits,omitzero"`
-	// DNSFilter: the sandbox's DNS goes through the proxy's filter.
-	DNSFilter bool `json:"dnsFilter,omitempty"`
-	// ClusterNames are the private ranges open to the names under a
-	// domain (Spec.ClusterNames), as every proxy of the sandbox gets
-	// them.
-	ClusterNames []proxyconf.NameScope `json:"clusterNames,omitempty"`
-	// NAT64Prefixes are the NAT64 prefixes every proxy of the sandbox
-	// gets (Spec.NAT64Prefixes).
-	NAT64Prefixes []netip.Prefix `json:"nat64Prefixes,omitempty"`
-	// CADir is the network's CA directory; UpstreamCAFile the roots
-	// inspected hosts are verified against, if not the system's.
-	CADir          string `json:"caDir,omitempty"`
-	UpstreamCAFile string `json:"upstreamCAFile,omitempty"`
 	// NetNSDev and NetNSIno identify the namespace NetNS named when the
 	// sandbox was enforced: its nsfs device and inode. A path such as
 	// /proc/PID/ns/net names another process's namespace once PID has
@@ -130,12 +111,10 @@ type State struct {
 	// Stopped says an operator stopped the proxy (Stop): nothing
 	// restarts it until Start.
 	Stopped bool `json:"stopped,omitempty"`
-	// ProxyLimits are the limits of the proxy's cgroup (the Spec's, with
-	// the defaults filled in); CgroupParent the cgroup the runtime named
-	// for it (Attachment.CgroupParent). Both are kept for the proxies a
-	// mode change or Start starts later.
-	ProxyLimits  *cgroup.Limits `json:"proxyLimits,omitempty"`
-	CgroupParent string         `json:"cgroupParent,omitempty"`
+	// CgroupParent is the cgroup the runtime named for the proxy
+	// (Attachment.CgroupParent), kept with the spec's ProxyLimits for the
+	// proxies a mode change or Start starts later.
+	CgroupParent string `json:"cgroupParent,omitempty"`
 	// Cgroup is the cgroup the proxy runs in, if it has one; CgroupError
 	// says why it has none.
 	Cgroup      *ProxyCgroup `json:"cgroup,omitempty"`

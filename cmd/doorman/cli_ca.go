@@ -21,7 +21,7 @@ inspected hosts (hosts with request rules). NETWORK is a CNI network's
 name, "hook" for the containers of the OCI hook and the runc wrapper, or
 the bridge of "doorman run" (doorman-run0 by default). show without NETWORK
 lists every CA; --pem prints the certificate, which a CNI user mounts into
-containers' trust (see the README). rotate makes a new key and
+containers' trust (see docs/policy.md). rotate makes a new key and
 certificate, constrained to the hosts the live sandboxes of the network
 inspect, and rewrites the trust bundles of those sandboxes in place;
 processes that already read their bundle trust the new CA once they read

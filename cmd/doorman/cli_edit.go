@@ -51,7 +51,7 @@ Adds entries to a sandbox's allowlist: example.com, *.example.com,
 :lo-hi. Entries already there are left as they are.
 
 With --inspect HOST, adds a request rule instead (see "Request rules" in
-the README): an allow rule of the CONDITIONs (METHOD, /path or /path/*,
+docs/policy.md): an allow rule of the CONDITIONs (METHOD, /path or /path/*,
 query:KEY[=GLOB], header:NAME[=GLOB], json:PATH[=GLOB]; "*" for any
 request), or with no CONDITION only starts inspecting HOST. --remove
 removes that rule (with no CONDITION: every rule of HOST, and HOST is no

@@ -10,212 +10,11 @@ import (
 
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
-	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/sandbox/status"
 )
-
-// Proxy health as ls and show report it.
-const (
-	healthUp           = "up"           // running
-	healthDown         = "down"         // should run and does not: the sandbox's TCP is refused
-	healthNone         = "none"         // mode none: there is no proxy, nothing leaves
-	healthRestarting   = "restarting"   // no worker runs; its supervisor starts the next one
-	healthCrashLoop    = "crashloop"    // its workers keep dying soon after they start
-	healthUnsupervised = "unsupervised" // running, but its supervisor is gone: not replaced if it dies
-	healthUnresponsive = "unresponsive" // running, but serving nothing: stopped, or answering no heartbeat
-	healthStopped      = "stopped"      // stopped by an operator (doorman stop)
-	healthNA           = "n/a"          // not enforced (a pod passed through): no proxy, nothing held
-)
-
-// sandboxInfo is one sandbox as ls and show report it; -o json writes it
-// as is.
-type sandboxInfo struct {
-	Key    string `json:"key"`
-	ID     string `json:"id"`
-	Name   string `json:"name,omitempty"`
-	PodUID string `json:"podUID,omitempty"`
-	// CgroupParent is the cgroup the runtime named for the sandbox (a
-	// pod's cgroup parent: a cgroupfs path or a systemd slice), if any.
-	CgroupParent string `json:"cgroupParent,omitempty"`
-	Runtime      string `json:"runtime"`
-	// RuntimeKind is the kind of runtime the workload runs on as doorman
-	// detected it: runc, runsc, microvm or unknown (see package
-	// runtimekind).
-	RuntimeKind string `json:"runtimeKind"`
-	Network     string `json:"network,omitempty"`
-	IfName      string `json:"ifName,omitempty"`
-	NetNS       string `json:"netns"`
-	// Mode is the mode of the live policy file, what the proxy applies;
-	// "invalid" if it does not load (the proxy then denies everything).
-	Mode        string    `json:"mode"`
-	Entries     int       `json:"entries"`
-	PolicyError string    `json:"policyError,omitempty"`
-	Label       string    `json:"label"`
-	Proxy       proxyInfo `json:"proxy"`
-	decisionlog.Counts
-	CountError string    `json:"countError,omitempty"`
-	Created    time.Time `json:"created"`
-	StateDir   string    `json:"stateDir"`
-	PolicyFile string    `json:"policyFile"`
-	LogFile    string    `json:"logFile"`
-	// Unenforced says why doorman enforces nothing here (a pod in an
-	// excluded namespace); its mode is "-" and its proxy n/a.
-	Unenforced string `json:"unenforced,omitempty"`
-
-	policy *conf.Policy
-	state  *sandbox.State
-}
-
-type proxyInfo struct {
-	Health  string     `json:"health"`
-	PID     int        `json:"pid,omitempty"`
-	Started *time.Time `json:"started,omitempty"`
-	// Problem is what CHECK says is wrong with the proxy, if anything.
-	Problem string `json:"problem,omitempty"`
-	// Unresponsive says why a proxy that runs serves nothing: it is
-	// stopped, or it answers no heartbeat of its supervisor's.
-	Unresponsive string `json:"unresponsive,omitempty"`
-	// Supervisor is the proxy's parent, which replaces it when it dies;
-	// none for a proxy an earlier release started.
-	Supervisor *supervisorInfo `json:"supervisor,omitempty"`
-	// Restarts, Failures (in a row), LastExit and NextStart are what
-	// the supervisor last said (see supervise.Status).
-	Restarts  int             `json:"restarts"`
-	Failures  int             `json:"failures,omitempty"`
-	LastExit  *supervise.Exit `json:"lastExit,omitempty"`
-	NextStart *time.Time      `json:"nextStart,omitempty"`
-	// Cgroup is where the proxy runs and what it may use; CgroupError
-	// says why it runs without one.
-	Cgroup      *cgroupInfo `json:"cgroup,omitempty"`
-	CgroupError string      `json:"cgroupError,omitempty"`
-	// LeftoverCgroups are earlier proxies' cgroups not removed yet.
-	LeftoverCgroups []cgroup.Group `json:"leftoverCgroups,omitempty"`
-}
-
-type supervisorInfo struct {
-	PID     int        `json:"pid"`
-	Alive   bool       `json:"alive"`
-	Started *time.Time `json:"started,omitempty"`
-}
-
-// cgroupInfo is the proxy's cgroup, with what its files say now; where
-// they cannot be read (its hierarchy is not mounted where this command
-// runs), Unreadable says why and Limits and Usage are empty.
-type cgroupInfo struct {
-	*sandbox.ProxyCgroup
-	Limits     cgroup.Limits `json:"limits"`
-	Usage      cgroup.Usage  `json:"usage"`
-	Unreadable string        `json:"unreadable,omitempty"`
-}
-
-// describe gathers what ls and show report about s. Counts come from the
-// decision log, from the sandbox's creation on (a log outlives its
-// sandbox, and a later one with the same key appends to it).
-func describe(s *sandbox.State) *sandboxInfo {
-	s.DetectRuntimeKind()
-	info := &sandboxInfo{
-		RuntimeKind: orDash(s.RuntimeKind),
-		Key:         s.Key, ID: s.ID, Name: s.Name, PodUID: s.PodUID, CgroupParent: s.CgroupParent, Runtime: s.Runtime, Network: s.Network, IfName: s.IfName,
-		NetNS: s.NetNS, Created: s.Created, StateDir: s.Dir, PolicyFile: s.PolicyPath(), LogFile: s.LogFile,
-		state: s,
-	}
-	if s.Unenforced != "" {
-		// A record without a policy, proxy or log.
-		info.Unenforced, info.Mode, info.Entries, info.Label = s.Unenforced, "-", -1, s.Label
-		info.Proxy.Health, info.PolicyFile, info.LogFile = healthNA, "", ""
-		return info
-	}
-	p, err := s.Policy()
-	if err != nil {
-		info.Mode, info.Entries, info.PolicyError = "invalid", -1, err.Error()
-	} else {
-		info.Mode, info.Entries, info.policy = string(p.Mode), len(p.Entries), p
-	}
-	info.Label = displayLabel(s.Label, conf.Mode(info.Mode))
-	info.Proxy = describeProxy(s)
-	if c, err := decisionlog.CountFile(s.LogFile, s.Created); err != nil {
-		info.CountError = err.Error()
-	} else {
-		info.Counts = c
-	}
-	return info
-}
-
-// describeProxy gathers what ls and show report about s's proxy.
-func describeProxy(s *sandbox.State) proxyInfo {
-	var p proxyInfo
-	if s.Mode == conf.ModeNone && !s.ProxyAlive() {
-		p.Health = healthNone
-		return p
-	}
-	if err := s.ProxyProblem(); err != nil {
-		p.Problem = err.Error()
-	}
-	sup := s.Supervision()
-	serving := s.Serving()
-	if serving {
-		p.Unresponsive = s.Unresponsive()
-	}
-	switch {
-	case s.Stopped:
-		p.Health = healthStopped
-	case serving && p.Unresponsive != "":
-		p.Health = healthUnresponsive
-	case serving && sup != nil && sup.CrashLooping() && s.SupervisorAlive():
-		p.Health = healthCrashLoop
-	case serving && s.Supervisor != nil && !s.SupervisorAlive():
-		p.Health = healthUnsupervised
-	case serving:
-		p.Health = healthUp
-	case s.SupervisorAlive():
-		p.Health = healthRestarting
-		if sup != nil && sup.CrashLooping() {
-			p.Health = healthCrashLoop
-		}
-	default:
-		p.Health = healthDown
-	}
-	if serving {
-		p.PID = s.PID
-		if t, err := s.ProxyStarted(); err == nil {
-			p.Started = &t
-		}
-	}
-	if s.Supervisor != nil {
-		p.Supervisor = &supervisorInfo{PID: s.Supervisor.PID, Alive: s.SupervisorAlive()}
-		if t, err := s.SupervisorStarted(); err == nil {
-			p.Supervisor.Started = &t
-		}
-	}
-	if sup != nil {
-		p.Restarts, p.Failures, p.LastExit, p.NextStart = sup.Restarts, sup.Failures, sup.LastExit, sup.NextStart
-	}
-	if s.Cgroup != nil {
-		p.Cgroup = &cgroupInfo{ProxyCgroup: s.Cgroup}
-		if l, err := s.Cgroup.Limits(); err != nil {
-			p.Cgroup.Unreadable = err.Error()
-		} else {
-			p.Cgroup.Limits, p.Cgroup.Usage = l, s.Cgroup.Usage()
-		}
-	}
-	p.CgroupError, p.LeftoverCgroups = s.CgroupError, s.LeftoverCgroups
-	return p
-}
-
-// displayLabel is the enforcement label to show for a sandbox recorded
-// with label under mode. Enforcement covers nothing to speak of in mode
-// open ("n/a"); a sandbox first enforced in mode open was recorded as
-// "n/a", which says nothing about what it covers in another mode.
-func displayLabel(label string, mode conf.Mode) string {
-	switch {
-	case mode == conf.ModeOpen:
-		return "n/a"
-	case label == "n/a":
-		return "unknown (first enforced in mode open)"
-	}
-	return label
-}
 
 func runLs(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("ls", "[-o json] [--all]", `
@@ -253,13 +52,13 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 	if err != nil {
 		return c.fail(err)
 	}
-	infos := make([]*sandboxInfo, 0, len(states))
+	infos := make([]*status.Info, 0, len(states))
 	for _, s := range states {
-		infos = append(infos, describe(s))
+		infos = append(infos, status.Describe(s))
 	}
-	var unenforced []unenforcedInfo
+	var unenforced []status.Unenforced
 	if *all {
-		if unenforced, err = unenforcedNamespaces(states); err != nil {
+		if unenforced, err = status.UnenforcedNamespaces(status.LiveHost{}, states); err != nil {
 			return c.fail(err)
 		}
 	}
@@ -294,18 +93,18 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 			entries = "-"
 		}
 		dnsDenied := "-"
-		if i.state.DNSFilter {
+		if i.State().DNSFilter {
 			dnsDenied = fmt.Sprint(i.DNS.Denied)
 		}
 		restarts := "-"
-		if i.state.Supervisor != nil {
+		if i.State().Supervisor != nil {
 			restarts = fmt.Sprint(i.Proxy.Restarts)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
 			id, orDash(i.Name), i.Runtime, i.RuntimeKind, i.Mode, entries, i.Proxy.Health, restarts, i.Allowed, i.Denied, dnsDenied, i.Label)
 	}
 	for _, u := range unenforced {
-		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.name(), u.label())
+		fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", u.ID, u.Name(), u.LabelColumn())
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail(err)
@@ -313,9 +112,9 @@ first process and pid, and the Kubernetes pod its cgroup names.`, stdout, stderr
 	return exitOK
 }
 
-// showInfo is what show reports beyond sandboxInfo.
+// showInfo is what show reports beyond status.Info.
 type showInfo struct {
-	*sandboxInfo
+	*status.Info
 	Policy    []string     `json:"policy"`
 	Resolvers []netip.Addr `json:"resolvers"`
 	// ProxyResolvers are the servers the proxy resolves allowed names
@@ -335,6 +134,33 @@ type showInfo struct {
 	RuleSets []string               `json:"rulesets,omitempty"`
 	Warnings []string               `json:"warnings,omitempty"`
 	Recent   []decisionlog.Decision `json:"recent"`
+	// Cluster is what the Kubernetes node agent last wrote for the pod
+	// (its policy's sources, and what doorman could not express exactly
+	// and how it erred closed), if the sandbox is a pod it computed.
+	Cluster *clusterInfo `json:"cluster,omitempty"`
+}
+
+// clusterInfo is a pod's answer from the node agent's file.
+type clusterInfo struct {
+	File     string    `json:"file"`
+	Computed time.Time `json:"computed"`
+	Sources  []string  `json:"sources,omitempty"`
+	Notes    []string  `json:"notes,omitempty"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// clusterOf reads what the node agent (its files under dir) last wrote
+// for pod sandbox s; nil if s is no pod or the agent wrote nothing.
+func clusterOf(dir string, s *sandbox.State) *clusterInfo {
+	ns, name, ok := strings.Cut(s.ID, "/")
+	if s.Runtime != "cni" || !ok {
+		return nil
+	}
+	a, err := agentclient.ReadFile(dir, ns, name, s.PodUID)
+	if err != nil {
+		return nil
+	}
+	return &clusterInfo{File: agentclient.PodFile(dir, ns, name), Computed: a.Computed, Sources: a.Sources, Notes: a.Notes, Error: a.Error}
 }
 
 // icmpSummary says what ICMP may leave sandbox s.
@@ -352,8 +178,10 @@ func icmpSummary(s *sandbox.State) string {
 }
 
 func runShow(args []string, stdout, stderr io.Writer) int {
-	c := newCLI("show", "SANDBOX [-n N] [-o json]", `
-Shows one sandbox: its policy, resolvers, enforcement label (for a pod,
+	c := newCLI("show", "SANDBOX [-n N] [--agent-dir DIR] [-o json]", `
+Shows one sandbox: its policy (for a pod the Kubernetes node agent
+computed, what shaped it and what doorman could not express exactly and
+how it erred closed), resolvers, enforcement label (for a pod,
 its uid and the cgroup the runtime named), proxy pid and uptime, its
 supervisor, how many times a proxy that died was replaced and how the last
 one ended, the cgroup it runs in with its limits and usage, counts of
@@ -363,6 +191,7 @@ recent decisions, DNS queries included.
 `+sandboxArg, stdout, stderr)
 	out := c.outputFlag()
 	n := c.fs.Int("n", 10, "how many recent decisions to show")
+	agentDir := c.fs.String("agent-dir", agentclient.DefaultDir, "the Kubernetes node agent's directory, for a pod's sources and notes")
 	pos, code, ok := c.parseOutput(args, 1, 1, out)
 	if !ok {
 		return code
@@ -372,27 +201,27 @@ recent decisions, DNS queries included.
 		return code
 	}
 	if s.Unenforced != "" {
-		return c.showUnenforced(describe(s), *out)
+		return c.showUnenforced(status.Describe(s), *out)
 	}
-	info := showInfo{sandboxInfo: describe(s), Resolvers: s.Resolvers, ProxyResolvers: s.ProxyResolvers, AllowICMP: s.AllowICMP,
+	info := showInfo{Info: status.Describe(s), Resolvers: s.Resolvers, ProxyResolvers: s.ProxyResolvers, AllowICMP: s.AllowICMP,
 		ICMP: icmpSummary(s), AllowDirect: s.AllowDirect}
 	if info.ProxyResolvers == nil {
 		info.ProxyResolvers = []netip.AddrPort{}
 	}
-	if info.policy != nil {
-		info.Policy = info.policy.Hosts()
-		for i := range info.policy.Inspect {
-			info.Inspect = append(info.Inspect, info.policy.Inspect[i].Lines()...)
+	if pol := info.Info.Policy(); pol != nil {
+		info.Policy = pol.Hosts()
+		for i := range pol.Inspect {
+			info.Inspect = append(info.Inspect, pol.Inspect[i].Lines()...)
 		}
-		for _, u := range info.policy.RuleSets {
+		for _, u := range pol.RuleSets {
 			ref := u.Name
 			if set, err := conf.LookupRuleSet(u.Name); err == nil {
 				ref = set.Ref()
 			}
 			info.RuleSets = append(info.RuleSets, ref+" "+u.Action)
 		}
-		info.Warnings = info.policy.SiblingWarnings()
-		if info.policy.HasInspection() {
+		info.Warnings = pol.SiblingWarnings()
+		if pol.HasInspection() {
 			info.CADir = s.CADir
 		}
 	}
@@ -404,6 +233,7 @@ recent decisions, DNS queries included.
 	if info.Recent == nil {
 		info.Recent = []decisionlog.Decision{}
 	}
+	info.Cluster = clusterOf(*agentDir, s)
 	if *out == "json" {
 		return c.writeJSON(info)
 	}
@@ -416,6 +246,7 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	i.identityRows(row, now)
 	i.policyRows(row)
+	i.clusterRows(row)
 	i.networkRows(row)
 	i.proxyRows(row, now)
 	row("log", i.LogFile)
@@ -434,13 +265,13 @@ func printShow(w io.Writer, i showInfo, now time.Time) {
 
 // showUnenforced is show of a sandbox doorman records but does not
 // enforce: who it is and why, nothing of a policy or a proxy.
-func (c *cli) showUnenforced(i *sandboxInfo, out string) int {
+func (c *cli) showUnenforced(i *status.Info, out string) int {
 	if out == "json" {
 		return c.writeJSON(i)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	showInfo{sandboxInfo: i}.identityRows(row, time.Now())
+	showInfo{Info: i}.identityRows(row, time.Now())
 	row("enforced", "no ("+i.Unenforced+"): doorman passed it through, with no policy, proxy or rules")
 	row("state", i.StateDir)
 	if err := tw.Flush(); err != nil {
@@ -516,6 +347,24 @@ func (i showInfo) policyRows(row func(k, v string)) {
 	}
 }
 
+// clusterRows are show's rows on what the node agent computed for a pod.
+func (i showInfo) clusterRows(row func(k, v string)) {
+	if i.Cluster == nil {
+		return
+	}
+	row("cluster", fmt.Sprintf("%s (node agent, computed %s)", orDash(strings.Join(i.Cluster.Sources, ", ")), i.Cluster.Computed.Local().Format(time.DateTime)))
+	if i.Cluster.Error != "" {
+		row("refused", i.Cluster.Error)
+	}
+	for n, note := range i.Cluster.Notes {
+		k := ""
+		if n == 0 {
+			k = "not exact"
+		}
+		row(k, note)
+	}
+}
+
 // networkRows are show's rows on DNS, allowDirect and ICMP.
 func (i showInfo) networkRows(row func(k, v string)) {
 	row("resolvers", orDash(joinStrings(i.Resolvers)))
@@ -542,32 +391,32 @@ func (i showInfo) proxyRows(row func(k, v string), now time.Time) {
 		return fmt.Sprintf("pid %d, up %s", p.PID, roundAge(now.Sub(*p.Started)))
 	}
 	switch p.Health {
-	case healthUp:
+	case status.HealthUp:
 		row("proxy", up())
-	case healthCrashLoop:
+	case status.HealthCrashLoop:
 		what := "no proxy runs"
 		if p.PID != 0 {
 			what = up()
 		}
 		row("proxy", fmt.Sprintf("CRASH LOOP: %s; %d in a row ended soon after they started", what, p.Failures))
-	case healthRestarting:
+	case status.HealthRestarting:
 		next := "now"
 		if p.NextStart != nil {
 			next = "in " + p.NextStart.Sub(now).Round(100*time.Millisecond).String()
 		}
 		row("proxy", fmt.Sprintf("RESTARTING: no proxy runs (the sandbox's TCP waits, or is refused); the next starts %s", next))
-	case healthUnsupervised:
+	case status.HealthUnsupervised:
 		row("proxy", up()+"; NOT SUPERVISED: its supervisor is gone, nothing replaces it if it dies (doorman start restores it)")
-	case healthUnresponsive:
+	case status.HealthUnresponsive:
 		row("proxy", up()+"; UNRESPONSIVE: "+p.Unresponsive+" (the sandbox's TCP waits meanwhile)")
-	case healthStopped:
+	case status.HealthStopped:
 		row("proxy", "STOPPED by an operator: the sandbox's TCP is refused (doorman start starts it)")
-	case healthDown:
+	case status.HealthDown:
 		row("proxy", "NOT RUNNING: the sandbox's TCP connections are refused")
 	default:
 		row("proxy", "none (mode none: nothing leaves)")
 	}
-	if p.Health != healthNone && p.Health != healthStopped {
+	if p.Health != status.HealthNone && p.Health != status.HealthStopped {
 		i.supervisionRows(row, now)
 	}
 	counts := fmt.Sprintf("%d allowed, %d denied, %d failed upstream", i.Allowed, i.Denied, i.Errors)
@@ -575,7 +424,7 @@ func (i showInfo) proxyRows(row func(k, v string), now time.Time) {
 		counts = i.CountError
 	}
 	row("connections", counts)
-	if i.state != nil && i.state.DNSFilter {
+	if i.State() != nil && i.State().DNSFilter {
 		dns := fmt.Sprintf("%d allowed, %d denied, %d failed upstream", i.DNS.Allowed, i.DNS.Denied, i.DNS.Errors)
 		if i.CountError != "" {
 			dns = i.CountError

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // These tests run the operator commands against recorded sandboxes whose
@@ -33,7 +35,7 @@ func fakeSandbox(t *testing.T, stateDir, key, id, name string, mode conf.Mode, d
 	s := &sandbox.State{
 		Key: key, ID: id, Name: name, Runtime: "cni", Network: "net", IfName: "eth0", NetNS: "/run/netns/" + key,
 		Mode: mode, Label: "full", LogFile: logFile, Created: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC),
-		DNSFilter: dnsFilter,
+		Spec: spec.Spec{DNSFilter: dnsFilter},
 	}
 	data, _ := json.Marshal(s)
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), data, 0o600); err != nil {
@@ -200,9 +202,9 @@ func TestICMPSummary(t *testing.T) {
 		want string
 	}{
 		{sandbox.State{Mode: "allowlist"}, "errors of admitted flows and IPv6 neighbour discovery only (allowICMP off)"},
-		{sandbox.State{Mode: "allowlist", AllowICMP: true}, "only (allowICMP on, but no allowDirect destination to ping)"},
-		{sandbox.State{Mode: "none", AllowICMP: true, AllowDirect: direct}, "only (mode none)"},
-		{sandbox.State{Mode: "open", AllowICMP: true, AllowDirect: direct},
+		{sandbox.State{Mode: "allowlist", Spec: spec.Spec{AllowICMP: true}}, "only (allowICMP on, but no allowDirect destination to ping)"},
+		{sandbox.State{Mode: "none", Spec: spec.Spec{AllowICMP: true, Proxy: spec.Proxy{AllowDirect: direct}}}, "only (mode none)"},
+		{sandbox.State{Mode: "open", Spec: spec.Spec{AllowICMP: true, Proxy: spec.Proxy{AllowDirect: direct}}},
 			"echo requests of at most 64 data bytes to allowDirect destinations; errors of admitted flows"},
 	} {
 		if got := icmpSummary(&tc.s); !strings.Contains(got, tc.want) {
@@ -438,5 +440,49 @@ func TestOCIRuntimeFlag(t *testing.T) {
 	rt, err := ociRuntime(bin, []string{"--platform=systrap"})
 	if err != nil || !slices.Equal(rt, []string{bin, "--network=sandbox", "--ignore-cgroups", "--overlay2=none", "--platform=systrap"}) {
 		t.Errorf("--runtime %s: %v %v", bin, rt, err)
+	}
+}
+
+// show of a pod the Kubernetes node agent computed says what shaped its
+// policy and what doorman could not express exactly (from the agent's
+// file on the node); a file for another pod of the same name is not its.
+func TestCLIShowClusterNotes(t *testing.T) {
+	stateDir := filepath.Join(t.TempDir(), "state")
+	s := fakeSandbox(t, stateDir, "ccc333-eth0", "team-a/web-0", "web-0", conf.ModeAllowlist, false, []string{"api.example.test:443"})
+	s.PodUID = "uid-1"
+	if data, err := json.Marshal(s); err != nil || os.WriteFile(filepath.Join(s.Dir, "state.json"), data, 0o600) != nil {
+		t.Fatalf("state: %v", err)
+	}
+	agentDir := t.TempDir()
+	write := func(uid string) {
+		p, _ := conf.NewPolicy(conf.ModeAllowlist, []string{"api.example.test:443"})
+		data, _ := json.Marshal(agentclient.Answer{Namespace: "team-a", Name: "web-0", UID: uid, Policy: p,
+			Sources: []string{"ClusterNetworkPolicy/grant", "annotations (narrow)"},
+			Notes:   []string{"Pod team-a/web-0: annotation doorman.io/allowed-hosts asks for more than the cluster grants; not granted: evil.example.test"}})
+		os.MkdirAll(filepath.Join(agentDir, "pods", "team-a"), 0o755)
+		if err := os.WriteFile(agentclient.PodFile(agentDir, "team-a", "web-0"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("uid-1")
+	r := doorman(stateDir, "show", "web-0", "--agent-dir", agentDir)
+	for _, want := range []string{
+		"cluster      ClusterNetworkPolicy/grant, annotations (narrow) (node agent, computed ",
+		"not exact    Pod team-a/web-0: annotation doorman.io/allowed-hosts asks for more than the cluster grants; not granted: evil.example.test\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show: no %q in\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	r = doorman(stateDir, "show", "web-0", "--agent-dir", agentDir, "-o", "json")
+	var show struct {
+		Cluster *struct{ Notes []string } `json:"cluster"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &show); err != nil || show.Cluster == nil || len(show.Cluster.Notes) != 1 {
+		t.Errorf("show -o json: %v %s", err, r.stdout)
+	}
+	write("uid-0")
+	if r := doorman(stateDir, "show", "web-0", "--agent-dir", agentDir); strings.Contains(r.stdout, "not exact") || strings.Contains(r.stdout, "cluster ") {
+		t.Errorf("show took another pod's file:\n%s", r.stdout)
 	}
 }

@@ -20,9 +20,8 @@ import (
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/internal/strictjson"
 	"github.com/doorman-net/doorman/plugin"
-	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/proxy/launch"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // envAsDoorman makes the test binary run main(): the front doors are fed
@@ -375,8 +374,8 @@ func jsonFile(key, value string) []byte {
 }
 
 func frontDoors() []frontDoor {
-	limitKeys := strictjson.Keys(proxyconf.Limits{})
-	proxyLimitKeys := strictjson.Keys(sandbox.ProxyLimitsConfig{})
+	limitKeys := strictjson.Keys(spec.Limits{})
+	proxyLimitKeys := strictjson.Keys(spec.ProxyLimitsConfig{})
 
 	// The conflist entry: doorman's keys, with those of its nested
 	// objects.
@@ -402,17 +401,17 @@ func frontDoors() []frontDoor {
 
 	// The proxy's config file, every key of its nested objects too.
 	var proxyKeys []string
-	for _, k := range strictjson.Keys(proxyconf.Config{}) {
+	for _, k := range strictjson.Keys(launch.Config{}) {
 		proxyKeys = append(proxyKeys, k)
 		switch k {
 		case "limits":
 			proxyKeys = append(proxyKeys, prefixed(k, limitKeys)...)
 		case "listeners":
-			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(proxyconf.Listeners{}))...)
+			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(launch.Listeners{}))...)
 		case "otlp":
-			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(proxyconf.OTLP{}))...)
+			proxyKeys = append(proxyKeys, prefixed(k, strictjson.Keys(spec.OTLP{}))...)
 		case "clusterNames":
-			proxyKeys = append(proxyKeys, prefixed(k+"[]", strictjson.Keys(proxyconf.NameScope{}))...)
+			proxyKeys = append(proxyKeys, prefixed(k+"[]", strictjson.Keys(spec.NameScope{}))...)
 		}
 	}
 	runtimeKeys := strictjson.Keys(hook.RuntimeConfig{})
@@ -540,7 +539,7 @@ func frontDoors() []frontDoor {
 		},
 		{
 			name:    "otlp.json",
-			keys:    strictjson.Keys(otlplog.FileConfig{}),
+			keys:    strictjson.Keys(spec.OTLP{}),
 			unknown: map[string]string{"header": `{}`},
 			feed: func(t *testing.T, dir, key, value string) string {
 				m := map[string]any{}
@@ -638,6 +637,7 @@ var badValues = map[string]map[string][]badValue{
 		"upstreamCAFile":                           {{value: `"roots.pem"`}},
 		"limits":                                   {{value: `"4096"`}},
 		"proxyLimits":                              {{value: `256`}},
+		"agent":                                    {{value: `{"withoutAgent": "open"}`, shown: `"open"`}, {value: `{"wait": "2m"}`, shown: "2m"}, {value: `"on"`}},
 		"limits.connections":                       {{value: `-1`}, {value: `"many"`}},
 		"limits.pending":                           {{value: `-5`}, {value: `1.5`}},
 		"limits.pendingBytes":                      {{value: `1000`}, {value: `"16MiB"`}},

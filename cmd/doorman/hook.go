@@ -10,7 +10,7 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/hook"
 	"github.com/doorman-net/doorman/hostconf"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // runtimeLinkName is the name under which doorman acts as the runc wrapper.
@@ -53,7 +53,7 @@ func runHook(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 2
 	}
-	if opts.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
+	if opts.NAT64Prefixes, err = spec.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		fmt.Fprintln(stderr, "doorman hook:", err)
 		return 2
 	}
@@ -128,8 +128,8 @@ func runRuntime(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// nat64Usage is the usage of --nat64-prefix, which `doorman hook`,
-// `doorman run` and `doorman proxy` share.
+// nat64Usage is the usage of --nat64-prefix, which `doorman hook` and
+// `doorman run` share.
 const nat64Usage = "`prefix` of a NAT64 translator the host reaches besides 64:ff9b::/96 and 64:ff9b:1::/48 (repeatable; /32, /40, /48, /56, /64 or /96): the proxy refuses its addresses that carry a refused IPv4 address"
 
 // proxyLimitFlags are the flags of the proxy's cgroup limits, which
@@ -144,12 +144,12 @@ func (f *proxyLimitFlags) register(fs *flag.FlagSet) {
 
 // parse parses the flags' values.
 func (f *proxyLimitFlags) parse() (l cgroup.Limits, err error) {
-	if l.Memory, err = sandbox.ParseMemoryLimit("--proxy-memory", f.memory); err != nil {
+	if l.Memory, err = spec.ParseMemoryLimit("--proxy-memory", f.memory); err != nil {
 		return l, err
 	}
-	if l.Pids, err = sandbox.ParsePidsLimit("--proxy-pids", f.pids); err != nil {
+	if l.Pids, err = spec.ParsePidsLimit("--proxy-pids", f.pids); err != nil {
 		return l, err
 	}
-	l.CPUWeight, err = sandbox.ParseCPUWeight("--proxy-cpu-weight", f.cpuWeight)
+	l.CPUWeight, err = spec.ParseCPUWeight("--proxy-cpu-weight", f.cpuWeight)
 	return l, err
 }

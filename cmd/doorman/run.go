@@ -16,10 +16,9 @@ import (
 	"syscall"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/runtimekind"
 	"github.com/doorman-net/doorman/runner"
-	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // runFlags are `doorman run`'s flags.
@@ -72,9 +71,8 @@ sandbox is torn down. Needs root. COMMAND runs in pid and mount namespaces of it
 own that hide doorman's CA keys, state, logs, /etc/doorman and secret files, the
 host's processes and its disks, with Docker's default capabilities when it runs as
 root (the default; --user gives another user). A root COMMAND still writes the
-host's files: prefer --user (see README, Security notes). --runtime runsc runs
-COMMAND in gVisor instead, on the same view of the host (README, "Sandboxed
-runtimes: gVisor, ...").
+host's files: prefer --user (see docs/run.md). --runtime runsc runs
+COMMAND in gVisor instead, on the same view of the host (docs/runtimes.md).
 
 Flags:`
 
@@ -141,10 +139,10 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		}
 	}
 	cfg := runner.Config{
-		Name: f.name, AllowICMP: f.allowICMP, Bridge: f.bridge,
-		StateDir: f.stateDir, LogDir: f.logDir, RunDir: f.runDir, CADir: f.caDir, UpstreamCAFile: f.upstreamCA,
+		Name: f.name, Bridge: f.bridge, StateDir: f.stateDir, RunDir: f.runDir,
 		Logf: func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) },
 	}
+	cfg.AllowICMP, cfg.LogDir, cfg.CADir, cfg.UpstreamCAFile = f.allowICMP, f.logDir, f.caDir, f.upstreamCA
 	var err error
 	if cfg.Policy, err = runPolicy(f.policyFile, f.mode, f.allow, f.sets); err != nil {
 		return cfg, err
@@ -152,7 +150,7 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 	if cfg.Policy.Mode == conf.ModeAllowlist && len(cfg.Policy.Entries) == 0 {
 		fmt.Fprintln(stderr, "doorman run: the allowlist is empty: the command may reach no host (give --allow)")
 	}
-	if cfg.Resolvers, err = sandbox.ParseAddrs("--dns", f.dns); err != nil {
+	if cfg.Resolvers, err = spec.ParseAddrs("--dns", f.dns); err != nil {
 		return cfg, err
 	}
 	for _, s := range f.subnets {
@@ -162,18 +160,14 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		}
 		cfg.Subnets = append(cfg.Subnets, p)
 	}
-	if cfg.AllowDirect, err = sandbox.ParseAllowDirect("--allow-direct", f.direct); err != nil {
+	if cfg.AllowDirect, err = spec.ParseAllowDirect("--allow-direct", f.direct); err != nil {
 		return cfg, err
 	}
-	if cfg.NAT64Prefixes, err = sandbox.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
+	if cfg.NAT64Prefixes, err = spec.ParseNAT64Prefixes("--nat64-prefix", f.nat64); err != nil {
 		return cfg, err
 	}
-	ups, err := sandbox.ParseUpstreamResolver("--upstream-resolver", f.upstream)
-	if err != nil {
+	if cfg.UpstreamResolvers, err = spec.ParseUpstreamResolver("--upstream-resolver", f.upstream); err != nil {
 		return cfg, err
-	}
-	if len(ups) > 0 {
-		cfg.UpstreamResolver = ups[0]
 	}
 	if err := runner.CheckName(f.name); f.name != "" && err != nil {
 		return cfg, fmt.Errorf("--name: %w", err)
@@ -195,7 +189,7 @@ func (f *runFlags) config(stderr io.Writer) (runner.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--limits: %w", err)
 		}
-		if cfg.Limits, err = hostconf.ParseLimits(data); err != nil {
+		if cfg.Limits, err = spec.ParseLimits(data); err != nil {
 			return cfg, fmt.Errorf("--limits %s: %w", f.limits, err)
 		}
 	}

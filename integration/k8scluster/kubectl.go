@@ -1,10 +1,12 @@
 package k8scluster
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -138,6 +140,15 @@ func (c *Cluster) NodePath(path string) string { return c.sess.Path(path) }
 func (c *Cluster) NodeRun(tb testing.TB, name string, args ...string) Result {
 	tb.Helper()
 	return c.NodeRunStdin(tb, "", name, args...)
+}
+
+// NodeCommand is a command running name with args on the node (as
+// NodeRun), for the caller to start and stop: a server a test runs beside
+// the cluster, such as Prometheus. ctx ending kills it.
+func (c *Cluster) NodeCommand(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := c.sess.Command(ctx, name, args...)
+	cmd.Env = c.env
+	return cmd
 }
 
 // NodeRunStdin is NodeRun with stdin.

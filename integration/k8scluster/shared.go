@@ -36,7 +36,7 @@ var shared struct {
 //
 // The cluster outlives the test that started it: TestMain must call
 // StopShared after m.Run.
-func Shared(t *testing.T) *Cluster {
+func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()

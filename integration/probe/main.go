@@ -5,9 +5,11 @@
 // happened through its output and, above all, its exit status, so a test can
 // tell "allowed", "denied by a TLS alert", "refused" and "dropped" apart:
 //
-//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--timeout D]
+//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--timeout D] [--every D [URL...]]
 //	    HTTP(S) GET (with --data, a POST of that JSON body); prints
-//	    "status: N" and the body.
+//	    "status: N" and the body. With --every, GETs each URL in turn
+//	    every D, each on a new connection, forever, printing nothing (a
+//	    pod whose requests a benchmark watches arrive at the servers).
 //	probe tcp ADDR:PORT [--send DATA] [--timeout D]
 //	    connects; with --send, writes DATA and waits for a reply.
 //	probe udp ADDR:PORT [--send DATA] [--timeout D]
@@ -140,6 +142,9 @@ func parse(fs *flag.FlagSet, args []string, want int, names string) ([]string, e
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+	if want < 0 && len(pos) > 0 {
+		return pos, nil
+	}
 	if len(pos) != want {
 		return nil, usageError{fmt.Sprintf("%s: want %s, got %q", fs.Name(), names, pos)}
 	}
@@ -153,7 +158,12 @@ func runGet(args []string) error {
 	timeout := fs.Duration("timeout", defaultWait, "overall deadline")
 	repeat := fs.Int("repeat", 0, "make the request this many more times, each on a new connection, and print their median and 90th percentile times (the benchmarks)")
 	data := fs.String("data", "", "a JSON body to POST instead of a GET")
-	pos, err := parse(fs, args, 1, "URL")
+	every := fs.Duration("every", 0, "repeat every D, forever, on new connections, silently")
+	want := 1
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--every") || strings.HasPrefix(a, "-every") }) {
+		want = -1
+	}
+	pos, err := parse(fs, args, want, "URL")
 	if err != nil {
 		return err
 	}
@@ -185,6 +195,22 @@ func runGet(args []string) error {
 				address = net.JoinHostPort(ip.String(), port)
 			}
 			return d.DialContext(ctx, network, address)
+		}
+	}
+	if *every > 0 {
+		tr.DisableKeepAlives = true
+		for {
+			for _, u := range pos {
+				ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+				if req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil); err == nil {
+					if resp, err := (&http.Client{Transport: tr}).Do(req); err == nil {
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}
+				cancel()
+			}
+			time.Sleep(*every)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

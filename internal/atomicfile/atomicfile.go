@@ -3,9 +3,17 @@
 // same directory, which is renamed over the old one.
 //
 // doorman writes policy files that a running proxy is watching, state that
-// the CLI reads while a CNI verb writes it, and the CNI configuration and
-// plugin binary of a Kubernetes node that the container runtime may load at
-// any moment. All of them go through Write.
+// the CLI reads while a CNI verb writes it, a supervisor's status file, the
+// proxy's config file, a container's OCI config.json (the hook), a `doorman
+// run` record, and the CA's key and certificate: all of them go through
+// Write. Two writers need more than a plain rename and keep their own on
+// top of the same temporary-file scheme: the Kubernetes installer (package
+// cniinstall) replaces the node's CNI configuration and plugin binary only
+// if no other writer changed them since it read them (renameat2's
+// RENAME_EXCHANGE and RENAME_NOREPLACE), and the CA's rotation writes its
+// new key with Write and renames it over the old one once the new
+// certificate is in place. The image builder (deploy/kubernetes/mkimage),
+// which streams its archive into the temporary file, renames its own.
 package atomicfile
 
 import (

@@ -10,8 +10,9 @@ import (
 
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/proxy/relayloop"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // fdsPerConn is what one relayed connection costs the proxy in
@@ -41,7 +42,7 @@ const portRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 // caps are the caps a proxy runs with: the configured ones, with the
 // connection cap lowered to what the descriptor limit allows.
 type caps struct {
-	proxyconf.Effective
+	spec.Effective
 	noFile    uint64
 	portRange int
 	limitedBy string
@@ -49,17 +50,17 @@ type caps struct {
 
 // computeCaps raises the process's descriptor limit to its hard limit
 // and works out the caps of cfg within it.
-func computeCaps(cfg proxyconf.Config) caps {
+func computeCaps(cfg launch.Config) caps {
 	return capsWithin(cfg, raiseNoFile(), portRange())
 }
 
 // capsWithin works out the caps of cfg for a descriptor limit of noFile
 // and portRange ephemeral ports.
-func capsWithin(cfg proxyconf.Config, noFile uint64, portRange int) caps {
+func capsWithin(cfg launch.Config, noFile uint64, portRange int) caps {
 	c := caps{noFile: noFile, portRange: portRange}
 	c.Effective = cfg.Limits.Effective(c.portRange)
 	if cfg.SniffTimeout != 0 {
-		c.SniffTimeout = cfg.SniffTimeout.Or(proxyconf.DefaultSniffTimeout)
+		c.SniffTimeout = cfg.SniffTimeout.Or(spec.DefaultSniffTimeout)
 	}
 	if fit := (int64(c.noFile) - fdReserve) / fdsPerConn; fit < int64(c.Connections) {
 		c.limitedBy = fmt.Sprintf("a descriptor limit of %d, less a reserve of %d, fits %d connections of %d descriptors",

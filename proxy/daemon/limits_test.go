@@ -6,7 +6,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // The proxy raises its soft descriptor limit to the hard limit.
@@ -32,7 +33,7 @@ func TestRaiseNoFile(t *testing.T) {
 // reserve is lowered, and the limits line says why; one that fits is
 // left alone.
 func TestCapsFitTheDescriptorLimit(t *testing.T) {
-	c := capsWithin(proxyconf.Config{Limits: proxyconf.Limits{Connections: 1000}}, 3000, 28232)
+	c := capsWithin(launch.Config{Proxy: spec.Proxy{Limits: spec.Limits{Connections: 1000}}}, 3000, 28232)
 	want := (3000 - fdReserve) / fdsPerConn
 	if c.Connections != want || !strings.Contains(c.limitedBy, "3000") {
 		t.Errorf("connections %d (%q), want %d, limited by the descriptor limit", c.Connections, c.limitedBy, want)
@@ -40,14 +41,14 @@ func TestCapsFitTheDescriptorLimit(t *testing.T) {
 	if c.Connections*fdsPerConn+fdReserve > 3000 {
 		t.Errorf("%d connections and the reserve take more than 3000 descriptors", c.Connections)
 	}
-	if c.Pending > c.Connections || c.PerUpstream != 28232/proxyconf.DefaultPerUpstreamShare {
+	if c.Pending > c.Connections || c.PerUpstream != 28232/spec.DefaultPerUpstreamShare {
 		t.Errorf("caps %+v", c)
 	}
-	if c := capsWithin(proxyconf.Config{Limits: proxyconf.Limits{Connections: 100}}, 3000, 0); c.Connections != 100 || c.limitedBy != "" {
+	if c := capsWithin(launch.Config{Proxy: spec.Proxy{Limits: spec.Limits{Connections: 100}}}, 3000, 0); c.Connections != 100 || c.limitedBy != "" {
 		t.Errorf("a cap of 100 in 3000 descriptors: %d (%q)", c.Connections, c.limitedBy)
 	}
 	// The default fits the hard limit this host's proxies run with.
-	if c := capsWithin(proxyconf.Config{}, 20000, 0); c.Connections != proxyconf.DefaultConnections || c.limitedBy != "" {
+	if c := capsWithin(launch.Config{}, 20000, 0); c.Connections != spec.DefaultConnections || c.limitedBy != "" {
 		t.Errorf("the default cap in 20000 descriptors: %d (%q)", c.Connections, c.limitedBy)
 	}
 }

@@ -22,9 +22,10 @@ import (
 	"github.com/doorman-net/doorman/proxy/droplog"
 	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/internal/realdst"
+	"github.com/doorman-net/doorman/proxy/launch"
 	"github.com/doorman-net/doorman/proxy/otlplog"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
 	"github.com/doorman-net/doorman/proxy/resolver"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // otlpShutdownTimeout bounds how long an exiting proxy spends sending the
@@ -44,7 +45,7 @@ const hostResolvConf = "/etc/resolv.conf"
 // that does not load, allowDirect flows that cannot be watched) is logged
 // and also written to stderr, and the proxy serves on: a policy that does
 // not load means deny-all.
-func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func(), heartbeat int) error {
+func Run(ctx context.Context, cfg launch.Config, stderr io.Writer, ready func(), heartbeat int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 	go returnIdleMemory(ctx, p)
 
 	<-ctx.Done()
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout.Or(proxyconf.DefaultDrainTimeout))
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout.Or(launch.DefaultDrainTimeout))
 	defer cancel()
 	if filter != nil {
 		filter.Shutdown(dctx)
@@ -100,7 +101,7 @@ func Run(ctx context.Context, cfg proxyconf.Config, stderr io.Writer, ready func
 // openLog opens the decision log of cfg, with the OTLP export beside it.
 // The returned close flushes the export first, so that its last "otlp"
 // line still reaches the file.
-func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), error) {
+func openLog(cfg launch.Config, stderr io.Writer) (*slog.Logger, func(), error) {
 	out, closeFile := stderr, func() {}
 	if cfg.LogFile != "" && cfg.LogFile != "-" {
 		f, err := decisionlog.OpenLogFile(cfg.LogFile, cfg.Limits.Effective(0).LogMaxSize, cfg.Sandbox)
@@ -109,9 +110,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 		}
 		out, closeFile = f, func() { f.Close() }
 	}
-	otlpCfg := cfg.OTLP.Config()
-	otlpCfg.Sandbox = cfg.Sandbox
-	handler, shutdown, err := otlplog.NewHandler(decisionlog.NewJSONHandler(out), otlpCfg)
+	handler, shutdown, err := otlplog.NewHandler(decisionlog.NewJSONHandler(out), otlplog.Config{OTLP: cfg.OTLP, Sandbox: cfg.Sandbox})
 	if err != nil {
 		closeFile()
 		return nil, nil, err
@@ -135,7 +134,7 @@ func openLog(cfg proxyconf.Config, stderr io.Writer) (*slog.Logger, func(), erro
 // sharing one upstream guard (they judge the same addresses and share one
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
-func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
+func newServers(cfg launch.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
 	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames), NAT64Prefixes: cfg.NAT64Prefixes})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
@@ -181,7 +180,7 @@ func newServers(cfg proxyconf.Config, logger *slog.Logger, socks *sockets, stder
 }
 
 // scopes are the guard's scopes of the cluster names c.
-func scopes(c []proxyconf.NameScope) []guard.Scope {
+func scopes(c []spec.NameScope) []guard.Scope {
 	var out []guard.Scope
 	for _, n := range c {
 		out = append(out, guard.Scope{Domain: n.Domain, Prefixes: n.Prefixes})
@@ -192,7 +191,7 @@ func scopes(c []proxyconf.NameScope) []guard.Scope {
 // watchDirect logs the sandbox's allowDirect flows, which never reach the
 // listeners, from conntrack. Failing to watch it costs those lines, not
 // the proxy.
-func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
+func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
 	direct, err := openDirectLog(cfg, ln, logger)
 	if err != nil {
 		logger.Error(decisionlog.MsgDirectNotLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
@@ -211,7 +210,7 @@ func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, 
 // watchHostDrops logs what the sandbox's host-side layer drops, from its
 // counters in this process's namespace, where the layer lives. Failing
 // to read them costs those lines, not the proxy.
-func watchHostDrops(ctx context.Context, wg *sync.WaitGroup, cfg proxyconf.Config, logger *slog.Logger) {
+func watchHostDrops(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, logger *slog.Logger) {
 	if cfg.HostLayerKey == "" {
 		return
 	}
@@ -248,7 +247,7 @@ const ownNetNS = "/proc/thread-self/ns/net"
 // openDirectLog opens the watcher of the sandbox's allowDirect flows in
 // the namespace cfg.NetNS or, if that is empty, the one ln was created in.
 // Without entries it opens nothing.
-func openDirectLog(cfg proxyconf.Config, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
+func openDirectLog(cfg launch.Config, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
 	if len(cfg.AllowDirect) == 0 {
 		return directlog.Open(directlog.Config{Sandbox: cfg.Sandbox, Logger: logger})
 	}

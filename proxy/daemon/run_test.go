@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // Run serves an inherited listener with the policy file and decision log
@@ -40,8 +41,14 @@ func TestRunServesItsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := proxyconf.Config{Sandbox: "ctr-run", PolicyFile: policy, LogFile: logFile, DrainTimeout: proxyconf.Duration(100 * time.Millisecond),
-		Listeners: proxyconf.Listeners{TCP: []int{fd}}, Limits: proxyconf.Limits{Connections: 77}}
+	cfg := launch.Config{
+		Sandbox:      "ctr-run",
+		PolicyFile:   policy,
+		LogFile:      logFile,
+		DrainTimeout: spec.Duration(100 * time.Millisecond),
+		Listeners:    launch.Listeners{TCP: []int{fd}},
+		Proxy:        spec.Proxy{Limits: spec.Limits{Connections: 77}},
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready, done := make(chan struct{}), make(chan error, 1)
@@ -103,10 +110,10 @@ func TestRunServesItsConfig(t *testing.T) {
 
 // A config Run cannot serve is an error before anything starts.
 func TestRunRefuses(t *testing.T) {
-	for _, cfg := range []proxyconf.Config{
-		{PolicyFile: "p", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}},
-		{Sandbox: "s", PolicyFile: "p", Listeners: proxyconf.Listeners{Addrs: []string{"no-such-address"}}},
-		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: proxyconf.Listeners{Addrs: []string{"127.0.0.1:0"}}},
+	for _, cfg := range []launch.Config{
+		{PolicyFile: "p", Listeners: launch.Listeners{Addrs: []string{"127.0.0.1:0"}}},
+		{Sandbox: "s", PolicyFile: "p", Listeners: launch.Listeners{Addrs: []string{"no-such-address"}}},
+		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: launch.Listeners{Addrs: []string{"127.0.0.1:0"}}},
 	} {
 		if err := Run(context.Background(), cfg, io.Discard, func() { t.Errorf("%+v: ready", cfg) }, -1); err == nil {
 			t.Errorf("%+v: no error", cfg)

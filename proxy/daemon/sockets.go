@@ -8,7 +8,7 @@ import (
 
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
-	"github.com/doorman-net/doorman/proxy/proxyconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 )
 
 // sockets are the listeners one proxy serves.
@@ -20,7 +20,7 @@ type sockets struct {
 
 // openSockets turns the inherited descriptors of l into listeners and
 // binds its addresses. On error nothing stays open.
-func openSockets(l proxyconf.Listeners) (_ *sockets, err error) {
+func openSockets(l launch.Listeners) (_ *sockets, err error) {
 	s := &sockets{}
 	defer func() {
 		if err != nil {

@@ -161,7 +161,7 @@ const (
 )
 
 // The caps a limit line names (LimitKey), by the configuration key that
-// sets each (see proxyconf.Limits).
+// sets each (see spec.Limits).
 const (
 	// LimitConnections: connections the proxy holds at once, decided or
 	// not; past it, a new connection is refused.

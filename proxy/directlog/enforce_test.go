@@ -13,6 +13,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/sandbox"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // End to end: a sandbox enforced with allowDirect gets its direct flows in
@@ -44,7 +45,7 @@ func TestEnforcedSandboxLogsAllowDirect(t *testing.T) {
 	}
 	s, err := sandbox.Enforce(sandbox.Request{
 		Attachment: sandbox.Attachment{Key: key, ID: "ctr-directlog", Runtime: "cni", NetNS: p.sandbox, Label: "full"},
-		Spec:       sandbox.Spec{Policy: pol, LogDir: t.TempDir(), AllowDirect: []conf.Direct{direct}},
+		Spec:       spec.Spec{Policy: pol, LogDir: t.TempDir(), Proxy: spec.Proxy{AllowDirect: []conf.Direct{direct}}},
 		StateDir:   stateDir, ProxyBinary: bin,
 	})
 	if err != nil {

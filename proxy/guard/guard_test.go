@@ -400,6 +400,28 @@ func TestScopes(t *testing.T) {
 	}
 }
 
+func TestRefusedRange(t *testing.T) {
+	for _, tc := range []struct {
+		prefix           string
+		refused, private bool
+	}{
+		{"10.1.0.0/16", true, true},
+		{"10.0.0.0/8", true, true},
+		{"10.0.0.0/7", false, false},
+		{"0.0.0.0/0", false, false},
+		{"169.254.169.254/32", true, false},
+		{"127.0.0.1/32", true, false},
+		{"203.0.113.0/24", false, false},
+		{"fd00::/8", true, true},
+		{"2001:db8::/32", false, false},
+	} {
+		r, p := RefusedRange(netip.MustParsePrefix(tc.prefix))
+		if r != tc.refused || p != tc.private {
+			t.Errorf("RefusedRange(%s) = %v, %v; want %v, %v", tc.prefix, r, p, tc.refused, tc.private)
+		}
+	}
+}
+
 // Local: loopback and the host's own addresses, nothing else.
 func TestLocal(t *testing.T) {
 	g := testHost()

@@ -105,3 +105,26 @@ func usefulConnected(p netip.Prefix, translators []netip.Prefix) bool {
 func within(p, r netip.Prefix) bool {
 	return p.Bits() >= r.Bits() && r.Contains(p.Addr())
 }
+
+// RefusedRange reports whether every address of p lies in one of the
+// ranges the proxy refuses whatever the host (private space, loopback,
+// link-local, metadata services...: see the package documentation), so
+// that a name the proxy dials never reaches an address of p unless an
+// entry inside one of those ranges, or a Config.Scopes prefix for a
+// private one, opens it. private says whether the narrowest such range
+// is private space, which Scopes may open. The Kubernetes node agent
+// uses it to tell which Deny rules of a cluster's policy the guard
+// already holds for name entries.
+func RefusedRange(p netip.Prefix) (refused, private bool) {
+	p = p.Masked()
+	best := -1
+	for i, s := range specialRanges {
+		if within(p, s.prefix) && (best < 0 || s.prefix.Bits() > specialRanges[best].prefix.Bits()) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return false, false
+	}
+	return true, specialRanges[best].private
+}

@@ -106,29 +106,3 @@ func TestParseResponse(t *testing.T) {
 		t.Errorf("garbage parsed as %+v", got)
 	}
 }
-
-func TestEndpointURL(t *testing.T) {
-	for _, c := range []struct {
-		endpoint string
-		insecure bool
-		want     string
-	}{
-		{"http://127.0.0.1:4318", false, "http://127.0.0.1:4318/v1/logs"},
-		{"http://127.0.0.1:4318/", false, "http://127.0.0.1:4318/v1/logs"},
-		{"https://otel.example.com", false, "https://otel.example.com/v1/logs"},
-		{"https://otel.example.com:4318/custom/v1/logs", false, "https://otel.example.com:4318/custom/v1/logs"},
-		{"127.0.0.1:4318", false, "https://127.0.0.1:4318/v1/logs"},
-		{"127.0.0.1:4318", true, "http://127.0.0.1:4318/v1/logs"},
-		{"[2001:db8::1]:4318", true, "http://[2001:db8::1]:4318/v1/logs"},
-		{"otel.example.com:4318", false, "https://otel.example.com:4318/v1/logs"},
-	} {
-		u, err := endpointURL(c.endpoint, c.insecure)
-		if err != nil {
-			t.Errorf("%q insecure=%v: %v", c.endpoint, c.insecure, err)
-			continue
-		}
-		if u.String() != c.want {
-			t.Errorf("%q insecure=%v: %s, want %s", c.endpoint, c.insecure, u, c.want)
-		}
-	}
-}

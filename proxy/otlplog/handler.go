@@ -78,11 +78,11 @@ func NewHandler(local slog.Handler, cfg Config) (h slog.Handler, shutdown func(c
 	if cfg.Endpoint == "" {
 		return local, func(context.Context) error { return nil }, nil
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	u, err := endpointURL(cfg.Endpoint, cfg.Insecure)
+	cfg = cfg.withDefaults()
+	u, err := cfg.URL()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 	"github.com/doorman-net/doorman/proxy/otlplog"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // connectionRecord is a slog record as proxy.(*Proxy).log writes it.
@@ -83,9 +84,9 @@ func TestExportsConnectionAndDNSRecords(t *testing.T) {
 	rc := startReceiver(t, nil)
 	var local syncBuffer
 	h, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(&local, nil), otlplog.Config{
-		Endpoint: rc.URL, // http://127.0.0.1:port, no path
-		Sandbox:  "sb-42",
-		Headers:  map[string]string{"Authorization": "Bearer t0ken"},
+		// http://127.0.0.1:port, no path
+		Sandbox: "sb-42",
+		OTLP:    spec.OTLP{Endpoint: rc.URL, Headers: map[string]string{"Authorization": "Bearer t0ken"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -227,9 +228,8 @@ func TestHostPortEndpointAndDerivedHandlers(t *testing.T) {
 	rc := startReceiver(t, nil)
 	var local syncBuffer
 	h, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(&local, nil), otlplog.Config{
-		Endpoint: rc.Listener.Addr().String(),
-		Insecure: true,
-		Sandbox:  "sb-7",
+		Sandbox: "sb-7",
+		OTLP:    spec.OTLP{Endpoint: rc.Listener.Addr().String(), Insecure: true},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func attrMapOf(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue { return 
 func TestNoEndpointIsTheLocalHandler(t *testing.T) {
 	local := slog.NewJSONHandler(io.Discard, nil)
 	before := runtime.NumGoroutine()
-	h, shutdown, err := otlplog.NewHandler(local, otlplog.Config{Sandbox: "x", Headers: map[string]string{"a": "b"}})
+	h, shutdown, err := otlplog.NewHandler(local, otlplog.Config{Sandbox: "x", OTLP: spec.OTLP{Headers: map[string]string{"a": "b"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,11 +320,11 @@ func TestSlowCollectorNeverBlocksHandle(t *testing.T) {
 	var local syncBuffer
 	const queue = 100
 	h, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(&local, nil), otlplog.Config{
-		Endpoint:       rc.URL,
+		// longer than the burst: no room is freed during it
 		Sandbox:        "sb-slow",
-		QueueSize:      queue,
-		ExportTimeout:  2 * time.Second, // longer than the burst: no room is freed during it
+		ExportTimeout:  2 * time.Second,
 		ReportInterval: 50 * time.Millisecond,
+		OTLP:           spec.OTLP{Endpoint: rc.URL, QueueSize: queue},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -388,11 +388,10 @@ func TestAbsentCollectorCountsFailures(t *testing.T) {
 	ln.Close() // nothing listens there now: connections are refused
 	var local syncBuffer
 	h, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(&local, nil), otlplog.Config{
-		Endpoint:       "http://" + addr,
 		Sandbox:        "sb-down",
-		QueueSize:      1000,
 		ExportTimeout:  200 * time.Millisecond,
 		ReportInterval: 50 * time.Millisecond,
+		OTLP:           spec.OTLP{Endpoint: "http://" + addr, QueueSize: 1000},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -432,8 +431,8 @@ func TestRetryAndPartialSuccess(t *testing.T) {
 	})
 	var local syncBuffer
 	h, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(&local, nil), otlplog.Config{
-		Endpoint: rc.URL + "/",
-		Sandbox:  "sb-r",
+		Sandbox: "sb-r",
+		OTLP:    spec.OTLP{Endpoint: rc.URL + "/"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -466,16 +465,16 @@ func TestBadConfig(t *testing.T) {
 		cfg  otlplog.Config
 		want string // in the error
 	}{
-		{otlplog.Config{Endpoint: "ftp://127.0.0.1:4318"}, `"ftp://127.0.0.1:4318"`},
-		{otlplog.Config{Endpoint: "http://"}, "no host"},
-		{otlplog.Config{Endpoint: "127.0.0.1"}, `"127.0.0.1"`},
-		{otlplog.Config{Endpoint: "collector:0"}, `port "0"`},
-		{otlplog.Config{Endpoint: "http://collector:99999"}, `port "99999"`},
-		{otlplog.Config{Endpoint: "https://collector:4318", Insecure: true}, "insecure"},
-		{otlplog.Config{Endpoint: "http://u:p@collector:4318"}, "user info"},
-		{otlplog.Config{Endpoint: "collector:4318", Headers: map[string]string{"bad key": "v"}}, `"bad key"`},
-		{otlplog.Config{Endpoint: "collector:4318", QueueSize: -1}, "-1"},
-		{otlplog.Config{Endpoint: "collector:4318", ExportTimeout: -time.Second}, "-1s"},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "ftp://127.0.0.1:4318"}}, `"ftp://127.0.0.1:4318"`},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "http://"}}, "no host"},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "127.0.0.1"}}, `"127.0.0.1"`},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "collector:0"}}, `port "0"`},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "http://collector:99999"}}, `port "99999"`},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "https://collector:4318", Insecure: true}}, "insecure"},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "http://u:p@collector:4318"}}, "user info"},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "collector:4318", Headers: map[string]string{"bad key": "v"}}}, `"bad key"`},
+		{otlplog.Config{OTLP: spec.OTLP{Endpoint: "collector:4318", QueueSize: -1}}, "-1"},
+		{otlplog.Config{ExportTimeout: -time.Second, OTLP: spec.OTLP{Endpoint: "collector:4318"}}, "-1s"},
 	} {
 		_, _, err := otlplog.NewHandler(local, c.cfg)
 		if err == nil {
@@ -511,7 +510,9 @@ func BenchmarkHandle(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			h, shutdown, err := otlplog.NewHandler(slog.NewJSONHandler(io.Discard, nil), otlplog.Config{
-				Endpoint: c.endpoint, Sandbox: "b", ExportTimeout: time.Second,
+				Sandbox:       "b",
+				ExportTimeout: time.Second,
+				OTLP:          spec.OTLP{Endpoint: c.endpoint},
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/doorman-net/doorman/proxy/internal/logtest"
+	"github.com/doorman-net/doorman/spec"
 )
 
 // The "otlp" lines are fixed to the byte: the final one of a shutdown,
@@ -20,7 +21,7 @@ func TestOTLPLinesGolden(t *testing.T) {
 	}))
 	defer srv.Close()
 	var buf bytes.Buffer
-	_, shutdown, err := NewHandler(slog.NewJSONHandler(&buf, nil), Config{Endpoint: srv.URL, Sandbox: "sb-golden"})
+	_, shutdown, err := NewHandler(slog.NewJSONHandler(&buf, nil), Config{Sandbox: "sb-golden", OTLP: spec.OTLP{Endpoint: srv.URL}})
 	if err != nil {
 		t.Fatal(err)
 	}

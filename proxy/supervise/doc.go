@@ -36,8 +36,8 @@
 // deadlocked, its relay loop wedged. It still runs and holds the
 // listeners, so no exit ever tells, while every connection of its
 // sandbox hangs. So the parent sends each serving worker a heartbeat on a
-// socket pair (the worker's end inherited after the listeners,
-// "--heartbeat-fd"), five per HeartbeatTimeout, which the worker sends
+// socket pair (the worker's end inherited after the listeners, as
+// DOORMAN_WORKER_FDS names it; see package launch), five per HeartbeatTimeout, which the worker sends
 // back from its relay loop; a worker that leaves one unanswered for two
 // heartbeats is said to be unresponsive (StateUnresponsive), and one that
 // leaves it so for HeartbeatTimeout is killed (SIGKILL) and replaced like

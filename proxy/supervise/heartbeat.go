@@ -6,17 +6,20 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/spec"
 )
 
 // DefaultHeartbeatTimeout is how long a worker may go without answering
 // its supervisor's heartbeat before it is killed and replaced, unless
-// Config says otherwise.
-const DefaultHeartbeatTimeout = 5 * time.Second
+// Config says otherwise: the default of the limits.heartbeatTimeout
+// setting.
+const DefaultHeartbeatTimeout = spec.DefaultHeartbeatTimeout
 
 // MinHeartbeatTimeout is the least heartbeat timeout a supervisor takes:
 // below it, a worker the host starves of CPU for a moment would be
 // killed.
-const MinHeartbeatTimeout = time.Second
+const MinHeartbeatTimeout = spec.MinHeartbeatTimeout
 
 // HeartbeatInterval is how often a supervisor whose workers have
 // timeout to answer sends a heartbeat: five a timeout, at most one a

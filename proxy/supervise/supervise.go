@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/internal/procstat"
+	"github.com/doorman-net/doorman/proxy/launch"
 )
 
 // Defaults for the zero values of Config's durations.
@@ -38,19 +38,14 @@ const oomScoreAdjRaise = 100
 type Config struct {
 	// Sandbox names the sandbox, for messages.
 	Sandbox string
-	// Path and Args are each worker's command (Args[0] its name); Env
-	// its environment. "--heartbeat-fd N --ready-fd M" is appended to
-	// Args: the worker answers heartbeats on descriptor N (see
-	// HeartbeatTimeout) and writes "ready\n" to descriptor M once it
-	// serves, and closes it.
-	Path string
-	Args []string
-	Env  []string
-	// Files are the descriptors every worker inherits, as 3, 4, ...: the
-	// listening sockets. The supervisor keeps them open all along.
-	Files []*os.File
-	// Stderr receives the workers' standard error and the supervisor's
-	// own lines.
+	// Worker is how each worker is started: `doorman proxy` on the
+	// config file, inheriting the listening sockets (which the
+	// supervisor keeps open all along) as 3, 4, ..., then its heartbeat
+	// socket (see HeartbeatTimeout) and its readiness pipe, on which it
+	// writes "ready\n" once it serves (see package launch).
+	Worker launch.Worker
+	// Stderr receives the supervisor's own lines (and the workers'
+	// standard error, where Worker sends it).
 	Stderr *os.File
 	// StatusFile is where the supervisor keeps its Status ("" for none).
 	StatusFile string
@@ -69,9 +64,8 @@ type Config struct {
 	// HeartbeatTimeout is how long a serving worker may go without
 	// answering a heartbeat before it is killed (SIGKILL) and replaced
 	// like one that died (zero: DefaultHeartbeatTimeout). Each worker
-	// gets "--heartbeat-fd N" before "--ready-fd": a SOCK_SEQPACKET
-	// socket on which it sends back every message it gets (see
-	// heartbeat).
+	// gets a SOCK_SEQPACKET socket on which it sends back every message
+	// it gets (see heartbeat).
 	HeartbeatTimeout time.Duration
 	// Ready, if set, is called once, when the first worker serves, or
 	// with ReadyOnStart as soon as it has started.
@@ -119,7 +113,7 @@ type worker struct {
 	cmd     *exec.Cmd
 	proc    Process
 	hb      *heartbeat
-	ready   chan error // the readiness line, or why there was none
+	ready   <-chan error // the readiness line, or why there was none
 	exited  chan struct{}
 	oomFrom uint64 // the cgroup's OOM kills when it started
 }
@@ -300,12 +294,8 @@ func (s *supervisor) start() (*worker, error) {
 		hb.close()
 		return nil, fmt.Errorf("start proxy: %w", err)
 	}
-	// The listeners, the heartbeat, the readiness pipe: 3, 4, ...
-	extra := append(append([]*os.File(nil), s.cfg.Files...), hb.worker, readW)
-	args := append(append([]string(nil), s.cfg.Args...),
-		"--heartbeat-fd", strconv.Itoa(1+len(extra)), "--ready-fd", strconv.Itoa(2+len(extra)))
-	cmd := &exec.Cmd{Path: s.cfg.Path, Args: args, Env: s.cfg.Env, Stdout: nil, Stderr: s.cfg.Stderr, ExtraFiles: extra}
-	w := &worker{cmd: cmd, hb: hb, ready: make(chan error, 1), exited: make(chan struct{})}
+	cmd := s.cfg.Worker.Command(hb.worker, readW)
+	w := &worker{cmd: cmd, hb: hb, exited: make(chan struct{})}
 	if s.cfg.Cgroup != nil {
 		w.oomFrom, _ = s.cfg.Cgroup.OOMKills()
 	}
@@ -315,7 +305,7 @@ func (s *supervisor) start() (*worker, error) {
 	if err != nil {
 		readR.Close()
 		hb.close()
-		return nil, fmt.Errorf("start proxy %s: %w", s.cfg.Path, err)
+		return nil, fmt.Errorf("start proxy %s: %w", s.cfg.Worker.Path, err)
 	}
 	phasetrace.Mark("sup.worker-spawned")
 	pid := cmd.Process.Pid
@@ -328,15 +318,7 @@ func (s *supervisor) start() (*worker, error) {
 		cmd.Wait()
 		close(w.exited)
 	}()
-	go func() {
-		defer readR.Close()
-		line, err := bufio.NewReader(readR).ReadString('\n')
-		if err != nil || strings.TrimSpace(line) != "ready" {
-			w.ready <- fmt.Errorf("did not signal ready (%q, %v)", line, err)
-			return
-		}
-		w.ready <- nil
-	}()
+	w.ready = launch.AwaitReady(readR)
 	s.status.State, s.status.Worker, s.status.NextStart = StateStarting, &w.proc, nil
 	s.save()
 	return w, nil

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/launch"
 )
 
 // envWorker makes this test binary a worker (see TestMain): "serve" says
@@ -45,15 +47,10 @@ func TestMain(m *testing.M) {
 				time.Sleep(2 * time.Millisecond)
 			}
 		}
+		// The descriptors launch.Worker hands a worker: its one
+		// listener, then these.
 		fd, hb := -1, -1
-		for i, a := range os.Args {
-			if a == "--ready-fd" && i+1 < len(os.Args) {
-				fd, _ = strconv.Atoi(os.Args[i+1])
-			}
-			if a == "--heartbeat-fd" && i+1 < len(os.Args) {
-				hb, _ = strconv.Atoi(os.Args[i+1])
-			}
-		}
+		fmt.Sscan(os.Getenv(launch.EnvWorkerFDs), &hb, &fd)
 		// Heartbeats are answered as a proxy answers them: each message
 		// sent back.
 		go func() {
@@ -123,8 +120,9 @@ func newHarness(t *testing.T, mode string, tweak func(*Config)) *harness {
 	}
 	h := &harness{t: t, ln: ln, status: filepath.Join(t.TempDir(), "status.json"), done: make(chan error, 1), ready: make(chan struct{})}
 	cfg := Config{
-		Sandbox: "test", Path: os.Args[0], Args: []string{"worker"}, Env: append(os.Environ(), envWorker+"="+mode),
-		Files: []*os.File{f}, Stderr: stderr, StatusFile: h.status,
+		Sandbox: "test",
+		Worker:  launch.Worker{Path: os.Args[0], Env: append(os.Environ(), envWorker+"="+mode), Listeners: []*os.File{f}, Stderr: stderr},
+		Stderr:  stderr, StatusFile: h.status,
 		Ready: func() { close(h.ready) },
 	}
 	if tweak != nil {
@@ -301,7 +299,7 @@ func TestRunReadyOnStart(t *testing.T) {
 	}
 	h := newHarness(t, "late", func(c *Config) {
 		c.ReadyOnStart = true
-		c.Env = append(c.Env, envHold+"="+hold)
+		c.Worker.Env = append(c.Worker.Env, envHold+"="+hold)
 	})
 	select {
 	case <-h.ready:
@@ -356,7 +354,7 @@ func TestRunReadyOnStartFirstWorkerFails(t *testing.T) {
 func TestRunReadyOnStartCannotStart(t *testing.T) {
 	h := newHarness(t, "serve", func(c *Config) {
 		c.ReadyOnStart = true
-		c.Path = filepath.Join(t.TempDir(), "missing")
+		c.Worker.Path = filepath.Join(t.TempDir(), "missing")
 	})
 	select {
 	case err := <-h.done:

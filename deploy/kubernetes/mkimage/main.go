@@ -33,6 +33,7 @@ import (
 func main() {
 	var o options
 	flag.StringVar(&o.binary, "binary", "bin/doorman", "the static doorman `binary`")
+	flag.StringVar(&o.agent, "agent", "", "the static doorman-agent `binary`, /doorman-agent in the image (\"\": none)")
 	flag.StringVar(&o.name, "name", "localhost/doorman:latest", "the image's `reference`")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "the binary's GOARCH")
 	flag.StringVar(&o.version, "version", "", "the image's version label")
@@ -56,8 +57,8 @@ func main() {
 
 // options say what image to make.
 type options struct {
-	binary, name, arch, version string
-	created                     time.Time
+	binary, agent, name, arch, version string
+	created                            time.Time
 }
 
 // Media types of the OCI image spec.
@@ -130,7 +131,18 @@ func build(w io.Writer, o options) error {
 	if len(bin) < 4 || !bytes.Equal(bin[:4], []byte("\x7fELF")) {
 		return fmt.Errorf("%s is not an ELF binary: build it with `make build` (CGO_ENABLED=0, static)", o.binary)
 	}
-	layerTar, err := layer(bin, o.created)
+	files := []file{{"doorman", bin}}
+	if o.agent != "" {
+		ab, err := os.ReadFile(o.agent)
+		if err != nil {
+			return fmt.Errorf("read the agent binary: %w", err)
+		}
+		if len(ab) < 4 || !bytes.Equal(ab[:4], []byte("\x7fELF")) {
+			return fmt.Errorf("%s is not an ELF binary: build it with `make build` (CGO_ENABLED=0, static)", o.agent)
+		}
+		files = append(files, file{"doorman-agent", ab})
+	}
+	layerTar, err := layer(files, o.created)
 	if err != nil {
 		return err
 	}
@@ -160,7 +172,7 @@ func build(w io.Writer, o options) error {
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
 		"history": []map[string]any{{
 			"created":    o.created.Format(time.RFC3339),
-			"created_by": "mkimage: COPY bin/doorman /doorman",
+			"created_by": "mkimage: COPY bin/doorman /doorman (and bin/doorman-agent /doorman-agent)",
 		}},
 	}))
 	manifest := newBlob(mediaManifest, mustJSON(map[string]any{
@@ -211,15 +223,24 @@ func build(w io.Writer, o options) error {
 	return tw.Close()
 }
 
-// layer is the image's one layer: /doorman, mode 0755, owned by root.
-func layer(bin []byte, mtime time.Time) ([]byte, error) {
+// file is one executable of the image.
+type file struct {
+	name string
+	data []byte
+}
+
+// layer is the image's one layer: /doorman (and /doorman-agent), mode
+// 0755, owned by root.
+func layer(files []file, mtime time.Time) ([]byte, error) {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
-	if err := tw.WriteHeader(&tar.Header{Name: "doorman", Mode: 0o755, Size: int64(len(bin)), ModTime: mtime, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, err
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o755, Size: int64(len(f.data)), ModTime: mtime, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err
