@@ -21,10 +21,14 @@ import (
 type counts struct {
 	limit int64 // most records pending at once
 
-	pending    atomic.Int64 // accepted, not yet through an export
-	queueFull  atomic.Int64 // refused because limit records were pending
-	failed     atomic.Int64 // in an export that failed or timed out, or rejected
-	exported   atomic.Int64 // in an export that succeeded
+	pending   atomic.Int64 // accepted, not yet through an export
+	queueFull atomic.Int64 // refused because limit records were pending
+	failed    atomic.Int64 // in an export that failed or timed out, or rejected
+	exported  atomic.Int64 // in an export that succeeded
+	// settle is held while an export's records move from pending to
+	// exported or failed, so that the final count (the shutdown line)
+	// never sees them in both.
+	settle     sync.Mutex
 	lastErrMu  sync.Mutex
 	lastErr    string // the latest export error, for the report line
 	lastErrSet bool
@@ -100,6 +104,8 @@ func (e countingExporter) Export(ctx context.Context, records []sdklog.Record) e
 	err := e.Exporter.Export(ctx, records)
 	n := int64(len(records))
 	var rejected *rejectedError
+	e.counts.settle.Lock()
+	defer e.counts.settle.Unlock()
 	switch {
 	case err == nil:
 		e.counts.exported.Add(n)

@@ -132,6 +132,11 @@ func NewHandler(local slog.Handler, cfg Config) (h slog.Handler, shutdown func(c
 				err = fmt.Errorf("otlp export to %s: shutdown: %w", u, serr)
 			}
 			// What is still pending did not reach the collector in time.
+			// An export the deadline cut short may still be settling its
+			// records: settle keeps them from counting as failed and as
+			// unsent at once.
+			c.settle.Lock()
+			defer c.settle.Unlock()
 			unsent := max(c.pending.Load(), 0)
 			level := slog.LevelInfo
 			if c.dropped()+unsent > 0 {
