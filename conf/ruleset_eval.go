@@ -305,36 +305,7 @@ func (d *jsonDoc) candidates(root jval, anchor setPath) ([]candidate, error) {
 // anyMatch reports whether a value steps find from v matches glob (see
 // matchValue); it reads no more of the document than the path walks.
 func (d *jsonDoc) anyMatch(v jval, steps []setStep, glob string) (bool, error) {
-	if len(steps) == 0 {
-		return d.matchValue(v, glob), nil
-	}
-	st := steps[0]
-	if st.array {
-		if d.kind(v) != '[' {
-			return false, nil
-		}
-		for _, e := range d.elements(v) {
-			if ok, err := d.anyMatch(e, steps[1:], glob); ok || err != nil {
-				return ok, err
-			}
-		}
-		return false, nil
-	}
-	if d.kind(v) != '{' {
-		return false, nil
-	}
-	ms, err := d.members(v)
-	if err != nil {
-		return false, err
-	}
-	for _, m := range ms {
-		if m.fold == st.key {
-			if ok, err := d.anyMatch(m.val, steps[1:], glob); ok || err != nil {
-				return ok, err
-			}
-		}
-	}
-	return false, nil
+	return d.anyValue(v, steps, func(x jval) bool { return d.matchValue(x, glob) })
 }
 
 // anyValue reports whether pred holds for a value steps find from v.
