@@ -38,6 +38,17 @@ type jsonDoc struct {
 	// keys are the keys read without escapes, with their folding, by
 	// their bytes: an agent's body repeats a few keys many times.
 	keys map[string]internedKey
+	// keysRead counts the keys read before keys is made.
+	keysRead int
+	// The first containers, members, elements and memos of a document
+	// are held here: a small request is read in one allocation.
+	contsBuf [24]container
+	mslabBuf [16]jmember
+	mtmpBuf  [16]jmember
+	eslabBuf [8]jval
+	etmpBuf  [16]jval
+	objsBuf  [8]objMemo
+	elemsBuf [4][]jval
 }
 
 // internedKey is a key as read and as folded (looseKey).
@@ -90,6 +101,8 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 		return nil, jval{}, err
 	}
 	d := &jsonDoc{b: data}
+	d.mslab, d.eslab, d.objs, d.elems = d.mslabBuf[:0], d.eslabBuf[:0], d.objsBuf[:0], d.elemsBuf[:0]
+	d.mtmp, d.etmp = d.mtmpBuf[:0], d.etmpBuf[:0]
 	if !d.index(maxJSONDepth) {
 		return nil, jval{}, errDocDepth
 	}
@@ -104,7 +117,15 @@ func (d *jsonDoc) index(max int) bool {
 	if len(b) > 1<<31-1 {
 		return false // not reached: bodies are read up to 32 MiB
 	}
-	var open []int32 // indexes in conts of the containers not closed
+	// At most as many containers as '{' and '[' bytes (strings hold
+	// some): one allocation.
+	if n := bytes.Count(b, []byte{'{'}) + bytes.Count(b, []byte{'['}); n > len(d.contsBuf) {
+		d.conts = make([]container, 0, n)
+	} else {
+		d.conts = d.contsBuf[:0]
+	}
+	var stack [32]int32
+	open := stack[:0] // indexes in conts of the containers not closed
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
@@ -302,12 +323,20 @@ func (d *jsonDoc) key(k jval) (key, fold string) {
 		key = d.str(k)
 		return key, looseKey(key)
 	}
+	if ik, ok := commonKeys[string(raw)]; ok {
+		return ik.key, ik.fold
+	}
 	if ik, ok := d.keys[string(raw)]; ok {
 		return ik.key, ik.fold
 	}
 	key = string(raw)
 	fold = looseKey(key)
+	// A small body reads a few keys: a map for them would cost more
+	// than it saves.
 	if d.keys == nil {
+		if d.keysRead++; d.keysRead < internAfter {
+			return key, fold
+		}
 		d.keys = make(map[string]internedKey)
 	}
 	if len(d.keys) < maxInterned {
@@ -315,6 +344,42 @@ func (d *jsonDoc) key(k jval) (key, fold string) {
 	}
 	return key, fold
 }
+
+// internAfter is how many keys outside commonKeys a document reads
+// before it interns them.
+const internAfter = 16
+
+// commonKeys are keys model API requests commonly hold, as a body spells
+// them, with their folding: read without allocating. Only read.
+var commonKeys = func() map[string]internedKey {
+	m := map[string]internedKey{}
+	for _, k := range []string{
+		// Anthropic Messages
+		"model", "max_tokens", "messages", "role", "content", "type", "text", "tools", "name",
+		"description", "input_schema", "properties", "required", "items", "enum", "stream", "system",
+		"tool_choice", "tool_use_id", "id", "input", "cache_control", "temperature", "top_p", "top_k",
+		"metadata", "user_id", "stop_sequences", "thinking", "budget_tokens", "source", "media_type",
+		"data", "url", "citations", "is_error", "signature", "mcp_servers", "container", "requests",
+		"custom_id", "params", "service_tier", "context_management", "betas", "title", "context",
+		// OpenAI Responses and Chat Completions
+		"instructions", "previous_response_id", "store", "include", "reasoning", "effort", "summary",
+		"parallel_tool_calls", "response_format", "json_schema", "schema", "strict", "parameters",
+		"function", "arguments", "call_id", "output", "tool_calls", "max_output_tokens",
+		"max_completion_tokens", "n", "seed", "user", "prompt", "web_search_options", "server_url",
+		"server_label", "connector_id", "network_policy", "image_url", "detail", "file_id",
+		// Gemini
+		"contents", "parts", "systemInstruction", "system_instruction", "generationConfig",
+		"generation_config", "functionDeclarations", "function_declarations", "toolConfig",
+		"tool_config", "functionCall", "functionResponse", "response", "safetySettings",
+		"category", "threshold", "inlineData", "inline_data", "mimeType", "mime_type", "fileData",
+		"file_data", "fileUri", "file_uri",
+		// OpenRouter, Perplexity, Mistral
+		"plugins", "disable_search", "agent_id", "prefix",
+	} {
+		m[k] = internedKey{k, looseKey(k)}
+	}
+	return m
+}()
 
 // checkDuplicateKeys refuses an object with a key given twice.
 func checkDuplicateKeys(ms []jmember) error {

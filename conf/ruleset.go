@@ -88,10 +88,52 @@ type SetProvider struct {
 	// matcher holds the set's evidence lines and the provider's,
 	// compiled once.
 	matcher *EvidenceMatcher
-	// anchors are the anchors of the rules that read the body,
-	// compiled once (nil for a provider not made by ParseRuleSet:
-	// compiled when judging).
+	// plan is the rules compiled for judging, once (nil for a provider
+	// not made by ParseRuleSet: compiled when judging).
+	plan *rulePlan
+}
+
+// rulePlan is a provider's rules compiled for judging: the trie of the
+// anchors of those that read the body, and their heads, each distinct
+// one once (closed-book's 16 Anthropic rules have 4), so that a request
+// is matched against each once.
+type rulePlan struct {
 	anchors *anchorTrie
+	// heads are the distinct heads, headOf the index in heads of each
+	// rule's; bodyHeads are the heads of the rules that read the body,
+	// each once, in rule order.
+	heads     []*setHead
+	headOf    []int32
+	bodyHeads []int32
+}
+
+// compilePlan compiles p's rules.
+func compilePlan(p *SetProvider) *rulePlan {
+	pl := &rulePlan{anchors: compileAnchors(p), headOf: make([]int32, len(p.Rules))}
+	index := map[string]int32{}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		k := r.Head.key()
+		h, ok := index[k]
+		if !ok {
+			h = int32(len(pl.heads))
+			index[k] = h
+			pl.heads = append(pl.heads, &r.Head)
+		}
+		pl.headOf[i] = h
+		if r.readsBody() && !slices.Contains(pl.bodyHeads, h) {
+			pl.bodyHeads = append(pl.bodyHeads, h)
+		}
+	}
+	return pl
+}
+
+// planOf returns p's compiled rules.
+func (p *SetProvider) planOf() *rulePlan {
+	if p.plan != nil {
+		return p.plan
+	}
+	return compilePlan(p)
 }
 
 // SetRule is a tool or refuse line.
@@ -455,7 +497,7 @@ func ParseRuleSet(data []byte) (*RuleSet, error) {
 	seen := map[string]bool{}
 	for _, p := range s.Providers {
 		p.matcher = NewEvidenceMatcher(slices.Concat(s.Evidence, p.Evidence))
-		p.anchors = compileAnchors(p)
+		p.plan = compilePlan(p)
 		for _, h := range slices.Concat(p.Hosts, p.Fronts) {
 			if !seen[h] {
 				seen[h] = true
@@ -542,6 +584,28 @@ type setHead struct {
 	methods []string
 	paths   []string
 	headers []Cond
+}
+
+// key is the head as one string: two heads with one key match alike.
+func (h *setHead) key() string {
+	var b strings.Builder
+	for _, m := range h.methods {
+		b.WriteString(m)
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, p := range h.paths {
+		b.WriteString(p)
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, c := range h.headers {
+		b.WriteString(c.Key)
+		b.WriteByte(0)
+		b.WriteString(c.Glob)
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // match reports whether the head holds for some spelling of r: the

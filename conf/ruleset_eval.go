@@ -73,11 +73,9 @@ type SetJudgement struct {
 // conditions matches a spelling of its method and path.
 func (a *ActiveRuleSet) NeedsBody(r *Request) bool {
 	for _, p := range a.Providers {
-		for i := range p.Rules {
-			if !p.Rules[i].readsBody() {
-				continue
-			}
-			if ok, _ := p.Rules[i].Head.match(r); ok {
+		pl := p.planOf()
+		for _, h := range pl.bodyHeads {
+			if ok, _ := pl.heads[h].match(r); ok {
 				return true
 			}
 		}
@@ -119,17 +117,31 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 			j.Verdict, j.Rule, j.Reason, j.Spelling = VerdictDeny, rule, reason, how
 		}
 	}
-	// Whether each rule's method, path and headers match, and how:
-	// matched once per rule (by provider, then rule).
-	heads := make([][]headMatch, len(a.Providers))
+	// The providers' rules compiled, and whether each distinct head
+	// (method, path and headers) matches, and how: matched once per
+	// head (heads[pi] from base[pi]).
+	var plansBuf [2]*rulePlan
+	var baseBuf [2]int
+	plans, base := plansBuf[:0], baseBuf[:0]
+	nHeads := 0
+	for _, p := range a.Providers {
+		pl := p.planOf()
+		plans, base = append(plans, pl), append(base, nHeads)
+		nHeads += len(pl.heads)
+	}
+	var headsBuf [16]headMatch
+	heads := headsBuf[:0]
+	if nHeads > len(headsBuf) {
+		heads = make([]headMatch, nHeads)
+	} else {
+		heads = headsBuf[:nHeads]
+	}
 	head := func(pi, i int) (bool, string) {
-		if heads[pi] == nil {
-			heads[pi] = make([]headMatch, len(a.Providers[pi].Rules))
-		}
-		h := &heads[pi][i]
+		hi := plans[pi].headOf[i]
+		h := &heads[base[pi]+int(hi)]
 		if !h.done {
 			h.done = true
-			h.ok, h.how = a.Providers[pi].Rules[i].Head.match(r)
+			h.ok, h.how = plans[pi].heads[hi].match(r)
 		}
 		return h.ok, h.how
 	}
@@ -139,10 +151,7 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 	scanFor := func(pi int, d *jsonDoc) *anchorScan {
 		if scans[pi] == nil {
 			p := a.Providers[pi]
-			t := p.anchors
-			if t == nil {
-				t = compileAnchors(p)
-			}
+			t := plans[pi].anchors
 			live := make([]bool, len(p.Rules))
 			for i := range p.Rules {
 				rule := &p.Rules[i]

@@ -124,7 +124,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, j.Rule, j.Reason)
 		return
 	}
-	if !s.applyRuleSets(sw, r, sess, h, req, rec) {
+	if !s.applyRuleSets(sw, r, sc, h, req, rec) {
 		return
 	}
 	for _, in := range h.Inject {

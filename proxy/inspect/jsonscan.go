@@ -232,7 +232,13 @@ func (s *jsonScanner) beginValue(c byte, at int64) *scanHit {
 			parent = len(f.fields) - 1
 			f.want = false
 		}
-		s.stack = append(s.stack, scanFrame{obj: c == '{', start: at, wantKey: c == '{', parent: parent, empty: true})
+		// A frame popped at this depth leaves its fields' buffer for
+		// the next one.
+		var fields []conf.EvidenceField
+		if n := len(s.stack); n < cap(s.stack) {
+			fields = s.stack[:n+1][n].fields[:0]
+		}
+		s.stack = append(s.stack, scanFrame{obj: c == '{', start: at, wantKey: c == '{', parent: parent, empty: true, fields: fields})
 		s.st = stValue
 	case '"':
 		s.st, s.isKey, s.capture, s.overflow, s.raw = stString, false, want, false, s.raw[:0]
@@ -359,6 +365,9 @@ func (s *jsonScanner) end() error {
 // quotes).
 func decodeJSONString(raw []byte) string {
 	if bytes.IndexByte(raw, '\\') < 0 {
+		if v, ok := commonValues[string(raw)]; ok {
+			return v
+		}
 		return string(raw)
 	}
 	var out string
@@ -369,3 +378,24 @@ func decodeJSONString(raw []byte) string {
 	}
 	return out
 }
+
+// commonValues are values of the members evidence looks at ("type") that
+// the providers' responses repeat, read without allocating. Only read.
+var commonValues = func() map[string]string {
+	m := map[string]string{}
+	for _, v := range []string{
+		// Anthropic
+		"message", "assistant", "text", "tool_use", "thinking", "message_start", "message_delta",
+		"message_stop", "content_block_start", "content_block_delta", "content_block_stop", "text_delta",
+		"input_json_delta", "thinking_delta", "signature_delta", "ping", "error", "end_turn",
+		// OpenAI
+		"response", "response.created", "response.in_progress", "response.completed",
+		"response.output_item.added", "response.output_item.done", "response.content_part.added",
+		"response.content_part.done", "response.output_text.delta", "response.output_text.done",
+		"output_text", "function_call", "reasoning", "chat.completion", "chat.completion.chunk",
+		"summary_text", "completed", "in_progress",
+	} {
+		m[v] = v
+	}
+	return m
+}()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -201,8 +200,7 @@ func streams(resp *http.Response) bool {
 	if resp.ContentLength < 0 {
 		return true
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return mt == "text/event-stream"
+	return mediaType(resp.Header.Get("Content-Type")) == "text/event-stream"
 }
 
 // copyBufs are the buffers responses are copied through.

@@ -24,7 +24,7 @@ const RuleSetMaxBody = 32 << 20
 
 // setRecord is what the rule sets did with one request, for its line.
 type setRecord struct {
-	refs     []string // "closed-book@1 strip"
+	refs     string // "closed-book@1 strip, ..."
 	tools    []string
 	removed  []string
 	declared []string
@@ -39,11 +39,49 @@ func (sr *setRecord) logFields(l *decisionlog.Request) {
 	if sr == nil {
 		return
 	}
-	l.RuleSet = strings.Join(sr.refs, ", ")
+	l.RuleSet = sr.refs
 	l.Tools, l.Removed, l.Declared = sr.tools, sr.removed, sr.declared
 	if sr.tw != nil {
 		l.Evidence = sr.tw.seen
 	}
+}
+
+// sessionSets are the rule sets in force for a session's host under one
+// policy, resolved once for all the session's requests (while the
+// policy stays the one in force).
+type sessionSets struct {
+	pol  *conf.Policy
+	sets []conf.ActiveRuleSet // read only
+	// refs names the sets and their actions for the log; ev is their
+	// evidence, compiled; enforce: some set does more than probe.
+	refs    string
+	ev      *conf.EvidenceMatcher
+	enforce bool
+}
+
+// setsFor returns the rule sets in force for sc's host under pol.
+func (sc *sessionConn) setsFor(pol *conf.Policy) *sessionSets {
+	if ss := sc.sets.Load(); ss != nil && ss.pol == pol {
+		return ss
+	}
+	ss := &sessionSets{pol: pol, sets: pol.RuleSetsFor(sc.s.Name)}
+	refs := make([]string, len(ss.sets))
+	for i := range ss.sets {
+		refs[i] = ss.sets[i].RefAction()
+		ss.enforce = ss.enforce || ss.sets[i].Action != conf.SetProbe
+	}
+	ss.refs = strings.Join(refs, ", ")
+	if len(ss.sets) == 1 {
+		ss.ev = ss.sets[0].Matcher()
+	} else {
+		var evidence []conf.SetEvidence
+		for i := range ss.sets {
+			evidence = append(evidence, ss.sets[i].Evidence()...)
+		}
+		ss.ev = conf.NewEvidenceMatcher(evidence)
+	}
+	sc.sets.Store(ss)
+	return ss
 }
 
 // applyRuleSets judges a request by the rule sets in force for its host
@@ -51,29 +89,16 @@ func (sr *setRecord) logFields(l *decisionlog.Request) {
 // removes what a set in strip mode removes (the request then carries the
 // rewritten body), and arms the response tripwire. false means the
 // request was refused and answered.
-func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sess *Session, h *conf.InspectHost, req *conf.Request, rec *requestRecord) bool {
-	pol := s.cfg.Policy()
-	sets := pol.RuleSetsFor(sess.Name)
+func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessionConn, h *conf.InspectHost, req *conf.Request, rec *requestRecord) bool {
+	sess := sc.s
+	ss := sc.setsFor(s.cfg.Policy())
+	sets := ss.sets
 	if len(sets) == 0 {
 		return true
 	}
-	sr := &setRecord{}
+	sr := &setRecord{refs: ss.refs}
 	rec.sets = sr
-	var ev *conf.EvidenceMatcher
-	enforce := false
-	for i := range sets {
-		sr.refs = append(sr.refs, sets[i].RefAction())
-		enforce = enforce || sets[i].Action != conf.SetProbe
-	}
-	if len(sets) == 1 {
-		ev = sets[0].Matcher()
-	} else {
-		var evidence []conf.SetEvidence
-		for i := range sets {
-			evidence = append(evidence, sets[i].Evidence()...)
-		}
-		ev = conf.NewEvidenceMatcher(evidence)
-	}
+	ev, enforce := ss.ev, ss.enforce
 	refuse := func(status int, rule, reason, tool string) bool {
 		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status
 		s.writeSetRefusal(w, r, sess.Name, status, rule, reason, tool)
@@ -321,7 +346,7 @@ func (sr *setRecord) reason(rec *requestRecord) string {
 	}
 	rec.verdict, rec.reason = decisionlog.Deny, reason
 	if len(tw.lines) > 0 {
-		rec.rule = "ruleset " + strings.Join(sr.refs, ", ") + ": " + tw.lines[0]
+		rec.rule = "ruleset " + sr.refs + ": " + tw.lines[0]
 	}
 	return reason
 }

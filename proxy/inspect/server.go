@@ -156,6 +156,9 @@ type sessionConn struct {
 	// go: its transport and the host:port requests are sent to.
 	upstream          *http.Transport
 	upstreamAuthority string
+	// sets are the rule sets in force for the session's host, as last
+	// resolved (see setsFor).
+	sets atomic.Pointer[sessionSets]
 }
 
 func (c *sessionConn) Read(b []byte) (int, error) {

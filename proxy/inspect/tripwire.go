@@ -41,7 +41,7 @@ const (
 
 // tripKindOf says how a response is scanned, by its media type.
 func tripKindOf(resp *http.Response) tripKind {
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	mt := mediaType(resp.Header.Get("Content-Type"))
 	switch {
 	case mt == "text/event-stream":
 		return tripSSE
@@ -49,6 +49,22 @@ func tripKindOf(resp *http.Response) tripKind {
 		return tripJSON
 	}
 	return tripNone
+}
+
+// mediaType is the media type of a Content-Type value, as
+// mime.ParseMediaType reads it ("" if it does not parse); the usual
+// values of a model API's responses are read without parsing them.
+func mediaType(ct string) string {
+	switch ct {
+	case "application/json", "text/event-stream":
+		return ct
+	case "application/json; charset=utf-8":
+		return "application/json"
+	case "text/event-stream; charset=utf-8":
+		return "text/event-stream"
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt
 }
 
 // tripwire reads a response body through the scanner.
@@ -65,10 +81,11 @@ type tripwire struct {
 	line  int         // tripSSE: length of the current line so far
 	cr    bool        // tripSSE: the last byte was a CR
 
-	out  []byte      // released events, not yet returned
-	evjs jsonScanner // tripSSE: scans each event's data
-	data []byte      // tripSSE: an event's data
-	err  error       // returned once out is drained
+	out    []byte      // released events, not yet returned
+	outBuf []byte      // out's buffer, from its start
+	evjs   jsonScanner // tripSSE: scans each event's data
+	data   []byte      // tripSSE: an event's data
+	err    error       // returned once out is drained
 
 	// seen are the evidence IDs found (all of them in probe mode; the
 	// one that tripped otherwise), what the ID's line said.
@@ -115,7 +132,9 @@ func (t *tripwire) Read(p []byte) (int, error) {
 	}
 	if len(t.out) > 0 {
 		n := copy(p, t.out)
-		t.out = t.out[n:]
+		if t.out = t.out[n:]; len(t.out) == 0 {
+			t.out = t.outBuf[:0] // drained: its buffer serves the next events
+		}
 		return n, nil
 	}
 	return 0, t.err
@@ -245,6 +264,9 @@ func (t *tripwire) endEvent(n int) bool {
 		_ = err // data that is not JSON ("[DONE]") carries no object
 	}
 	t.out = append(t.out, ev...)
+	if cap(t.out) > cap(t.outBuf) {
+		t.outBuf = t.out[:0:cap(t.out)]
+	}
 	t.event = append(t.event[:0], t.event[n:]...)
 	t.scan = 0
 	return true
