@@ -91,8 +91,15 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 	if !utf8.Valid(data) {
 		return nil, jval{}, errors.New("not valid UTF-8")
 	}
-	if !json.Valid(data) {
-		// Say where, as ParseStrictJSON does.
+	d := &jsonDoc{b: data}
+	d.mslab, d.eslab, d.objs, d.elems = d.mslabBuf[:0], d.eslabBuf[:0], d.objsBuf[:0], d.elemsBuf[:0]
+	d.mtmp, d.etmp = d.mtmpBuf[:0], d.etmpBuf[:0]
+	if !d.index(maxJSONDepth) {
+		// Not JSON, or nested too deep: say which, and where, as
+		// ParseStrictJSON does.
+		if json.Valid(data) {
+			return nil, jval{}, errDocDepth
+		}
 		var v any
 		err := json.Unmarshal(data, &v)
 		if err == nil {
@@ -100,18 +107,14 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 		}
 		return nil, jval{}, err
 	}
-	d := &jsonDoc{b: data}
-	d.mslab, d.eslab, d.objs, d.elems = d.mslabBuf[:0], d.eslabBuf[:0], d.objsBuf[:0], d.elemsBuf[:0]
-	d.mtmp, d.etmp = d.mtmpBuf[:0], d.etmpBuf[:0]
-	if !d.index(maxJSONDepth) {
-		return nil, jval{}, errDocDepth
-	}
 	s := skipWS(data, 0)
 	return d, jval{s, d.skip(s)}, nil
 }
 
-// index reads a valid document once, filling conts with the span of
-// every object and array; false if containers nest deeper than max.
+// index reads the document once: it reports whether it is what
+// json.Valid accepts (one JSON value, whitespace around it) with
+// containers nested at most max deep, and fills conts with the span of
+// every object and array, in the order they start.
 func (d *jsonDoc) index(max int) bool {
 	b := d.b
 	if len(b) > 1<<31-1 {
@@ -126,22 +129,177 @@ func (d *jsonDoc) index(max int) bool {
 	}
 	var stack [32]int32
 	open := stack[:0] // indexes in conts of the containers not closed
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '"':
-			i = stringEnd(b, i) - 1
+	i := skipWS(b, 0)
+	// A value starts at b[i] (an object's first key read: see key).
+value:
+	for {
+		if i >= len(b) {
+			return false
+		}
+		switch c := b[i]; c {
 		case '{', '[':
-			if len(open)+1 > max {
+			if len(open) >= max {
 				return false
 			}
 			open = append(open, int32(len(d.conts)))
 			d.conts = append(d.conts, container{s: int32(i)})
-		case '}', ']':
-			d.conts[open[len(open)-1]].e = int32(i + 1)
-			open = open[:len(open)-1]
+			i = skipWS(b, i+1)
+			if i < len(b) && b[i] == c+2 { // '}' or ']': empty
+				break
+			}
+			if c == '{' {
+				if i = scanKey(b, i); i < 0 {
+					return false
+				}
+			}
+			continue value
+		case '"':
+			if i = scanString(b, i); i < 0 {
+				return false
+			}
+		case 't':
+			if !bytes.HasPrefix(b[i:], []byte("true")) {
+				return false
+			}
+			i += 4
+		case 'f':
+			if !bytes.HasPrefix(b[i:], []byte("false")) {
+				return false
+			}
+			i += 5
+		case 'n':
+			if !bytes.HasPrefix(b[i:], []byte("null")) {
+				return false
+			}
+			i += 4
+		default:
+			if i = scanNumber(b, i); i < 0 {
+				return false
+			}
+		}
+		// After a value (or at a close): close containers until a
+		// comma leads to the next value.
+		for {
+			i = skipWS(b, i)
+			if len(open) == 0 {
+				return i == len(b)
+			}
+			if i >= len(b) {
+				return false
+			}
+			top := &d.conts[open[len(open)-1]]
+			switch c := b[i]; {
+			case c == ',':
+				i = skipWS(b, i+1)
+				if b[top.s] == '{' {
+					if i = scanKey(b, i); i < 0 {
+						return false
+					}
+				}
+				continue value
+			case c == b[top.s]+2: // '}' for '{', ']' for '['
+				top.e = int32(i + 1)
+				open = open[:len(open)-1]
+				i++
+			default:
+				return false
+			}
 		}
 	}
-	return true
+}
+
+// scanKey reads an object's key and its colon at b[i]: the index of
+// the value after them, or -1 if they are not there.
+func scanKey(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	if i = scanString(b, i); i < 0 {
+		return -1
+	}
+	if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+		return -1
+	}
+	return skipWS(b, i+1)
+}
+
+// scanString reads the string at b[i] (its quote): the index after its
+// closing quote, or -1 if it is not a JSON string (a control character,
+// an escape JSON has not, no end).
+func scanString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			if j++; j >= len(b) {
+				return -1
+			}
+			switch b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(b) {
+					return -1
+				}
+				for _, h := range b[j+1 : j+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return -1
+					}
+				}
+				j += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+// scanNumber reads the number at b[i]: the index after it, or -1 if
+// none starts there (RFC 8259: -? (0 | [1-9][0-9]*) (.[0-9]+)?
+// ([eE][+-]?[0-9]+)?).
+func scanNumber(b []byte, i int) int {
+	digits := func(i int) int { // at least one digit at b[i]: the index after them, or -1
+		j := i
+		for j < len(b) && '0' <= b[j] && b[j] <= '9' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= len(b):
+		return -1
+	case b[i] == '0':
+		i++
+	default:
+		if b[i] < '1' || b[i] > '9' {
+			return -1
+		}
+		i = digits(i)
+	}
+	if i < len(b) && b[i] == '.' {
+		if i = digits(i + 1); i < 0 {
+			return -1
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i = digits(i); i < 0 {
+			return -1
+		}
+	}
+	return i
 }
 
 // find returns the index in conts of the container that starts at s, or

@@ -1,11 +1,15 @@
 package conf
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 )
 
 // The seed corpus lives in testdata/fuzz/FuzzRuleSetOnePass.
@@ -94,7 +98,7 @@ func TestRuleSetOnePass(t *testing.T) {
 	bodies = append(bodies, struct{ path, body string }{"/v1/messages", agentBody(64 << 10)},
 		struct{ path, body string }{"/v1/messages", largeBody(300)})
 	for _, c := range bodies {
-		checkIndex(t, []byte(c.body))
+		checkIndex(t, []byte(c.body), 8)
 	}
 	for _, action := range []string{SetDeny, SetStrip, SetProbe} {
 		p := closedBook(t, action)
@@ -118,7 +122,7 @@ func FuzzRuleSetOnePass(f *testing.F) {
 		pols[a] = closedBook(f, a)
 	}
 	f.Fuzz(func(t *testing.T, hostIndex, actionIndex uint8, path, body, rules string) {
-		checkIndex(t, []byte(body))
+		checkIndex(t, []byte(body), int(hostIndex%8))
 		action := actions[int(actionIndex)%len(actions)]
 		for _, a := range pols[action].RuleSetsFor(onePassHosts[int(hostIndex)%len(onePassHosts)]) {
 			sameAsRef(t, a, "POST", path, body)
@@ -184,12 +188,23 @@ func BenchmarkRuleSetOnePass(b *testing.B) {
 	}
 }
 
-// checkIndex fails t unless the index of a document that reads (see
+// checkIndex fails t unless newJSONDoc accepts what newJSONDocRef does,
+// with the same error, for every depth limit up to depth (and
+// maxJSONDepth), and unless the index of a document that reads (see
 // jsonDoc.index) holds every object and array, in order, each with the
 // end a scan of its bytes finds.
-func checkIndex(t *testing.T, body []byte) {
+func checkIndex(t *testing.T, body []byte, depth int) {
 	t.Helper()
+	for max := range depth + 1 {
+		got := (&jsonDoc{b: body}).index(max)
+		if want := json.Valid(body) && depthRef(body) <= max; got != want {
+			t.Fatalf("%q: one pass at depth %d says %v, json.Valid and the depth %v", body, max, got, want)
+		}
+	}
 	d, _, err := newJSONDoc(body)
+	if _, _, want := newJSONDocRef(body); fmt.Sprint(err) != fmt.Sprint(want) {
+		t.Fatalf("%q: newJSONDoc says %v, the two passes %v", body, err, want)
+	}
 	if err != nil {
 		return
 	}
@@ -233,4 +248,59 @@ func processCPU(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// newJSONDocRef is newJSONDoc's check as it was before the document was
+// checked and indexed in one pass (jsonDoc.index): UTF-8, json.Valid
+// (and Unmarshal's error), then the depth. Kept as the reference
+// (checkIndex).
+func newJSONDocRef(data []byte) (*jsonDoc, jval, error) {
+	if !utf8.Valid(data) {
+		return nil, jval{}, errors.New("not valid UTF-8")
+	}
+	if !json.Valid(data) {
+		var v any
+		err := json.Unmarshal(data, &v)
+		if err == nil {
+			err = errors.New("not valid JSON")
+		}
+		return nil, jval{}, err
+	}
+	if depthRef(data) > maxJSONDepth {
+		return nil, jval{}, errDocDepth
+	}
+	return nil, jval{}, nil
+}
+
+// depthRef is how deep the containers of a valid document nest.
+func depthRef(b []byte) int {
+	depth, deepest := 0, 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i) - 1
+		case '{', '[':
+			depth++
+			deepest = max(deepest, depth)
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// TestJSONDocOnePass checks the one pass that checks and indexes a body
+// (jsonDoc.index) against json.Valid and the depth, and newJSONDoc's
+// errors against the two passes', on what JSON's grammar is strict about.
+func TestJSONDocOnePass(t *testing.T) {
+	for _, body := range []string{
+		``, ` `, `{}`, `[]`, " \t[ ]\r\n", `{"":""}`, `"é"`, "\"\x7f\"", `{"a":[{"b":[]}]}`, `[[[[]]]]`,
+		`"\/"`, `"\b\f\n\r\t\"\\"`, `"\u00e9\uD83D\uDE00"`, `[1e5,-0.5E-3,0,-0,1E+2,10]`, `true`, `false`, `null`,
+		`"\x"`, `"\u12"`, `"\u12g4"`, `"\u12"x`, `"\`, `"a`, "\"\x01\"", "\"\x00\"",
+		`01`, `-`, `-a`, `1.`, `1.e3`, `1e`, `1e+`, `+1`, `.5`, `1 2`, `0x10`, `NaN`,
+		`[1,]`, `[,1]`, `[1 2]`, `{"a":1,}`, `{"a" 1}`, `{"a":}`, `{1:2}`, `{"a":1 "b":2}`, `[}`, `{]`, `{"a":1]`, `[1}`, `[[]`, `[]]`,
+		`tru`, `truex`, `nul`, `nulll`, `falsey`, `[true false]`, "\xef\xbb\xbf{}", "\"\xff\"",
+	} {
+		checkIndex(t, []byte(body), 4)
+	}
 }
