@@ -384,6 +384,16 @@ func (d *jsonDoc) matchValue(v jval, glob string) bool {
 	return Glob(glob, strings.ToLower(d.text(v)))
 }
 
+// isASCII reports whether s is all ASCII.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
 // isPlainASCII reports whether a string's raw bytes are its text, all
 // ASCII: no escape to read.
 func isPlainASCII(b []byte) bool {
@@ -846,7 +856,12 @@ func (m *EvidenceMatcher) holds(e SetEvidence, fields []EvidenceField, final boo
 				if c.glob == "" {
 					found = f.Present
 				} else {
-					found = globFoldASCII(c.glob, f.Text) || Glob(c.glob, strings.ToLower(f.Text))
+					found = globFoldASCII(c.glob, f.Text)
+					// Only a text beyond ASCII needs folding by
+					// Unicode's rules: for ASCII both are one.
+					if !found && !isASCII(f.Text) {
+						found = Glob(c.glob, strings.ToLower(f.Text))
+					}
 				}
 				if found {
 					break

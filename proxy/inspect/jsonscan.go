@@ -90,13 +90,15 @@ func (s *jsonScanner) Write(p []byte) ([]scanHit, error) {
 		c := p[i]
 		switch s.st {
 		case stString:
-			if !s.capture && !s.escape {
-				// Skip to the next quote or backslash.
+			if !s.escape {
+				// Up to the next quote or backslash: kept if wanted.
 				k := bytes.IndexAny(p[i:], `"\`)
 				if k < 0 {
+					s.keepRun(p[i:])
 					i = len(p) - 1
 					continue
 				}
+				s.keepRun(p[i : i+k])
 				i += k
 				c = p[i]
 			}
@@ -198,6 +200,19 @@ func (s *jsonScanner) keep(c byte) {
 		return
 	}
 	s.raw = append(s.raw, c)
+}
+
+// keepRun adds the bytes b of the string being read to its text, as
+// keep would one by one.
+func (s *jsonScanner) keepRun(b []byte) {
+	if !s.capture || len(b) == 0 {
+		return
+	}
+	if room := maxCapture - len(s.raw); len(b) > room {
+		b = b[:max(room, 0)]
+		s.overflow = true
+	}
+	s.raw = append(s.raw, b...)
 }
 
 // beginValue starts a value (or, in an object where one is due, a key)
