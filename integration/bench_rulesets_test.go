@@ -98,9 +98,15 @@ func BenchmarkRuleSet(b *testing.B) {
 		name string
 		run  func(p *ruleSetPath) ([]float64, int)
 	}{
-		{"keep-alive req/s", func(p *ruleSetPath) ([]float64, int) { r, n := ruleSetRate(p, inspectBenchBody); return []float64{r}, n }},
+		{"keep-alive req/s", func(p *ruleSetPath) ([]float64, int) {
+			r, n := ruleSetRate(p, inspectBenchBody)
+			return []float64{r}, n
+		}},
 		{"keep-alive latency", func(p *ruleSetPath) ([]float64, int) { l := ruleSetLatency(p, inspectBenchBody); return l, len(l) }},
-		{"stream req/s", func(p *ruleSetPath) ([]float64, int) { r, n := ruleSetRate(p, ruleSetBenchStream); return []float64{r}, n }},
+		{"stream req/s", func(p *ruleSetPath) ([]float64, int) {
+			r, n := ruleSetRate(p, ruleSetBenchStream)
+			return []float64{r}, n
+		}},
 		{"stream latency", func(p *ruleSetPath) ([]float64, int) { l := ruleSetLatency(p, ruleSetBenchStream); return l, len(l) }},
 	}
 	results := make([][][]float64, len(metrics))
