@@ -753,6 +753,8 @@ type EvidenceMatcher struct {
 	// (key, NUL, literal); scan are the rules without one.
 	byValue map[string][]int
 	scan    []int
+	// negated: the rule has a negated condition.
+	negated []bool
 }
 
 // NewEvidenceMatcher compiles evidence lines; nil if there are none.
@@ -760,10 +762,11 @@ func NewEvidenceMatcher(evs []SetEvidence) *EvidenceMatcher {
 	if len(evs) == 0 {
 		return nil
 	}
-	m := &EvidenceMatcher{rules: slices.Clone(evs), keys: map[string]string{}, byValue: map[string][]int{}}
+	m := &EvidenceMatcher{rules: slices.Clone(evs), keys: map[string]string{}, byValue: map[string][]int{}, negated: make([]bool, len(evs))}
 	for i, e := range evs {
 		indexed := false
 		for _, c := range e.Conds {
+			m.negated[i] = m.negated[i] || c.not
 			k := c.path.steps[0].key
 			m.keys[k] = k
 			if !indexed && !c.not && c.glob != "" && !strings.Contains(c.glob, "*") {
@@ -813,6 +816,28 @@ func (m *EvidenceMatcher) WantsRaw(raw []byte) (string, bool) {
 // object is complete (final false) only lines without negated
 // conditions can be decided, and a field not seen yet holds no value.
 func (m *EvidenceMatcher) Match(fields []EvidenceField, final bool) (SetEvidence, bool) {
+	return m.match(fields, final, false)
+}
+
+// MatchNegated is Match(fields, true) for fields on which Match(fields,
+// false) found nothing: only the lines with a negated condition, which
+// Match decides once the object is complete, can hold on them then. It
+// tries those alone, in Match's order.
+func (m *EvidenceMatcher) MatchNegated(fields []EvidenceField) (SetEvidence, bool) {
+	return m.match(fields, true, true)
+}
+
+func (m *EvidenceMatcher) match(fields []EvidenceField, final, onlyNegated bool) (SetEvidence, bool) {
+	// Which fields' text is beyond ASCII (the first 64), read once.
+	var wide uint64
+	for i, f := range fields[:min(len(fields), 64)] {
+		if !isASCII(f.Text) {
+			wide |= 1 << i
+		}
+	}
+	try := func(i int) bool {
+		return (!onlyNegated || m.negated[i]) && m.holds(m.rules[i], fields, final, wide)
+	}
 	// The rules a field's literal value indexes, then the others, in
 	// file order within each.
 	var buf [64]byte
@@ -827,13 +852,13 @@ func (m *EvidenceMatcher) Match(fields []EvidenceField, final bool) (SetEvidence
 			}
 		}
 		for _, i := range m.byValue[string(key)] {
-			if m.holds(m.rules[i], fields, final) {
+			if try(i) {
 				return m.rules[i], true
 			}
 		}
 	}
 	for _, i := range m.scan {
-		if m.holds(m.rules[i], fields, final) {
+		if try(i) {
 			return m.rules[i], true
 		}
 	}
@@ -841,7 +866,8 @@ func (m *EvidenceMatcher) Match(fields []EvidenceField, final bool) (SetEvidence
 }
 
 // holds reports whether evidence line e holds on fields.
-func (m *EvidenceMatcher) holds(e SetEvidence, fields []EvidenceField, final bool) bool {
+// wide says which of the first 64 fields hold text beyond ASCII.
+func (m *EvidenceMatcher) holds(e SetEvidence, fields []EvidenceField, final bool, wide uint64) bool {
 	{
 		for _, c := range e.Conds {
 			if c.not && !final {
@@ -849,7 +875,7 @@ func (m *EvidenceMatcher) holds(e SetEvidence, fields []EvidenceField, final boo
 			}
 			key := c.path.steps[0].key
 			found := false
-			for _, f := range fields {
+			for fi, f := range fields {
 				if f.Key != key {
 					continue
 				}
@@ -859,7 +885,7 @@ func (m *EvidenceMatcher) holds(e SetEvidence, fields []EvidenceField, final boo
 					found = globFoldASCII(c.glob, f.Text)
 					// Only a text beyond ASCII needs folding by
 					// Unicode's rules: for ASCII both are one.
-					if !found && !isASCII(f.Text) {
+					if !found && ((fi < 64 && wide&(1<<fi) != 0) || (fi >= 64 && !isASCII(f.Text))) {
 						found = Glob(c.glob, strings.ToLower(f.Text))
 					}
 				}

@@ -1,9 +1,11 @@
 package inspect
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -72,19 +74,93 @@ func BenchmarkRuleSetKeepAlive(b *testing.B) {
 	}
 }
 
+// benchEvents are the events of BenchmarkRuleSetStream's answer (an
+// Anthropic Messages stream).
+var benchEvents = []string{
+	`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":3,"output_tokens":1}}}`,
+	`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+	`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hello from the fake provider"}}`,
+	`{"type":"content_block_stop","index":0}`,
+	`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`,
+	`{"type":"message_stop"}`,
+}
+
+// BenchmarkTripwire is the tripwire alone on BenchmarkRuleSetStream's
+// answer, each event a read of its own as it arrives (stream), and on
+// an Anthropic Messages answer of known length read whole (json), by
+// closed-book's evidence: its cost per response, without the network
+// and TLS around it.
+func BenchmarkTripwire(b *testing.B) {
+	ev := closedBookEvidence(b, "api.anthropic.com")
+	var events [][]byte
+	for _, e := range benchEvents {
+		events = append(events, []byte("event: x\ndata: "+e+"\n\n"))
+	}
+	message := []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"hello from the fake provider"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":5}}`)
+	buf := make([]byte, 32<<10)
+	b.Run("stream", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
+		for b.Loop() {
+			tw := newTripwire(&eventReader{events: events}, tripSSE, ev, false)
+			for {
+				if _, err := tw.Read(buf); err == io.EOF {
+					break
+				} else if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
+		for b.Loop() {
+			tw := newTripwire(bytes.NewReader(message), tripJSON, ev, false)
+			for {
+				if _, err := tw.Read(buf); err == io.EOF {
+					break
+				} else if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// processCPU is the user and system CPU time the process has used, in
+// nanoseconds: a loaded machine inflates it less than the wall clock.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// eventReader returns one event per read, as a flushed stream arrives.
+type eventReader struct {
+	events [][]byte
+	i      int
+}
+
+func (r *eventReader) Read(p []byte) (int, error) {
+	if r.i == len(r.events) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.events[r.i])
+	r.i++
+	return n, nil
+}
+
 // BenchmarkRuleSetStream is BenchmarkRuleSetKeepAlive for a streamed
 // answer (six server-sent events, each scanned by the tripwire under
 // closed-book).
 func BenchmarkRuleSetStream(b *testing.B) {
 	const body = `{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	events := []string{
-		`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":3,"output_tokens":1}}}`,
-		`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
-		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hello from the fake provider"}}`,
-		`{"type":"content_block_stop","index":0}`,
-		`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":5}}`,
-		`{"type":"message_stop"}`,
-	}
+	events := benchEvents
 	for _, c := range []struct{ name, policy string }{
 		{"one rule", "api.anthropic.com\ninspect api.anthropic.com deny POST /v1/messages json:tools[].type=web_search*\n"},
 		{"closed-book", "api.anthropic.com\nruleset closed-book\n"},

@@ -57,6 +57,8 @@ type scanFrame struct {
 	empty  bool
 	// hit: the object showed evidence already (reported once).
 	hit bool
+	// changed: fields changed since the last early match.
+	changed bool
 }
 
 // maxCapture bounds the text of a key or wanted value kept.
@@ -92,7 +94,7 @@ func (s *jsonScanner) Write(p []byte) ([]scanHit, error) {
 		case stString:
 			if !s.escape {
 				// Up to the next quote or backslash: kept if wanted.
-				k := bytes.IndexAny(p[i:], `"\`)
+				k := quoteOrBackslash(p[i:])
 				if k < 0 {
 					s.keepRun(p[i:])
 					i = len(p) - 1
@@ -149,7 +151,16 @@ func (s *jsonScanner) Write(p []byte) ([]scanHit, error) {
 					return hits, s.fail() // a close after ',' or ':'
 				}
 				if f.obj && s.ev != nil && len(f.fields) > 0 && !f.hit {
-					if ev, ok := s.ev.Match(f.fields, true); ok {
+					// Unchanged since the last early match: only
+					// lines with a negated condition are left.
+					var ev conf.SetEvidence
+					var ok bool
+					if f.changed {
+						ev, ok = s.ev.Match(f.fields, true)
+					} else {
+						ev, ok = s.ev.MatchNegated(f.fields)
+					}
+					if ok {
 						hits = append(hits, scanHit{ev: ev, start: f.start})
 					}
 				}
@@ -200,6 +211,21 @@ func (s *jsonScanner) keep(c byte) {
 		return
 	}
 	s.raw = append(s.raw, c)
+}
+
+// quoteOrBackslash is the index of the first '"' or '\\' in b, or -1.
+func quoteOrBackslash(b []byte) int {
+	q := bytes.IndexByte(b, '"')
+	if q < 0 {
+		q = len(b)
+	}
+	if e := bytes.IndexByte(b[:q], '\\'); e >= 0 {
+		return e
+	}
+	if q == len(b) {
+		return -1
+	}
+	return q
 }
 
 // keepRun adds the bytes b of the string being read to its text, as
@@ -292,9 +318,11 @@ func (s *jsonScanner) setField(obj *scanFrame, i int, text string, present bool)
 		return nil
 	}
 	obj.fields[i].Text, obj.fields[i].Present = text, present
+	obj.changed = true
 	if obj.hit {
 		return nil
 	}
+	obj.changed = false
 	if ev, ok := s.ev.Match(obj.fields, false); ok {
 		obj.hit = true
 		return &scanHit{ev: ev, start: obj.start}
@@ -315,6 +343,7 @@ func (s *jsonScanner) endString() *scanHit {
 			if key, ok := s.ev.WantsRaw(s.raw); ok {
 				f.key, f.want = key, true
 				f.fields = append(f.fields, conf.EvidenceField{Key: key})
+				f.changed = true
 			}
 		}
 		s.st = stColon
