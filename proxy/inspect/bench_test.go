@@ -42,7 +42,8 @@ func BenchmarkKeepAlive(b *testing.B) {
 // BenchmarkRuleSetKeepAlive is BenchmarkKeepAlive on a model API host
 // with one body rule beside the same host with the closed-book set (the
 // integration BenchmarkRuleSet's keep-alive rows), for profiling the
-// set's share.
+// set's share. cpu-ns/op is the process's CPU time per request (client,
+// proxy and upstream together).
 func BenchmarkRuleSetKeepAlive(b *testing.B) {
 	const body = `{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"bash_20250124","name":"bash"}]}`
 	for _, c := range []struct{ name, policy string }{
@@ -53,6 +54,8 @@ func BenchmarkRuleSetKeepAlive(b *testing.B) {
 			bd := newSetBed(b, "api.anthropic.com", c.policy)
 			cl := bd.client(false)
 			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/messages", strings.NewReader(body))
@@ -176,6 +179,8 @@ func BenchmarkRuleSetStream(b *testing.B) {
 			}
 			cl := bd.client(false)
 			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/messages", strings.NewReader(body))
