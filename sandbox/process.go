@@ -31,6 +31,11 @@ const proxyConfigFile = "proxy-config.json"
 // last one ended.
 const supervisorFile = "supervisor.json"
 
+// hostDropsFile is where the proxy keeps what it has logged of each
+// host-side drop rule, so that a new worker does not log it again (see
+// package proxy/droplog).
+const hostDropsFile = "hostdrops.json"
+
 // proxyDrainTimeout is how long a sandbox's proxy lets open connections
 // finish once it is told to stop: the sandbox is going.
 const proxyDrainTimeout = 500 * time.Millisecond

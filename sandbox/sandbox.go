@@ -380,6 +380,7 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 		// The proxy runs in this namespace, the layer's: it logs what
 		// the layer drops for the sandbox from its counters.
 		cfg.HostLayerKey = s.Key
+		cfg.HostDropsState = filepath.Join(s.Dir, hostDropsFile)
 		if host, err = listenHost(filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false)); err != nil {
 			return nil, err
 		}

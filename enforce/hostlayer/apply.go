@@ -73,6 +73,9 @@ func apply(nsPath string, spec Spec) ([]Pin, error) {
 	if err := n.checkMACConflicts(s, ifaces, inetSets, bridgeSets); err != nil {
 		return nil, err
 	}
+	if s.logGroup, err = pickLogGroup(s.Key, inetSets[setLogGroups]); err != nil {
+		return nil, err
+	}
 	claimIsolation(ifaces, bridgeSets)
 	if err := n.stageApply(inet, s, ifaces, inetSets); err != nil {
 		return nil, fmt.Errorf("%s: %w", inet, err)
@@ -182,6 +185,14 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 			for _, r := range b.rules {
 				nft.AddRule(c, ch, r)
 			}
+		}
+	}
+	if l.logs(s, ifaces) {
+		// Before the sandbox chain, whose drops go to it.
+		lc := c.AddChain(l.logChain(s.Key))
+		c.FlushChain(lc)
+		for _, r := range l.logRules(s.logGroup) {
+			nft.AddRule(c, lc, r)
 		}
 	}
 	ch := c.AddChain(l.sandboxChain(s.Key))
@@ -399,7 +410,22 @@ func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
 		return false, err
 	}
 	n.Conn.DelChain(l.sandboxChain(key))
+	// Then its log chain, which nothing goes to any more.
+	if ok, err := n.hasChain(l, logChainName(key)); err != nil {
+		return false, err
+	} else if ok {
+		n.Conn.DelChain(l.logChain(key))
+	}
 	return true, nil
+}
+
+// hasChain reports whether l's table has chain name.
+func (n *runtimeNS) hasChain(l layout, name string) (bool, error) {
+	chains, err := nft.Chains(n.Conn, l.table)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(chains, func(c *nftables.Chain) bool { return c.Name == name }), nil
 }
 
 // sandboxChains returns the names of the sandbox chains in l's table, none

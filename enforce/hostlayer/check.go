@@ -62,6 +62,15 @@ func check(nsPath string, spec Spec) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", bridgeLayout(), err)
 	}
+	inetSets, err := n.readSets(inetLayout())
+	if err != nil {
+		return fmt.Errorf("%s: %w", inetLayout(), err)
+	}
+	g, ok := ownLogGroup(s.Key, inetSets[setLogGroups])
+	if !ok {
+		return fmt.Errorf("%s: set %q has no nflog group for the sandbox", inetLayout(), setLogGroups)
+	}
+	s.logGroup = g
 	held := heldPorts(bridgeSets)
 	for i := range ifaces {
 		ifaces[i].isolationOwned = ifaces[i].bridge != "" && held[uint32(ifaces[i].index)]
@@ -119,6 +128,18 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 	}
 	if err := nft.CompareRules(n.Conn, ch, l.sandboxRules(s, ifaces), "layer"); err != nil {
 		return err
+	}
+	if l.logs(s, ifaces) {
+		lc, err := n.chain(l, logChainName(s.Key))
+		if err != nil {
+			return err
+		}
+		if lc.Hooknum != nil {
+			return fmt.Errorf("chain %q is a base chain, want a regular one", lc.Name)
+		}
+		if err := nft.CompareRules(n.Conn, lc, l.logRules(s.logGroup), "layer"); err != nil {
+			return err
+		}
 	}
 
 	current, err := n.readSets(l)

@@ -121,7 +121,17 @@ func layouts() []layout {
 // sandboxRules is the sandbox chain of l for s, every drop counting what
 // it drops (see counted).
 func (l layout) sandboxRules(s Spec, ifaces []hostIface) []nft.RuleSpec {
-	return counted(l.rules(s, ifaces))
+	return counted(l.rules(s, ifaces), s.Key)
+}
+
+// logs reports whether l's sandbox chains drop anything, and so whether
+// it has log chains.
+func (l layout) logs(s Spec, ifaces []hostIface) bool {
+	return hasDrops(l.rules(s, ifaces))
+}
+
+func (l layout) logChain(key string) *nftables.Chain {
+	return &nftables.Chain{Name: logChainName(key), Table: l.table}
 }
 
 func (l layout) String() string {
@@ -184,19 +194,21 @@ func inetLayout() layout {
 			{name: setMACs, keyType: typeIfaceMAC, verdicts: true},
 			{name: setAddrs4, keyType: typeIfaceAddr4},
 			{name: setAddrs6, keyType: typeIfaceAddr6},
+			{name: setLogGroups, keyType: nftables.TypeInetService, verdicts: true},
 		},
 		bases: []baseSpec{{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: inetPriority, rules: []nft.RuleSpec{
 			nft.Rule("routed sandbox interfaces go to their chains", dispatchIface(setIfaces)),
 			nft.Rule("bridged sandboxes go to their chains by bridge and source mac", dispatchIfaceMAC(setMACs)),
 		}}},
 		rules: inetRules,
-		elements: func(chain string, _ Spec, ifaces []hostIface) map[string][]element {
+		elements: func(chain string, s Spec, ifaces []hostIface) map[string][]element {
 			els := dispatchElements(chain, ifaces)
 			for _, i := range ifaces {
 				if i.bridge == "" {
 					addAddrElements(els, i)
 				}
 			}
+			els[setLogGroups] = []element{{key: logGroupKey(s.logGroup), chain: chain}}
 			return els
 		},
 		setIDs: 1 << 8,

@@ -94,7 +94,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT | dns SERVER NAME | sleep DURATION  [--timeout D]")
+	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT [--flood N] | dns SERVER NAME | sleep DURATION  [--timeout D]")
 	os.Exit(exitUsage)
 }
 
@@ -276,6 +276,7 @@ func runUDP(args []string) error {
 	fs := flag.NewFlagSet("udp", flag.ContinueOnError)
 	send := fs.String("send", "doorman-probe", "the datagram to send")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for an answer")
+	flood := fs.Int("flood", 0, "send this many datagrams first, as fast as it can, without waiting for answers")
 	pos, err := parse(fs, args, 1, "ADDR:PORT")
 	if err != nil {
 		return err
@@ -285,6 +286,11 @@ func runUDP(args []string) error {
 		return err
 	}
 	defer c.Close()
+	for range *flood {
+		if _, err := io.WriteString(c, *send); err != nil {
+			return err
+		}
+	}
 	return sendAndRead(c, *send, *timeout)
 }
 
