@@ -225,6 +225,9 @@ func watchHostDrops(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, 
 		logger.Error(decisionlog.MsgHostDropsNotLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
 		return
 	}
+	// Bound before the proxy says it is ready: the packets the layer
+	// logs from then on reach it.
+	p.Open()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -45,6 +45,13 @@ import (
 // DefaultInterval is how often a Poller reads the counters.
 const DefaultInterval = 2 * time.Second
 
+// openEagerly is how long after it starts a Poller looks for the
+// sandbox's NFLOG group every openRetry, rather than at every reading.
+const (
+	openEagerly = 5 * time.Second
+	openRetry   = 50 * time.Millisecond
+)
+
 // ReasonPrefix begins the reason of every line a Poller writes.
 const ReasonPrefix = "host-layer: "
 
@@ -202,11 +209,16 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 	}()
 	next := time.Now()
+	// The layer is usually applied while the proxy starts: the group is
+	// looked for every openRetry at first, then at every reading.
+	eager := time.Now().Add(openEagerly)
 	for {
 		if now := time.Now(); !now.Before(next) {
 			p.openPackets()
 			p.pollErr = p.Poll(now)
 			next = now.Add(p.cfg.Interval)
+		} else if p.packets == nil && now.Before(eager) {
+			p.openPackets()
 		}
 		if ctx.Err() != nil {
 			if err := p.Poll(time.Now()); err != nil {
@@ -219,6 +231,9 @@ func (p *Poller) Run(ctx context.Context) error {
 			deadline = d
 		}
 		if p.packets == nil {
+			if r := time.Now().Add(openRetry); r.Before(eager) && r.Before(deadline) {
+				deadline = r
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Until(deadline)):
@@ -244,6 +259,12 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Open opens the sandbox's NFLOG group now, if it is not open, so that a
+// caller can have the group bound before the sandbox sends anything:
+// until then the layer's drops are only counted. Run tries again at every
+// reading if it fails.
+func (p *Poller) Open() { p.openPackets() }
 
 // openPackets opens the group if it is not open.
 func (p *Poller) openPackets() {
