@@ -143,12 +143,26 @@
 //	        ether type ip6 accept                            judged by table inet doorman-host
 //	        drop                                             VLAN-tagged, PPPoE, any other type
 //
-// Every drop in a sbx-<key> chain has a counter in front of its verdict
-// (`counter drop`; the sketch leaves it out): ReadDrops reads them, and the
-// sandbox's proxy logs what they count as denials lines (package
-// proxy/droplog). Check ignores the counters' values. The drops of the
-// shared chains (prerouting, forward, output, the shape chains) are not
-// counted: they are nobody's in particular.
+// Every drop in a sbx-<key> chain (the sketch shows `drop`) is in fact
+// `counter meta mark set N goto log-<key>`: it counts what it drops, marks
+// it with the rule's number among the chain's drops, and hands it to the
+// sandbox's log chain in the same table, which logs it to the sandbox's
+// NFLOG group at most LogRate a second after a burst of LogBurst, and
+// drops it (see LogRate):
+//
+//	chain log-<key>   one per sandbox and table with drops
+//	    limit rate 10/second burst 20 packets log prefix "TABLE" group G snaplen 128
+//	    drop
+//	map log-groups { type inet_service : verdict }  (table inet doorman-host) group G -> jump sbx-<key>
+//
+// Apply hands each sandbox its group, from LogGroupBase on, and records it
+// in log-groups (no rule looks the map up: its elements say which groups
+// are taken, and by whom). ReadDrops reads the counters and marks,
+// ReadLogGroup the group, and the sandbox's proxy logs what they count
+// (package proxy/droplog). Check ignores the counters' values. The drops
+// of the shared chains (prerouting, forward, output, the shape chains) are
+// neither counted nor logged: no sandbox chain is reached from there, and
+// see docs/runtimes.md for which of them could be anyone's.
 //
 // (One rule per type or address where the sketch shows a set: the rules
 // name each type on its own. In the bridge table's accepts, accept ends
