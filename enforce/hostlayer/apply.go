@@ -268,7 +268,7 @@ func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, curre
 		}
 		var del []nftables.SetElement
 		for _, e := range current[ss.name] {
-			mine := e.chain == chain || (!ss.verdicts && owned[keyIndex(e.key)])
+			mine := e.chain == chain || e.chain == logChainOf(chain) || (!ss.verdicts && owned[keyIndex(e.key)])
 			if mine || wanted[string(e.key)] {
 				del = append(del, nftables.SetElement{Key: e.key})
 			}

@@ -170,7 +170,7 @@ func compareElements(l layout, current map[string][]element, chain string, want 
 			}
 		}
 		for _, e := range current[ss.name] {
-			mine := e.chain == chain || (!ss.verdicts && owned[keyIndex(e.key)])
+			mine := e.chain == chain || e.chain == logChainOf(chain) || (!ss.verdicts && owned[keyIndex(e.key)])
 			if mine && !wanted[string(e.key)] {
 				return fmt.Errorf("set %q has the element %s for the sandbox, which it should not have", ss.name, keyString(e.key))
 			}

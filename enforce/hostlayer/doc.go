@@ -112,10 +112,13 @@
 //	        icmpv6 type mldv2 report @th,48,16 >= I+1 @th,(8+20I+1)*8,24 != 0 drop   I 0-7: no sources, no aux data
 //	    chain prerouting  type filter hook prerouting priority filter (-200), policy accept
 //	        meta iif vmap @sandboxes
+//	    map port-logs { type iface_index : verdict }         sandbox port -> jump log-<key>
 //	    chain forward     type filter hook forward priority filter (-200), policy accept
 //	        meta iif @sandbox-ports meta oif @sandbox-ports drop   no frame from a sandbox to another
 //	        ether type ip meta iif @unfiltered-ip drop
 //	        ether type ip6 meta iif @unfiltered-ip6 drop
+//	            (each of these three first as `MATCH meta mark set M meta iif vmap @port-logs`:
+//	            counted and logged as the input port's sandbox's; the plain drop if the map lacks it)
 //	        ether daddr & 01:00:00:00:00:00 == 0 meta oif @sandbox-ports
 //	            meta oif . ether daddr != @sandbox-port-macs drop  flooded unicast for a neighbour
 //	    chain output      type filter hook output priority filter (-200), policy accept
@@ -159,10 +162,12 @@
 // in log-groups (no rule looks the map up: its elements say which groups
 // are taken, and by whom). ReadDrops reads the counters and marks,
 // ReadLogGroup the group, and the sandbox's proxy logs what they count
-// (package proxy/droplog). Check ignores the counters' values. The drops
-// of the shared chains (prerouting, forward, output, the shape chains) are
-// neither counted nor logged: no sandbox chain is reached from there, and
-// see docs/runtimes.md for which of them could be anyone's.
+// (package proxy/droplog). Check ignores the counters' values. The log
+// chain of table bridge doorman-host first counts, by their marks, the
+// forward chain's drops of what the sandbox's ports send (`meta mark M
+// counter`, one per drop, commented as the drop). The other drops of the
+// shared chains (flooded unicast to a sandbox's port, the shape chains)
+// are neither counted nor logged: see docs/runtimes.md.
 //
 // (One rule per type or address where the sketch shows a set: the rules
 // name each type on its own. In the bridge table's accepts, accept ends

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -58,6 +59,9 @@ const (
 
 func logChainName(key string) string { return logChainPrefix + key }
 
+// logChainOf is the log chain of the sandbox of chain sbx-<key>.
+func logChainOf(chain string) string { return logChainName(strings.TrimPrefix(chain, chainPrefix)) }
+
 // hasDrops reports whether rules drop anything.
 func hasDrops(rules []nft.RuleSpec) bool {
 	return slices.ContainsFunc(rules, isDrop)
@@ -94,17 +98,35 @@ func counted(rules []nft.RuleSpec, key string) []nft.RuleSpec {
 
 // markAndLog is `counter meta mark set MARK goto log-<key>`.
 func markAndLog(mark uint32, key string) []expr.Any {
+	return slices.Concat([]expr.Any{&expr.Counter{}}, markSet(mark),
+		[]expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: logChainName(key)}})
+}
+
+// markSet is `meta mark set MARK`.
+func markSet(mark uint32) []expr.Any {
 	return []expr.Any{
-		&expr.Counter{},
 		&expr.Immediate{Register: nft.Reg, Data: binaryutil.NativeEndian.PutUint32(mark)},
 		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: nft.Reg},
-		&expr.Verdict{Kind: expr.VerdictGoto, Chain: logChainName(key)},
 	}
 }
 
-// logRules is the log chain of a sandbox in table l, logging to group.
+// markIs is `meta mark MARK`.
+func markIs(mark uint32) []expr.Any {
+	return nft.Load(&expr.Meta{Key: expr.MetaKeyMARK, Register: nft.Reg}, nft.Eq(binaryutil.NativeEndian.PutUint32(mark)))
+}
+
+// logRules is the log chain of a sandbox in table l, logging to group. In
+// table bridge doorman-host it first counts, for the sandbox, the shared
+// forward chain's drops of what its ports send, by their marks (see
+// sharedPortDrops).
 func (l layout) logRules(group uint16) []nft.RuleSpec {
-	return []nft.RuleSpec{
+	var rules []nft.RuleSpec
+	if l.table.Family == nftables.TableFamilyBridge {
+		for _, d := range sharedPortDropSpecs() {
+			rules = append(rules, nft.Rule(d.comment, markIs(d.mark), []expr.Any{&expr.Counter{}}))
+		}
+	}
+	return append(rules,
 		nft.Rule(fmt.Sprintf("drops are logged to nflog group %d, at most %d a second", group, LogRate),
 			[]expr.Any{
 				&expr.Limit{Type: expr.LimitTypePkts, Rate: LogRate, Unit: expr.LimitTimeSecond, Burst: LogBurst},
@@ -116,7 +138,7 @@ func (l layout) logRules(group uint16) []nft.RuleSpec {
 				},
 			}),
 		nft.Rule("the sandbox's drops are dropped", nft.Drop()),
-	}
+	)
 }
 
 // pickLogGroup returns sandbox key's NFLOG group: the one the map
@@ -216,8 +238,40 @@ func readDrops(nsPath, key string) ([]Drop, error) {
 				out = append(out, d)
 			}
 		}
+		if l.table.Family != nftables.TableFamilyBridge {
+			continue
+		}
+		// The shared drops counted in the log chain (see logRules).
+		rules, err = n.Conn.GetRules(l.table, l.logChain(key))
+		if err != nil {
+			if nft.IsNotExist(err) {
+				continue
+			}
+			return nil, fmt.Errorf("%s: list chain %s: %w", l, logChainName(key), err)
+		}
+		for _, r := range rules {
+			if d, ok := sharedDropOf(r); ok {
+				d.Table = l.String()
+				out = append(out, d)
+			}
+		}
 	}
 	return out, nil
+}
+
+// sharedDropOf returns the counter of r if r is `meta mark MARK counter`.
+func sharedDropOf(r *nftables.Rule) (Drop, bool) {
+	if len(r.Exprs) != 3 {
+		return Drop{}, false
+	}
+	m, ok1 := r.Exprs[0].(*expr.Meta)
+	cmp, ok2 := r.Exprs[1].(*expr.Cmp)
+	c, ok3 := r.Exprs[2].(*expr.Counter)
+	if !ok1 || !ok2 || !ok3 || m.Key != expr.MetaKeyMARK || m.SourceRegister || cmp.Op != expr.CmpOpEq || len(cmp.Data) != 4 {
+		return Drop{}, false
+	}
+	comment, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+	return Drop{Rule: comment, Handle: r.Handle, Mark: binaryutil.NativeEndian.Uint32(cmp.Data), Packets: c.Packets, Bytes: c.Bytes}, true
 }
 
 // dropOf returns the counter of r if r is a counted drop: it ends in
