@@ -376,7 +376,7 @@ func remove(nsPath string, key string) error {
 // stageRemove queues the removal of sandbox key from one table and reports
 // whether there was anything to remove.
 func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
-	chains, err := n.sandboxChains(l)
+	chains, hasLog, err := n.sandboxChains(l, logChainName(key))
 	if err != nil {
 		return false, err
 	}
@@ -411,37 +411,28 @@ func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
 	}
 	n.Conn.DelChain(l.sandboxChain(key))
 	// Then its log chain, which nothing goes to any more.
-	if ok, err := n.hasChain(l, logChainName(key)); err != nil {
-		return false, err
-	} else if ok {
+	if hasLog {
 		n.Conn.DelChain(l.logChain(key))
 	}
 	return true, nil
 }
 
-// hasChain reports whether l's table has chain name.
-func (n *runtimeNS) hasChain(l layout, name string) (bool, error) {
-	chains, err := nft.Chains(n.Conn, l.table)
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(chains, func(c *nftables.Chain) bool { return c.Name == name }), nil
-}
-
 // sandboxChains returns the names of the sandbox chains in l's table, none
-// if the table is not there.
-func (n *runtimeNS) sandboxChains(l layout) ([]string, error) {
+// if the table is not there, and whether it has chain other.
+func (n *runtimeNS) sandboxChains(l layout, other string) ([]string, bool, error) {
 	chains, err := nft.Chains(n.Conn, l.table)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var names []string
+	has := false
 	for _, c := range chains {
 		if strings.HasPrefix(c.Name, chainPrefix) {
 			names = append(names, c.Name)
 		}
+		has = has || c.Name == other
 	}
-	return names, nil
+	return names, has, nil
 }
 
 // hasTable reports whether l's table exists.
