@@ -46,9 +46,11 @@ const (
 	LogSnaplen = 128
 	// LogGroupBase and LogGroupSpan are the NFLOG groups the layer
 	// hands out, one per sandbox: LogGroupBase to
-	// LogGroupBase+LogGroupSpan-1.
-	LogGroupBase = 0xd000
-	LogGroupSpan = 0x1000
+	// LogGroupBase+LogGroupSpan-1 (4096 to 65535: the low groups, where
+	// ulogd and hand-written rules log, stay free). A namespace with more
+	// sandboxes than that refuses the next one.
+	LogGroupBase = 0x1000
+	LogGroupSpan = 0x10000 - LogGroupBase
 
 	logChainPrefix = "log-"
 	// setLogGroups is table inet doorman-host's map from each sandbox's
