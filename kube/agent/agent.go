@@ -212,10 +212,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // served reports whether the API server serves resource in groupVersion.
 // Only the API server's answer that it does not (404) is a no: any other
-// error is tried again (every 1 s, then up to every 30 s) until it
-// answers or ctx is done (the error then).
+// error is tried again (after 1 s, then 2 s, then every 4 s, as the
+// watches retry: an agent started while the API server is away starts
+// within seconds of its return) until it answers or ctx is done (the
+// error then).
 func (a *Agent) served(ctx context.Context, groupVersion, resource string) (bool, error) {
-	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+	for delay := time.Second; ; delay = min(2*delay, 4*time.Second) {
 		l, err := a.cfg.Kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
 		switch {
 		case err == nil:
