@@ -5,9 +5,9 @@
 // happened through its output and, above all, its exit status, so a test can
 // tell "allowed", "denied by a TLS alert", "refused" and "dropped" apart:
 //
-//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--timeout D] [--every D [URL...]]
-//	    HTTP(S) GET (with --data, a POST of that JSON body); prints
-//	    "status: N" and the body. With --every, GETs each URL in turn
+//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--header NAME:VALUE]... [--timeout D] [--every D [URL...]]
+//	    HTTP(S) GET (with --data, a POST of that JSON body; each --header
+//	    added to the request); prints "status: N" and the body. With --every, GETs each URL in turn
 //	    every D, each on a new connection, forever, printing nothing (a
 //	    pod whose requests a benchmark watches arrive at the servers).
 //	probe tcp ADDR:PORT [--send DATA] [--timeout D]
@@ -159,6 +159,8 @@ func runGet(args []string) error {
 	repeat := fs.Int("repeat", 0, "make the request this many more times, each on a new connection, and print their median and 90th percentile times (the benchmarks)")
 	data := fs.String("data", "", "a JSON body to POST instead of a GET")
 	every := fs.Duration("every", 0, "repeat every D, forever, on new connections, silently")
+	var headers headerFlags
+	fs.Var(&headers, "header", "NAME:VALUE: a header of the request (repeatable)")
 	want := 1
 	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--every") || strings.HasPrefix(a, "-every") }) {
 		want = -1
@@ -226,6 +228,9 @@ func runGet(args []string) error {
 	if *data != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	for _, h := range headers {
+		req.Header.Add(h[0], h[1])
+	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return err
@@ -249,6 +254,20 @@ func runGet(args []string) error {
 	}
 	slices.Sort(times)
 	fmt.Printf("repeat: %d median_us %d p90_us %d\n", len(times), times[len(times)/2].Microseconds(), times[len(times)*9/10].Microseconds())
+	return nil
+}
+
+// headerFlags are the --header NAME:VALUE flags of probe get.
+type headerFlags [][2]string
+
+func (h *headerFlags) String() string { return fmt.Sprint(*h) }
+
+func (h *headerFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("--header %q: want NAME:VALUE", v)
+	}
+	*h = append(*h, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
 	return nil
 }
 
