@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/procstat"
 	"github.com/doorman-net/doorman/proxy/supervise"
@@ -144,26 +143,27 @@ func Start(stateDir, key string) (*ProxyChange, error) {
 		if !s.NetNSCurrent() {
 			return nil, s.errNetNSGone()
 		}
-		if err := checkNetNS(s.NetNS); err != nil {
+		sys := s.sys()
+		if err := sys.netns.Check(s.NetNS); err != nil {
 			return nil, err
 		}
 		old := *s
 		replaced := !s.Stopped && s.Serving()
 		next := *s
 		next.Supervisor, next.supervision, next.Cgroup, next.CgroupError = nil, nil, nil, ""
-		spawned, err := next.spawnProxy(next.makeCgroup(), workerServing)
+		spawned, err := sys.proxies.Start(&next, next.makeCgroup(), workerServing)
 		if err != nil {
 			return nil, err
 		}
 		if err := next.started(spawned); err != nil {
 			return nil, err
 		}
-		if err := enforce.Apply(next.NetNS, next.spec()); err != nil {
+		if err := sys.rules.Apply(next.NetNS, next.spec()); err != nil {
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}
 		if err := next.reapplyHostLayer(); err != nil {
-			enforce.Apply(old.NetNS, old.spec())
+			sys.rules.Apply(old.NetNS, old.spec())
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}

@@ -1,0 +1,384 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/spec"
+)
+
+// These tests drive the sandbox lifecycle through a fakeKernel: what it
+// decides, in which order, what it undoes when a step fails, and what it
+// leaves behind. They need no root; the root tests beside them and in
+// ./integration run the same lifecycle on the host.
+
+// fakeRequest is a request to enforce mode on sandbox key in the fake
+// namespace ns, with its state and logs in a temporary directory.
+func fakeRequest(t *testing.T, key, ns string, mode conf.Mode) Request {
+	t.Helper()
+	p, err := conf.NewPolicy(mode, []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Request{
+		Attachment:  Attachment{Key: key, Runtime: "cni", NetNS: ns, Network: "net", IfName: "eth0"},
+		Spec:        spec.Spec{Policy: p, LogDir: t.TempDir()},
+		StateDir:    t.TempDir(),
+		ProxyBinary: "/nonexistent/doorman",
+	}
+	return r
+}
+
+// wantOps fails t unless the calls f recorded are want, in order.
+func wantOps(t *testing.T, f *fakeKernel, want ...string) {
+	t.Helper()
+	if got := f.ops(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n got %v\nwant %v", got, want)
+	}
+}
+
+// The steps of a new sandbox, in order: the namespace is checked, the
+// table looked for (none: Create, which never overwrites), the proxy's
+// cgroup made and its move warmed up before the proxy starts, then the
+// ruleset, and the supervisor named and waited for after the state is
+// saved.
+func TestEnforceSteps(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	s, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, f, "netns.Check", "rules.Present", "cgroups.Layout", "cgroups.Create", "cgroups.WarmMigration",
+		"proxy.Start", "rules.Create", "proxy.supervisor", "proxy.wait")
+	if s.Port4 != 15001 || s.Supervisor == nil || s.PID != s.Supervisor.PID+1 || s.Cgroup == nil {
+		t.Errorf("state %+v: want the proxy's ports, supervisor, worker and cgroup recorded", s)
+	}
+	if got := f.rules["/fake/ns/a"]; got.Port4 != 15001 || got.DenyAll {
+		t.Errorf("ruleset %+v: want a redirect to the proxy's port", got)
+	}
+	loaded, err := f.system().load(r.StateDir, r.Key)
+	if err != nil || loaded.NetNSIno != 101 || loaded.Supervisor == nil {
+		t.Fatalf("saved state %+v, %v: want the namespace's identity and the supervisor", loaded, err)
+	}
+	if _, err := os.Stat(loaded.PolicyPath()); err != nil {
+		t.Errorf("policy file: %v", err)
+	}
+	if err := f.system().check(r.StateDir, r.Key); err != nil {
+		t.Errorf("check after enforce: %v", err)
+	}
+}
+
+// Mode none has no proxy and no cgroup: the deny-all ruleset only.
+func TestEnforceModeNone(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
+	if _, err := f.system().enforce(r); err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, f, "netns.Check", "rules.Present", "rules.Create")
+	if !f.rules["/fake/ns/a"].DenyAll {
+		t.Errorf("ruleset %+v: want deny-all", f.rules["/fake/ns/a"])
+	}
+}
+
+// A failure at any step of a new sandbox leaves nothing behind: no
+// ruleset, host-side layer, process, cgroup or state directory, and the
+// error says what failed.
+func TestEnforceRollsBack(t *testing.T) {
+	for _, step := range []string{"proxy.Start", "rules.Create", "layer.FindHostPeers", "layer.Apply", "proxy.supervisor", "proxy.wait", "cgroups.Layout"} {
+		t.Run(step, func(t *testing.T) {
+			f := newFakeKernel()
+			f.fail[step] = errors.New("injected failure")
+			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+			r.Spec.HostLayer = true
+			_, err := f.system().enforce(r)
+			if step == "cgroups.Layout" {
+				// No cgroup is no failure: the proxy runs without.
+				if err != nil {
+					t.Fatalf("enforce without cgroups: %v", err)
+				}
+				if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+					t.Fatal(err)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), "injected failure") {
+				t.Fatalf("enforce: %v, want the injected failure", err)
+			}
+			if left := f.leftovers(); left != "" {
+				t.Errorf("left behind: %s (calls %v)", left, f.ops())
+			}
+			if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("state directory: %v, want it gone", err)
+			}
+		})
+	}
+}
+
+// A namespace that another live sandbox holds is refused before anything
+// changes: its ruleset, proxy and state stay as they were.
+func TestEnforceRefusesHeldNamespace(t *testing.T) {
+	f := newFakeKernel()
+	first := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	if _, err := f.system().enforce(first); err != nil {
+		t.Fatal(err)
+	}
+	before := f.leftovers()
+	f.reset()
+	second := fakeRequest(t, "c1-eth1", "/fake/ns/a", conf.ModeAllowlist)
+	second.StateDir = first.StateDir
+	_, err := f.system().enforce(second)
+	if err == nil || !strings.Contains(err.Error(), "already enforced by doorman sandbox c1-eth0") {
+		t.Fatalf("enforce in a held namespace: %v", err)
+	}
+	for _, op := range f.ops() {
+		if op != "netns.Check" && op != "rules.Present" {
+			t.Errorf("refused enforce called %s", op)
+		}
+	}
+	if after := f.leftovers(); after != before {
+		t.Errorf("installed %q, want %q as before", after, before)
+	}
+	if _, err := os.Stat(filepath.Join(second.StateDir, second.Key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refused sandbox's state directory: %v", err)
+	}
+	if err := f.system().check(first.StateDir, first.Key); err != nil {
+		t.Errorf("holder after the refusal: %v", err)
+	}
+}
+
+// A table nobody live holds is a leftover: the new sandbox replaces it
+// with Apply (Create never overwrites).
+func TestEnforceReplacesLeftoverTable(t *testing.T) {
+	f := newFakeKernel()
+	f.rules["/fake/ns/a"] = f.rules["/fake/ns/a"]
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	if _, err := f.system().enforce(r); err != nil {
+		t.Fatal(err)
+	}
+	if ops := f.ops(); !slices.Contains(ops, "rules.Apply") || slices.Contains(ops, "rules.Create") {
+		t.Errorf("calls %v: want the leftover replaced by Apply", ops)
+	}
+}
+
+// Enforcing a live sandbox again re-applies its ruleset and keeps its
+// proxy: no second proxy, same ports.
+func TestEnforceIdempotent(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	first, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.reset()
+	again, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOps(t, f, "netns.Check", "rules.Apply")
+	if again.Supervisor.PID != first.Supervisor.PID || again.Port4 != first.Port4 {
+		t.Errorf("re-enforced %+v, want the first proxy %+v kept", again.Supervisor, first.Supervisor)
+	}
+}
+
+// A recorded sandbox whose proxy died is torn down (its processes, its
+// ruleset), then enforced afresh.
+func TestEnforceStaleStateStartsAfresh(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	first, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(f.live)
+	f.reset()
+	again, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := f.ops()
+	rm, start := slices.Index(ops, "rules.Remove"), slices.Index(ops, "proxy.Start")
+	if rm < 0 || start < rm || !slices.Contains(ops, "rules.Create") {
+		t.Errorf("calls %v: want the old ruleset removed before the new proxy starts, then a new ruleset", ops)
+	}
+	if again.Supervisor.PID == first.Supervisor.PID {
+		t.Errorf("supervisor %d: want a new one", again.Supervisor.PID)
+	}
+}
+
+// Teardown stops the proxy and removes the ruleset, the host-side layer
+// and the state; a second one is no error.
+func TestTeardownLeavesNothing(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	r.Spec.HostLayer = true
+	if _, err := f.system().enforce(r); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.leftovers(); left != "" {
+		t.Errorf("left behind: %s", left)
+	}
+	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory: %v, want it gone", err)
+	}
+	f.reset()
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Errorf("second teardown: %v", err)
+	}
+	wantOps(t, f)
+}
+
+// Teardown never removes rules from a namespace its path no longer
+// names: they are another container's. The state still goes.
+func TestTeardownOtherNamespace(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
+	if _, err := f.system().enforce(r); err != nil {
+		t.Fatal(err)
+	}
+	f.netns["/fake/ns/a"] = 999 // the path names another namespace now
+	f.reset()
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(f.ops(), "rules.Remove") {
+		t.Errorf("calls %v: removed rules from a namespace that is not the sandbox's", f.ops())
+	}
+	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory: %v, want it gone", err)
+	}
+}
+
+// Teardown reports what it could not remove, and removes the rest and
+// the state anyway.
+func TestTeardownReportsFailures(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	if _, err := f.system().enforce(r); err != nil {
+		t.Fatal(err)
+	}
+	f.fail["rules.Remove"] = errors.New("injected failure")
+	err := f.system().teardown(r.StateDir, r.Key)
+	if err == nil || !strings.Contains(err.Error(), "injected failure") {
+		t.Fatalf("teardown: %v, want the injected failure", err)
+	}
+	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+		t.Errorf("left behind: %q, want only the ruleset that would not go", left)
+	}
+	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory: %v, want it gone", err)
+	}
+}
+
+// Check fails for each way a sandbox is not as recorded.
+func TestCheckFindsDrift(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		drift func(f *fakeKernel)
+		want  string
+	}{
+		{"ruleset changed", func(f *fakeKernel) { f.rules["/fake/ns/a"] = f.rules["/fake/ns/b"] }, "differs"},
+		{"ruleset gone", func(f *fakeKernel) { delete(f.rules, "/fake/ns/a") }, "differs"},
+		{"host-side layer gone", func(f *fakeKernel) { clear(f.layers) }, "host-side layer"},
+		{"proxy dead", func(f *fakeKernel) { clear(f.live) }, "not running"},
+		{"namespace gone", func(f *fakeKernel) { delete(f.netns, "/fake/ns/a") }, "no longer is the sandbox's network namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeKernel()
+			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+			r.Spec.HostLayer = true
+			if _, err := f.system().enforce(r); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.system().check(r.StateDir, r.Key); err != nil {
+				t.Fatalf("check before the drift: %v", err)
+			}
+			tc.drift(f)
+			if err := f.system().check(r.StateDir, r.Key); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("check: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Entering mode none puts the deny-all ruleset in before the proxy
+// stops: the namespace is never without rules.
+func TestEnterNoneOrder(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	if _, err := f.system().enforce(r); err != nil {
+		t.Fatal(err)
+	}
+	f.reset()
+	none, _ := conf.NewPolicy(conf.ModeNone, nil)
+	u, err := f.system().updatePolicy(r.StateDir, r.Key, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := f.ops()
+	apply, stop := slices.Index(ops, "rules.Apply"), slices.Index(ops, "procs.Stop")
+	if apply < 0 || stop < apply {
+		t.Errorf("calls %v: want the deny-all ruleset before the proxy stops", ops)
+	}
+	if !u.ProxyStopped || !f.rules["/fake/ns/a"].DenyAll || f.leftovers() != "ruleset in /fake/ns/a" {
+		t.Errorf("after entering none: %+v, installed %q", u, f.leftovers())
+	}
+}
+
+// Leaving mode none starts the proxy before the redirect replaces the
+// deny-all ruleset; a failure at any step leaves the sandbox in mode none
+// with its old policy file, deny-all ruleset and no proxy.
+func TestLeaveNoneRollsBack(t *testing.T) {
+	for _, step := range []string{"", "proxy.Start", "proxy.wait", "rules.Apply"} {
+		t.Run("fail "+step, func(t *testing.T) {
+			f := newFakeKernel()
+			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
+			if _, err := f.system().enforce(r); err != nil {
+				t.Fatal(err)
+			}
+			s, _ := f.system().load(r.StateDir, r.Key)
+			oldFile := readFile(t, s.PolicyPath())
+			f.reset()
+			if step != "" {
+				f.fail[step] = errors.New("injected failure")
+			}
+			allow, _ := conf.NewPolicy(conf.ModeAllowlist, []string{"example.org"})
+			_, err := f.system().updatePolicy(r.StateDir, r.Key, allow)
+			if step == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				ops := f.ops()
+				if start, apply := slices.Index(ops, "proxy.Start"), slices.Index(ops, "rules.Apply"); start < 0 || apply < start {
+					t.Errorf("calls %v: want the proxy started before the redirect", ops)
+				}
+				if f.rules["/fake/ns/a"].DenyAll {
+					t.Error("still deny-all after leaving none")
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "injected failure") {
+				t.Fatalf("update: %v, want the injected failure", err)
+			}
+			if !f.rules["/fake/ns/a"].DenyAll {
+				t.Errorf("ruleset %+v, want deny-all kept", f.rules["/fake/ns/a"])
+			}
+			if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+				t.Errorf("left behind: %q, want only the deny-all ruleset", left)
+			}
+			if got := readFile(t, s.PolicyPath()); got != oldFile {
+				t.Errorf("policy file %q, want the old one %q back", got, oldFile)
+			}
+			if after, _ := f.system().load(r.StateDir, r.Key); after.Mode != conf.ModeNone || after.Supervisor != nil {
+				t.Errorf("state after the failed update: mode %s, supervisor %v", after.Mode, after.Supervisor)
+			}
+		})
+	}
+}
