@@ -333,13 +333,15 @@ func TestEnterNoneOrder(t *testing.T) {
 }
 
 // Leaving mode none starts the proxy before the redirect replaces the
-// deny-all ruleset; a failure at any step leaves the sandbox in mode none
-// with its old policy file, deny-all ruleset and no proxy.
+// deny-all ruleset; a failure at any step (the host-side layer's after
+// the redirect is in) leaves the sandbox in mode none with its old policy
+// file, deny-all ruleset and no proxy.
 func TestLeaveNoneRollsBack(t *testing.T) {
-	for _, step := range []string{"", "proxy.Start", "proxy.wait", "rules.Apply"} {
+	for _, step := range []string{"", "proxy.Start", "proxy.wait", "rules.Apply", "layer.Apply"} {
 		t.Run("fail "+step, func(t *testing.T) {
 			f := newFakeKernel()
 			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
+			r.Spec.HostLayer = true
 			if _, err := f.system().enforce(r); err != nil {
 				t.Fatal(err)
 			}
@@ -370,8 +372,8 @@ func TestLeaveNoneRollsBack(t *testing.T) {
 			if !f.rules["/fake/ns/a"].DenyAll {
 				t.Errorf("ruleset %+v, want deny-all kept", f.rules["/fake/ns/a"])
 			}
-			if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
-				t.Errorf("left behind: %q, want only the deny-all ruleset", left)
+			if left := f.leftovers(); left != "host-side layer of c1-eth0, ruleset in /fake/ns/a" {
+				t.Errorf("left behind: %q, want only the deny-all ruleset and the host-side layer", left)
 			}
 			if got := readFile(t, s.PolicyPath()); got != oldFile {
 				t.Errorf("policy file %q, want the old one %q back", got, oldFile)
