@@ -12,13 +12,13 @@ import (
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 )
 
-// The seams where the sandbox lifecycle meets the kernel. Enforce,
-// Teardown, Check and the policy updates decide what to change, in which
-// order, and what to undo when a step fails; these interfaces do the
-// changing. The host's implementations (see host) are packages enforce,
-// hostlayer, launch, cgroup and the namespace and pidfd system calls, as
-// they were called before the seams; the package's unit tests hand fakes
-// that record the calls and fail where told, and need no root.
+// This file holds the seams where the sandbox lifecycle meets the kernel.
+// Enforce, Teardown, Check and the policy updates decide what to change,
+// in which order, and what to undo when a step fails; these interfaces do
+// the changing. The host's implementations (see host) are packages
+// enforce, hostlayer, launch, cgroup and the namespace and pidfd system
+// calls, called as they were before the seams; the package's unit tests
+// hand fakes that record the calls and fail where told, and need no root.
 
 // ruleset is the sandbox's in-namespace ruleset (package enforce).
 type ruleset interface {
