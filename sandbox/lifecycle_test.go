@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -380,6 +381,79 @@ func TestLeaveNoneRollsBack(t *testing.T) {
 			}
 			if after, _ := f.system().load(r.StateDir, r.Key); after.Mode != conf.ModeNone || after.Supervisor != nil {
 				t.Errorf("state after the failed update: mode %s, supervisor %v", after.Mode, after.Supervisor)
+			}
+		})
+	}
+}
+
+// An operator's Stop ends the proxy and keeps the ruleset; Start starts a
+// new proxy, which serves before the ruleset redirects to it.
+func TestStopStart(t *testing.T) {
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+	first, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.reset()
+	c, err := f.system().stop(r.StateDir, r.Key)
+	if err != nil || !c.Changed || !c.State.Stopped {
+		t.Fatalf("stop: %+v, %v", c, err)
+	}
+	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+		t.Errorf("after stop: %q, want the ruleset only", left)
+	}
+	if err := f.system().check(r.StateDir, r.Key); err == nil || !strings.Contains(err.Error(), "stopped by an operator") {
+		t.Errorf("check after stop: %v", err)
+	}
+	if c, err := f.system().stop(r.StateDir, r.Key); err != nil || c.Changed {
+		t.Errorf("second stop: %+v, %v: want nothing to do", c, err)
+	}
+	f.reset()
+	c, err = f.system().start(r.StateDir, r.Key)
+	if err != nil || !c.Changed || c.State.Supervisor.PID == first.Supervisor.PID {
+		t.Fatalf("start: %+v, %v: want a new supervisor", c, err)
+	}
+	ops := f.ops()
+	if wait, apply := slices.Index(ops, "proxy.wait"), slices.Index(ops, "rules.Apply"); wait < 0 || apply < wait {
+		t.Errorf("calls %v: want the new proxy serving before the redirect", ops)
+	}
+	if err := f.system().check(r.StateDir, r.Key); err != nil {
+		t.Errorf("check after start: %v", err)
+	}
+	f.reset()
+	if c, err := f.system().start(r.StateDir, r.Key); err != nil || c.Changed {
+		t.Errorf("second start: %+v, %v: want nothing to do", c, err)
+	}
+	wantOps(t, f)
+}
+
+// A Start that fails at any step leaves the sandbox as it was: stopped,
+// with its ruleset and no new proxy.
+func TestStartRollsBack(t *testing.T) {
+	for _, step := range []string{"proxy.Start", "proxy.wait", "rules.Apply"} {
+		t.Run(step, func(t *testing.T) {
+			f := newFakeKernel()
+			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
+			if _, err := f.system().enforce(r); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.system().stop(r.StateDir, r.Key); err != nil {
+				t.Fatal(err)
+			}
+			before := f.rules["/fake/ns/a"]
+			f.fail[step] = errors.New("injected failure")
+			if _, err := f.system().start(r.StateDir, r.Key); err == nil || !strings.Contains(err.Error(), "injected failure") {
+				t.Fatalf("start: %v, want the injected failure", err)
+			}
+			if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+				t.Errorf("left behind: %q, want the ruleset only", left)
+			}
+			if got := f.rules["/fake/ns/a"]; !reflect.DeepEqual(got, before) {
+				t.Errorf("ruleset %+v, want %+v as before", got, before)
+			}
+			if s, _ := f.system().load(r.StateDir, r.Key); !s.Stopped {
+				t.Error("not stopped any more after a failed start")
 			}
 		})
 	}
