@@ -35,6 +35,29 @@ func fakeRequest(t *testing.T, key, ns string, mode conf.Mode) Request {
 	return r
 }
 
+// enforced is a fake kernel with sandbox c1-eth0 enforced in mode in
+// /fake/ns/a, the host-side layer asked for where hostLayer says so, the
+// request that enforced it and the state Enforce returned.
+func enforced(t *testing.T, mode conf.Mode, hostLayer bool) (*fakeKernel, Request, *State) {
+	t.Helper()
+	f := newFakeKernel()
+	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", mode)
+	r.Spec.HostLayer = hostLayer
+	s, err := f.system().enforce(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, r, s
+}
+
+// wantGone fails t unless the state directory of r's sandbox is gone.
+func wantGone(t *testing.T, r Request) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory: %v, want it gone", err)
+	}
+}
+
 // wantOps fails t unless the calls f recorded are want, in order.
 func wantOps(t *testing.T, f *fakeKernel, want ...string) {
 	t.Helper()
@@ -77,11 +100,7 @@ func TestEnforceSteps(t *testing.T) {
 
 // Mode none has no proxy and no cgroup: the deny-all ruleset only.
 func TestEnforceModeNone(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
-	if _, err := f.system().enforce(r); err != nil {
-		t.Fatal(err)
-	}
+	f, _, _ := enforced(t, conf.ModeNone, false)
 	wantOps(t, f, "netns.Check", "rules.Present", "rules.Create")
 	if !f.rules["/fake/ns/a"].DenyAll {
 		t.Errorf("ruleset %+v: want deny-all", f.rules["/fake/ns/a"])
@@ -113,9 +132,7 @@ func TestEnforceRollsBack(t *testing.T) {
 			if left := f.leftovers(); left != "" {
 				t.Errorf("left behind: %s (calls %v)", left, f.ops())
 			}
-			if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("state directory: %v, want it gone", err)
-			}
+			wantGone(t, r)
 		})
 	}
 }
@@ -169,12 +186,7 @@ func TestEnforceReplacesLeftoverTable(t *testing.T) {
 // Enforcing a live sandbox again re-applies its ruleset and keeps its
 // proxy: no second proxy, same ports.
 func TestEnforceIdempotent(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-	first, err := f.system().enforce(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r, first := enforced(t, conf.ModeAllowlist, false)
 	f.reset()
 	again, err := f.system().enforce(r)
 	if err != nil {
@@ -189,12 +201,7 @@ func TestEnforceIdempotent(t *testing.T) {
 // A recorded sandbox whose proxy died is torn down (its processes, its
 // ruleset), then enforced afresh.
 func TestEnforceStaleStateStartsAfresh(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-	first, err := f.system().enforce(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r, first := enforced(t, conf.ModeAllowlist, false)
 	clear(f.live)
 	f.reset()
 	again, err := f.system().enforce(r)
@@ -214,21 +221,14 @@ func TestEnforceStaleStateStartsAfresh(t *testing.T) {
 // Teardown stops the proxy and removes the ruleset, the host-side layer
 // and the state; a second one is no error.
 func TestTeardownLeavesNothing(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-	r.Spec.HostLayer = true
-	if _, err := f.system().enforce(r); err != nil {
-		t.Fatal(err)
-	}
+	f, r, _ := enforced(t, conf.ModeAllowlist, true)
 	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
 		t.Fatal(err)
 	}
 	if left := f.leftovers(); left != "" {
 		t.Errorf("left behind: %s", left)
 	}
-	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("state directory: %v, want it gone", err)
-	}
+	wantGone(t, r)
 	f.reset()
 	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
 		t.Errorf("second teardown: %v", err)
@@ -239,11 +239,7 @@ func TestTeardownLeavesNothing(t *testing.T) {
 // Teardown never removes rules from a namespace its path no longer
 // names: they are another container's. The state still goes.
 func TestTeardownOtherNamespace(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
-	if _, err := f.system().enforce(r); err != nil {
-		t.Fatal(err)
-	}
+	f, r, _ := enforced(t, conf.ModeNone, false)
 	f.netns["/fake/ns/a"] = 999 // the path names another namespace now
 	f.reset()
 	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
@@ -252,19 +248,13 @@ func TestTeardownOtherNamespace(t *testing.T) {
 	if slices.Contains(f.ops(), "rules.Remove") {
 		t.Errorf("calls %v: removed rules from a namespace that is not the sandbox's", f.ops())
 	}
-	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("state directory: %v, want it gone", err)
-	}
+	wantGone(t, r)
 }
 
 // Teardown reports what it could not remove, and removes the rest and
 // the state anyway.
 func TestTeardownReportsFailures(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-	if _, err := f.system().enforce(r); err != nil {
-		t.Fatal(err)
-	}
+	f, r, _ := enforced(t, conf.ModeAllowlist, false)
 	f.fail["rules.Remove"] = errors.New("injected failure")
 	err := f.system().teardown(r.StateDir, r.Key)
 	if err == nil || !strings.Contains(err.Error(), "injected failure") {
@@ -273,9 +263,7 @@ func TestTeardownReportsFailures(t *testing.T) {
 	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
 		t.Errorf("left behind: %q, want only the ruleset that would not go", left)
 	}
-	if _, err := os.Stat(filepath.Join(r.StateDir, r.Key)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("state directory: %v, want it gone", err)
-	}
+	wantGone(t, r)
 }
 
 // Check fails for each way a sandbox is not as recorded.
@@ -292,12 +280,7 @@ func TestCheckFindsDrift(t *testing.T) {
 		{"namespace gone", func(f *fakeKernel) { delete(f.netns, "/fake/ns/a") }, "no longer is the sandbox's network namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeKernel()
-			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-			r.Spec.HostLayer = true
-			if _, err := f.system().enforce(r); err != nil {
-				t.Fatal(err)
-			}
+			f, r, _ := enforced(t, conf.ModeAllowlist, true)
 			if err := f.system().check(r.StateDir, r.Key); err != nil {
 				t.Fatalf("check before the drift: %v", err)
 			}
@@ -312,11 +295,7 @@ func TestCheckFindsDrift(t *testing.T) {
 // Entering mode none puts the deny-all ruleset in before the proxy
 // stops: the namespace is never without rules.
 func TestEnterNoneOrder(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-	if _, err := f.system().enforce(r); err != nil {
-		t.Fatal(err)
-	}
+	f, r, _ := enforced(t, conf.ModeAllowlist, false)
 	f.reset()
 	none, _ := conf.NewPolicy(conf.ModeNone, nil)
 	u, err := f.system().updatePolicy(r.StateDir, r.Key, none)
@@ -340,12 +319,7 @@ func TestEnterNoneOrder(t *testing.T) {
 func TestLeaveNoneRollsBack(t *testing.T) {
 	for _, step := range []string{"", "proxy.Start", "proxy.wait", "rules.Apply", "layer.Apply"} {
 		t.Run("fail "+step, func(t *testing.T) {
-			f := newFakeKernel()
-			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeNone)
-			r.Spec.HostLayer = true
-			if _, err := f.system().enforce(r); err != nil {
-				t.Fatal(err)
-			}
+			f, r, _ := enforced(t, conf.ModeNone, true)
 			s, _ := f.system().load(r.StateDir, r.Key)
 			oldFile := readFile(t, s.PolicyPath())
 			f.reset()
@@ -389,12 +363,7 @@ func TestLeaveNoneRollsBack(t *testing.T) {
 // An operator's Stop ends the proxy and keeps the ruleset; Start starts a
 // new proxy, which serves before the ruleset redirects to it.
 func TestStopStart(t *testing.T) {
-	f := newFakeKernel()
-	r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-	first, err := f.system().enforce(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, r, first := enforced(t, conf.ModeAllowlist, false)
 	f.reset()
 	c, err := f.system().stop(r.StateDir, r.Key)
 	if err != nil || !c.Changed || !c.State.Stopped {
@@ -433,11 +402,7 @@ func TestStopStart(t *testing.T) {
 func TestStartRollsBack(t *testing.T) {
 	for _, step := range []string{"proxy.Start", "proxy.wait", "rules.Apply"} {
 		t.Run(step, func(t *testing.T) {
-			f := newFakeKernel()
-			r := fakeRequest(t, "c1-eth0", "/fake/ns/a", conf.ModeAllowlist)
-			if _, err := f.system().enforce(r); err != nil {
-				t.Fatal(err)
-			}
+			f, r, _ := enforced(t, conf.ModeAllowlist, false)
 			if _, err := f.system().stop(r.StateDir, r.Key); err != nil {
 				t.Fatal(err)
 			}
