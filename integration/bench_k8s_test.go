@@ -99,21 +99,8 @@ func BenchmarkK8sAgent(b *testing.B) {
 	ns := c.Namespace(b, nil)
 	hostA := c.AddHost(b, ns+".a.example")
 	hostB := c.AddHost(b, ns+".b.example")
-	cnp := func(h *testnet.Host) string {
-		return fmt.Sprintf(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: %s}
-spec:
-  tier: Admin
-  priority: 40
-  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %s}}}
-  egress:
-  - {name: granted, action: Accept, to: [{domainNames: ["%s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
-`, ns, ns, h.Name())
-	}
-	c.Apply(b, cnp(hostA))
-	b.Cleanup(func() { c.Kubectl(b, "delete", "clusternetworkpolicy", ns, "--ignore-not-found") })
+	cnp := func(h *testnet.Host) string { return k8scluster.DomainGrant(ns, ns, 40, h.Name()) }
+	c.ApplyClusterPolicy(b, ns, cnp(hostA))
 
 	// Pod start to first allowed connection.
 	paths := []string{"kube-system (excluded: passed through)", "doorman (agent's policy)"}
