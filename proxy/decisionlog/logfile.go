@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -34,10 +35,17 @@ const retryAfterFailure = time.Second
 // stays with the thread for as long as the write takes, so every other
 // goroutine of the proxy (the relay loop among them) waits for it, where
 // the runtime would have handed the P on after 20 µs. So a raw write
-// that took longer than rawWriteMax (the disk throttles writers, the
-// cgroup reclaims memory, the journal is full) sends the writes through
-// the runtime for rawWritePause; and files on anything but a local
-// filesystem are always written through it.
+// that slept in the kernel (its thread made a voluntary context switch
+// during it: the disk throttles writers, the cgroup reclaims memory, the
+// journal is full) and took longer than rawWriteMax sends the writes
+// through the runtime for rawWritePause; and files on anything but a
+// local filesystem are always written through it. A write that took long
+// only because its thread waited for a CPU (on a busy machine, the usual
+// reason) does not count: the runtime's handoff would not have helped the
+// proxy's other goroutines, which wait for the same CPU, and through the
+// runtime every line would cost the wakes above. Until issue 29 any write
+// slower than rawWriteMax counted, so on a loaded machine the proxy wrote
+// through the runtime most of the time.
 const (
 	rawWriteMax   = time.Millisecond
 	rawWritePause = time.Minute
@@ -189,10 +197,19 @@ func (l *LogFile) writeFile(b []byte) (int, error) {
 	if start.Before(l.rawAfter) {
 		return l.f.Write(b)
 	}
+	// The thread's voluntary context switches before and after tell
+	// whether the write slept; the goroutine stays on its thread
+	// meanwhile, so that both counts are the same thread's.
+	runtime.LockOSThread()
+	before, beforeErr := threadSleeps()
 	n, err := l.writeRaw(l.fd, b)
 	if time.Since(start) > rawWriteMax {
-		l.rawAfter = time.Now().Add(rawWritePause)
+		after, afterErr := threadSleeps()
+		if beforeErr != nil || afterErr != nil || after != before {
+			l.rawAfter = time.Now().Add(rawWritePause)
+		}
 	}
+	runtime.UnlockOSThread()
 	n = max(n, 0)
 	switch {
 	case err == syscall.EINTR, err == nil && n < len(b):
@@ -203,6 +220,21 @@ func (l *LogFile) writeFile(b []byte) (int, error) {
 		return n, &os.PathError{Op: "write", Path: l.f.Name(), Err: err}
 	}
 	return n, nil
+}
+
+// rusageThread is getrusage(2)'s RUSAGE_THREAD.
+const rusageThread = 1
+
+// threadSleeps returns how many times the calling thread has slept
+// (voluntary context switches), with a raw getrusage(2): through the
+// runtime it would wake the monitor thread the raw write avoids.
+func threadSleeps() (int64, error) {
+	var ru syscall.Rusage
+	_, _, e := syscall.RawSyscall(syscall.SYS_GETRUSAGE, rusageThread, uintptr(unsafe.Pointer(&ru)), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return ru.Nvcsw, nil
 }
 
 // rawWrite is write(2) without the runtime's system-call bookkeeping (see

@@ -217,6 +217,41 @@ func mustSize(t *testing.T, path string) int64 {
 // Lines on a local filesystem are written with a raw write(2); one that
 // took longer than rawWriteMax sends the writes through the runtime for
 // rawWritePause. Every line lands either way, once, whole.
+// TestLogFileRawWritesBusyCPU: a raw write that took long without
+// sleeping (its thread was running, or waiting for a CPU, as on a busy
+// machine) keeps the writes raw (issue 29); TestLogFileRawWrites has one
+// that slept.
+func TestLogFileRawWritesBusyCPU(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sb.log")
+	l, err := OpenLogFile(path, 0, "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.fd < 0 {
+		t.Skipf("%s is not on a filesystem a LogFile writes raw", path)
+	}
+	var raw int
+	l.writeRaw = func(fd int, b []byte) (int, error) {
+		raw++
+		// Busy, not asleep, for longer than rawWriteMax.
+		for start := time.Now(); time.Since(start) < 2*rawWriteMax; {
+		}
+		return rawWrite(fd, b)
+	}
+	for i := range 3 {
+		if _, err := l.Write([]byte(connLine(fmt.Sprintf("busy%d.example", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if raw != 3 {
+		t.Fatalf("%d raw writes for 3 lines that took %v each without sleeping, want 3", raw, 2*rawWriteMax)
+	}
+	if !l.rawAfter.IsZero() {
+		t.Fatalf("raw writes paused until %v after writes that did not sleep", l.rawAfter)
+	}
+}
+
 func TestLogFileRawWrites(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sb.log")
 	l, err := OpenLogFile(path, 0, "sb")
