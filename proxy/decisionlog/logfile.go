@@ -38,7 +38,11 @@ const retryAfterFailure = time.Second
 // that slept in the kernel (its thread made a voluntary context switch
 // during it: the disk throttles writers, the cgroup reclaims memory, the
 // journal is full) and took longer than rawWriteMax sends the writes
-// through the runtime for rawWritePause; and files on anything but a
+// through the runtime for a while: rawWritePause, doubled for each such
+// write within rawWritePauseMax of the previous one, up to
+// rawWritePauseMax (a disk that throttles its writers keeps them off the
+// P; a journal commit that made one write wait does not send every line
+// through the runtime for long); and files on anything but a
 // local filesystem are always written through it. A write that took long
 // only because its thread waited for a CPU (on a busy machine, the usual
 // reason) does not count: the runtime's handoff would not have helped the
@@ -47,8 +51,9 @@ const retryAfterFailure = time.Second
 // slower than rawWriteMax counted, so on a loaded machine the proxy wrote
 // through the runtime most of the time.
 const (
-	rawWriteMax   = time.Millisecond
-	rawWritePause = time.Minute
+	rawWriteMax      = time.Millisecond
+	rawWritePause    = time.Second
+	rawWritePauseMax = time.Minute
 )
 
 // localFilesystems are the filesystems (statfs f_type) whose files a
@@ -91,9 +96,11 @@ type LogFile struct {
 	retryAt   time.Time // no write before this, after a failure
 	rotateAt  time.Time // no rotation before this, after one failed
 	// fd is f's descriptor if f may be written with a raw write(2),
-	// else -1; rawAfter: not before this (a raw write was slow).
+	// else -1; rawAfter: not before this (a raw write was slow);
+	// rawPause: the pause after the last slow raw write.
 	fd       int
 	rawAfter time.Time
+	rawPause time.Duration
 	// writeRaw is rawWrite (a test's stand-in).
 	writeRaw func(fd int, b []byte) (int, error)
 }
@@ -206,7 +213,13 @@ func (l *LogFile) writeFile(b []byte) (int, error) {
 	if time.Since(start) > rawWriteMax {
 		after, afterErr := threadSleeps()
 		if beforeErr != nil || afterErr != nil || after != before {
-			l.rawAfter = time.Now().Add(rawWritePause)
+			now := time.Now()
+			if l.rawPause == 0 || now.Sub(l.rawAfter) > rawWritePauseMax {
+				l.rawPause = rawWritePause
+			} else {
+				l.rawPause = min(2*l.rawPause, rawWritePauseMax)
+			}
+			l.rawAfter = now.Add(l.rawPause)
 		}
 	}
 	runtime.UnlockOSThread()
