@@ -39,7 +39,7 @@ const retryAfterFailure = time.Second
 // during it: the disk throttles writers, the cgroup reclaims memory, the
 // journal is full) and took longer than rawWriteMax sends the writes
 // through the runtime for a while: rawWritePause, doubled for each such
-// write within rawWritePauseMax of the previous one, up to
+// write within rawWritePauseMax of the end of the previous pause, up to
 // rawWritePauseMax (a disk that throttles its writers keeps them off the
 // P; a journal commit that made one write wait does not send every line
 // through the runtime for long); and files on anything but a
@@ -47,8 +47,8 @@ const retryAfterFailure = time.Second
 // only because its thread waited for a CPU (on a busy machine, the usual
 // reason) does not count: the runtime's handoff would not have helped the
 // proxy's other goroutines, which wait for the same CPU, and through the
-// runtime every line would cost the wakes above. Until issue 29 any write
-// slower than rawWriteMax counted, so on a loaded machine the proxy wrote
+// runtime every line would cost the wakes above. Before issue 29's second
+// pass any write slower than rawWriteMax counted, so on a loaded machine the proxy wrote
 // through the runtime most of the time.
 const (
 	rawWriteMax      = time.Millisecond
