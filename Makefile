@@ -75,6 +75,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzJSONScanner$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzTripwire$$' -fuzztime=$(FUZZTIME) ./proxy/inspect
 	$(GO) test -run='^$$' -fuzz='^FuzzServerName$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
+	$(GO) test -run='^$$' -fuzz='^FuzzParseFlow$$' -fuzztime=$(FUZZTIME) ./proxy/droplog
+	$(GO) test -run='^$$' -fuzz='^FuzzParseMessage$$' -fuzztime=$(FUZZTIME) ./proxy/droplog/nflog
 	$(GO) test -run='^$$' -fuzz='^FuzzParseRequestHead$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestReader$$' -fuzztime=$(FUZZTIME) ./proxy/sniff
 	$(GO) test -run='^$$' -fuzz='^FuzzFilterQuery$$' -fuzztime=$(FUZZTIME) ./proxy/dnsfilter

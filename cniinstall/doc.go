@@ -76,6 +76,14 @@
 // without doorman in their chain (istio-cni once removed its entry on
 // shutdown, and pods started unenforced while it was gone).
 //
+// The loop that reacts reads its events from a small interface (an
+// fsnotify watch of the conf dir on the host) and makes its passes through
+// a function (Install), so that its reactions (debounce, the bound on a
+// burst, passes made again after a lost race, overflows, the ends of the
+// watch) are unit tested with fakes. Everything else the Installer does is
+// on files in ConfDir and BinDir, which its tests point at a temporary
+// directory: none of it needs root.
+//
 // Uninstall is the explicit way out: it removes doorman's entry from
 // every configuration file in the dir and restores a converted .conf from
 // its backup, as long as the conflist's other plugins are still those

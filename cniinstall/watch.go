@@ -39,6 +39,54 @@ func (in *Installer) Watch(ctx context.Context) error {
 	if err := w.Add(in.ConfDir); err != nil {
 		return fmt.Errorf("watch %s: %w", in.ConfDir, err)
 	}
+	return in.watch(ctx, fsnotifySource{w}, func() error {
+		_, err := in.Install()
+		return err
+	})
+}
+
+// watchSource is what Watch reacts to: the conf dir's events and the
+// watch's errors (an overflow: events were lost). On the host it is an
+// fsnotify watch of ConfDir; the package's tests hand a fake.
+type watchSource interface {
+	Events() <-chan fsnotify.Event
+	Errors() <-chan error
+}
+
+// fsnotifySource is an fsnotify watch as a watchSource.
+type fsnotifySource struct{ w *fsnotify.Watcher }
+
+func (s fsnotifySource) Events() <-chan fsnotify.Event { return s.w.Events }
+func (s fsnotifySource) Errors() <-chan error          { return s.w.Errors }
+
+// debouncer says when the pass after a burst of events is due: debounce
+// after the latest event, and no later than maxDelay after the first.
+type debouncer struct {
+	debounce, maxDelay time.Duration
+	burst              time.Time // when the pending burst began; zero when none
+}
+
+// event records an event at now and returns how long until the pass.
+func (d *debouncer) event(now time.Time) time.Duration {
+	if d.burst.IsZero() {
+		d.burst = now
+	}
+	wait := d.debounce
+	if left := d.burst.Add(d.maxDelay).Sub(now); left < wait {
+		wait = max(left, 0)
+	}
+	return wait
+}
+
+// pending reports whether a burst waits for its pass.
+func (d *debouncer) pending() bool { return !d.burst.IsZero() }
+
+// done ends the burst: its pass is being made.
+func (d *debouncer) done() { d.burst = time.Time{} }
+
+// watch is Watch's loop on src: install makes a pass (Install on the
+// host).
+func (in *Installer) watch(ctx context.Context, src watchSource, install func() error) error {
 	debounce, maxDelay, resync := in.Debounce, in.MaxDelay, in.Resync
 	if debounce <= 0 {
 		debounce = DefaultDebounce
@@ -52,7 +100,7 @@ func (in *Installer) Watch(ctx context.Context) error {
 
 	lastProblem := "(not yet)"
 	pass := func() (again bool) {
-		_, err := in.Install()
+		err := install()
 		problem := ""
 		if err != nil {
 			problem = err.Error()
@@ -75,18 +123,8 @@ func (in *Installer) Watch(ctx context.Context) error {
 	if !timer.Stop() {
 		<-timer.C
 	}
-	var burst time.Time // when the pending burst began; zero when none
-	schedule := func() {
-		now := time.Now()
-		if burst.IsZero() {
-			burst = now
-		}
-		d := debounce
-		if left := burst.Add(maxDelay).Sub(now); left < d {
-			d = max(left, 0)
-		}
-		timer.Reset(d)
-	}
+	burst := debouncer{debounce: debounce, maxDelay: maxDelay}
+	schedule := func() { timer.Reset(burst.event(time.Now())) }
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
 
@@ -100,7 +138,7 @@ func (in *Installer) Watch(ctx context.Context) error {
 				in.Log.Info("stopping", "dir", in.ConfDir, "reason", "doorman's entry stays in place (uninstall with --uninstall)")
 			}
 			return nil
-		case ev, ok := <-w.Events:
+		case ev, ok := <-src.Events():
 			if !ok {
 				return errors.New("the watch of the conf dir ended")
 			}
@@ -111,7 +149,7 @@ func (in *Installer) Watch(ctx context.Context) error {
 				continue
 			}
 			schedule()
-		case err, ok := <-w.Errors:
+		case err, ok := <-src.Errors():
 			if !ok {
 				return errors.New("the watch of the conf dir ended")
 			}
@@ -121,12 +159,12 @@ func (in *Installer) Watch(ctx context.Context) error {
 			}
 			schedule()
 		case <-timer.C:
-			burst = time.Time{}
+			burst.done()
 			if pass() {
 				schedule()
 			}
 		case <-tick.C:
-			if burst.IsZero() && pass() {
+			if !burst.pending() && pass() {
 				schedule()
 			}
 		}

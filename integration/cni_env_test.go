@@ -228,8 +228,8 @@ func (e *cniEnv) decisions(c *container) []map[string]any {
 	return out
 }
 
-// waitHostDrop waits until c's log has a denials line of the host-side
-// layer with the given reason, and returns it.
+// waitHostDrop waits until c's log has a line of the host-side layer's
+// drops with the given reason, and returns it.
 func (e *cniEnv) waitHostDrop(c *container, reason string) map[string]any {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -238,15 +238,17 @@ func (e *cniEnv) waitHostDrop(c *container, reason string) map[string]any {
 		sc := bufio.NewScanner(bytes.NewReader(data))
 		for sc.Scan() {
 			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "denials" && m["verdict"] == "deny" &&
-				m["reason"] == reason && m["count"] != nil && m["count"].(float64) >= 1 {
+			// A packet line (the packets the layer logs one by one) or
+			// a denials line (from its counters, or repeats).
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["verdict"] == "deny" && m["reason"] == reason &&
+				(m["msg"] == "connection" || m["msg"] == "denials" && m["count"] != nil && m["count"].(float64) >= 1) {
 				return m
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	data, _ := os.ReadFile(filepath.Join(e.logDir, c.key+".log"))
-	e.t.Fatalf("no denials line %q for %s; log:\n%s", reason, c.key, data)
+	e.t.Fatalf("no host-layer line %q for %s; log:\n%s", reason, c.key, data)
 	return nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/integration/k8scluster"
 )
 
 // TestK8sClusterNetworkPolicy: on a real cluster with doorman deployed
@@ -22,24 +24,10 @@ func TestK8sClusterNetworkPolicy(t *testing.T) {
 	granted := c.AddHost(t, ns+".granted.example")
 	later := c.AddHost(t, ns+".later.example")
 	cnp := func(names ...string) string {
-		return fmt.Sprintf(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: %s}
-spec:
-  tier: Admin
-  priority: 10
-  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %s}}}
-  egress:
-  - name: granted
-    action: Accept
-    to: [{domainNames: ["%s"]}]
-    protocols: [{tcp: {destinationPort: {number: 443}}}]
-  - {name: the-rest, action: Deny, to: [{networks: ["0.0.0.0/0", "::/0"]}]}
-`, ns, ns, strings.Join(names, `", "`))
+		return k8scluster.DomainGrant(ns, ns, 10, names...) +
+			`  - {name: the-rest, action: Deny, to: [{networks: ["0.0.0.0/0", "::/0"]}]}` + "\n"
 	}
-	c.Apply(t, cnp(granted.Name()))
-	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", ns) })
+	c.ApplyClusterPolicy(t, ns, cnp(granted.Name()))
 
 	startProbePod(t, c, ns, "probe", map[string]string{"doorman.io/allowed-hosts": granted.Name() + "," + later.Name()})
 	assertK8sEnforced(t, c, ns, "probe")

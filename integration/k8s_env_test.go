@@ -65,7 +65,8 @@ func doormanCluster(t testing.TB) *k8scluster.Cluster {
 // deployDoorman deploys doorman on c as docs/kubernetes.md's "Install on a cluster"
 // says: the image `make image` builds (mkimage on the doorman binary under
 // test: bin/doorman-image.tar), imported into the node's containerd, then
-// `kubectl apply` of deploy/kubernetes and the DaemonSet's rollout. It
+// `kubectl apply` of deploy/kubernetes (its ConfigMap with upstreamCAFile
+// set to k8sUpstreamCA) and the DaemonSet's rollout. It
 // checks that the installer chained doorman into the node's primary
 // conflist, and logs how long apply → rollout took.
 func deployDoorman(t testing.TB, c *k8scluster.Cluster) {
@@ -98,7 +99,33 @@ func deployDoorman(t testing.TB, c *k8scluster.Cluster) {
 	c.MustKubectl(t, "apply", "-f", filepath.Join(strings.TrimSpace(string(mod)), "config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml"))
 	c.MustKubectl(t, "wait", "--for", "condition=established", "--timeout", "60s", "crd/clusternetworkpolicies.policy.networking.k8s.io")
 	c.Apply(t, k8sTestGrant)
-	c.MustKubectl(t, "apply", "-f", filepath.Join(manifests, "namespace.yaml"), "-f", manifests)
+	// The shipped manifests, with the ConfigMap edited as an operator
+	// whose upstreams have a private CA would: upstreamCAFile names the
+	// fake internet's CA, put on the node (k8sUpstreamCA).
+	if err := os.MkdirAll(c.NodePath(filepath.Dir(k8sUpstreamCA)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.NodePath(k8sUpstreamCA), c.Net().CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile(filepath.Join(manifests, "configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const agentKey = `      "agent": {`
+	if !strings.Contains(string(shipped), agentKey) {
+		t.Fatalf("deploy/kubernetes/configmap.yaml has no line %q to put upstreamCAFile before", agentKey)
+	}
+	c.MustKubectl(t, "apply", "-f", filepath.Join(manifests, "namespace.yaml"))
+	c.Apply(t, strings.Replace(string(shipped), agentKey, `      "upstreamCAFile": "`+k8sUpstreamCA+`",`+"\n"+agentKey, 1))
+	args := []string{"apply"}
+	yamls, _ := filepath.Glob(filepath.Join(manifests, "*.yaml"))
+	for _, y := range yamls {
+		if base := filepath.Base(y); base != "configmap.yaml" && base != "namespace.yaml" {
+			args = append(args, "-f", y)
+		}
+	}
+	c.MustKubectl(t, args...)
 	if r := c.Kubectl(t, "-n", "doorman-system", "rollout", "status", "daemonset/doorman", "--timeout=3m"); r.Exit != 0 {
 		d := c.Kubectl(t, "-n", "doorman-system", "describe", "pods")
 		t.Fatalf("%v\n%s", r, d.Stdout)

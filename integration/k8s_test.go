@@ -249,7 +249,9 @@ func randomSuffix(t testing.TB) string {
 // pods run, the kubelet and containerd restarted): kubectl fails while the
 // API server is down and works again after, and a running pod survives
 // every restart (same container, no restart) and still reaches the fake
-// internet through doorman.
+// internet through doorman; a ClusterNetworkPolicy applied once the API
+// server is back reaches a running pod within 15 s (a generous bound; the
+// time is logged).
 func TestK8sComponentsRestart(t *testing.T) {
 	c := doormanCluster(t)
 	ns := c.Namespace(t, k8sGrantLabels)
@@ -259,6 +261,14 @@ func TestK8sComponentsRestart(t *testing.T) {
 		return c.MustKubectl(t, "get", "pod", "-n", ns, "survivor", "-o", "jsonpath={.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}")
 	}
 	before := containerID()
+	// A pod the cluster grants nothing yet: a grant made once the API
+	// server is back must reach it within seconds (the agent's watches
+	// retry within 4 s), not when client-go's backoff (up to a minute)
+	// would.
+	nsLater := c.Namespace(t, nil)
+	later := c.AddHost(t, nsLater+".later.example")
+	startProbePod(t, c, nsLater, "waiting", nil)
+	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", nsLater, "--ignore-not-found") })
 
 	stop := time.Now()
 	c.StopComponent(t, k8scluster.APIServer)
@@ -273,6 +283,23 @@ func TestK8sComponentsRestart(t *testing.T) {
 	// And a crash of it.
 	c.KillComponent(t, k8scluster.APIServer)
 	c.StartComponent(t, k8scluster.APIServer)
+	granted := time.Now()
+	c.Apply(t, fmt.Sprintf(`
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: %[1]s}
+spec:
+  tier: Admin
+  priority: 70
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %[1]s}}}
+  egress:
+  - {name: later, action: Accept, to: [{domainNames: ["%[2]s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
+`, nsLater, later.Name()))
+	c.WaitFor(t, 15*time.Second, "a grant made once the API server was back reaching "+nsLater+"/waiting", func() (bool, string) {
+		r := probeGet(t, c, nsLater, "waiting", "https://"+later.Name()+"/later", "--timeout", "2s")
+		return servedBy(r, later.Name()), r.String()
+	})
+	t.Logf("the API server back (stopped, then killed): kubectl apply of a grant to the running pod served in %v (polled with kubectl exec)", time.Since(granted).Round(time.Millisecond))
 
 	for _, comp := range []k8scluster.Component{k8scluster.Kubelet, k8scluster.Containerd} {
 		c.RestartComponent(t, comp)

@@ -113,21 +113,8 @@ func TestK8sAgentAway(t *testing.T) {
 	ns := c.Namespace(t, nil)
 	granted := c.AddHost(t, ns+".granted.example")
 	later := c.AddHost(t, ns+".later.example")
-	cnp := func(names ...string) string {
-		return fmt.Sprintf(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: %s}
-spec:
-  tier: Admin
-  priority: 30
-  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %s}}}
-  egress:
-  - {name: granted, action: Accept, to: [{domainNames: ["%s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
-`, ns, ns, strings.Join(names, `", "`))
-	}
-	c.Apply(t, cnp(granted.Name()))
-	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", ns, "--ignore-not-found") })
+	cnp := func(names ...string) string { return k8scluster.DomainGrant(ns, ns, 30, names...) }
+	c.ApplyClusterPolicy(t, ns, cnp(granted.Name()))
 	// The agent has seen the policy once a pod's answer holds it.
 	startProbePod(t, c, ns, "first", nil)
 	waitServed(t, c, ns, "first", granted, "/first")
@@ -340,18 +327,7 @@ func TestK8sEgressPolicy(t *testing.T) {
 	kept := c.AddHost(t, ns+".kept.example")
 	dropped := c.AddHost(t, ns+".dropped.example")
 	never := c.AddHost(t, ns+".never.example")
-	c.Apply(t, fmt.Sprintf(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: %s}
-spec:
-  tier: Admin
-  priority: 50
-  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %s}}}
-  egress:
-  - {name: granted, action: Accept, to: [{domainNames: ["%s", "%s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
-`, ns, ns, kept.Name(), dropped.Name()))
-	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", ns, "--ignore-not-found") })
+	c.ApplyClusterPolicy(t, ns, k8scluster.DomainGrant(ns, ns, 50, kept.Name(), dropped.Name()))
 	pod := probePod(ns, "ep", nil)
 	pod = strings.Replace(pod, `"name":"ep"`, `"labels":{"app":"ep"},"name":"ep"`, 1)
 	c.Apply(t, pod)

@@ -188,7 +188,7 @@ func (n *NetConf) basePolicy(args *skel.CmdArgs) (*conf.Policy, error) {
 // "default"). A pod the agent refuses (its annotations do not parse)
 // fails with the agent's reason.
 func (n *NetConf) fromAgent(pod Pod, s *spec.Spec) error {
-	a, fromFile, err := agentclient.Get(n.Agent.Dir, pod.Namespace, pod.Name, pod.UID, n.Agent.Wait.Duration)
+	a, fromFile, err := agentclient.Get(n.Agent.Dir, pod.Namespace, pod.Name, pod.UID, time.Duration(n.Agent.Wait))
 	var pe *agentclient.PodError
 	switch {
 	case errors.As(err, &pe):

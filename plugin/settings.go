@@ -104,7 +104,7 @@ type AgentSettings struct {
 	Dir string `json:"dir,omitempty"`
 	// Wait bounds how long ADD waits for the agent's answer (default
 	// 5s, at most 60s).
-	Wait Duration `json:"wait,omitempty"`
+	Wait spec.Duration `json:"wait,omitempty"`
 	// WithoutAgent is what a pod gets when neither the agent nor a file
 	// it wrote has its policy: "refuse" (default: the ADD fails and the
 	// kubelet retries) or "default" (the node's policy, mode and
@@ -117,26 +117,6 @@ type AgentSettings struct {
 	Annotations string `json:"annotations,omitempty"`
 }
 
-// Duration is a time.Duration written as "5s" in JSON.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON parses a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"5s\"")
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("%q: want a duration such as \"5s\"", s)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON renders d as "5s".
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
 // check fills in a's defaults and checks its values.
 func (a *AgentSettings) check() error {
 	if a.Dir == "" {
@@ -146,11 +126,11 @@ func (a *AgentSettings) check() error {
 	if !filepath.IsAbs(a.Dir) || filepath.Clean(a.Dir) != a.Dir {
 		errs = append(errs, fmt.Errorf("agent.dir %q: want a clean absolute path on the node", a.Dir))
 	}
-	switch {
-	case a.Wait.Duration == 0:
-		a.Wait.Duration = 5 * time.Second
-	case a.Wait.Duration < 0 || a.Wait.Duration > time.Minute:
-		errs = append(errs, fmt.Errorf("agent.wait %v: want more than 0 and at most 1m", a.Wait.Duration))
+	switch wait := time.Duration(a.Wait); {
+	case wait == 0:
+		a.Wait = spec.Duration(5 * time.Second)
+	case wait < 0 || wait > time.Minute:
+		errs = append(errs, fmt.Errorf("agent.wait %v: want more than 0 and at most 1m", wait))
 	}
 	switch a.WithoutAgent {
 	case "":

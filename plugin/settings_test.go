@@ -147,7 +147,7 @@ func TestAgentSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := s.Agent; a == nil || a.Dir != "/run/doorman/agent" || a.Wait.Duration != 5*time.Second || a.WithoutAgent != "refuse" || a.Annotations != "narrow" {
+	if a := s.Agent; a == nil || a.Dir != "/run/doorman/agent" || time.Duration(a.Wait) != 5*time.Second || a.WithoutAgent != "refuse" || a.Annotations != "narrow" {
 		t.Errorf("defaults %+v", s.Agent)
 	}
 	if s, err := ParseSettings([]byte(`{}`)); err != nil || s.Agent != nil {

@@ -183,16 +183,9 @@ func (p *Proxy) checkRewriteFD(cn *connecting) (netip.AddrPort, error) {
 	if p.realDst == nil {
 		return cn.to, nil
 	}
-	sa, err := unix.Getsockname(cn.ufd)
+	local, err := rawsys.Getsockname(cn.ufd)
 	if err != nil {
 		return cn.to, fmt.Errorf("cannot tell where the host sends the connection to %v: getsockname: %w", cn.to, err)
-	}
-	var local netip.AddrPort
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		local = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
-	case *unix.SockaddrInet6:
-		local = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
 	}
 	return p.checkRewrite(cn.client.pol, cn.d.dialName, local, cn.to)
 }

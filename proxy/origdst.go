@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/doorman-net/doorman/proxy/internal/rawsys"
 )
 
 // soOriginalDst is SO_ORIGINAL_DST (IPv4, level SOL_IP) and
@@ -65,7 +67,7 @@ func unmapped(ap netip.AddrPort) netip.AddrPort {
 func originalDstFD(fd int, client netip.AddrPort) (netip.AddrPort, error) {
 	dst, err := originalDstRaw(fd, client)
 	if err == nil {
-		if sa, serr := unix.Getsockname(fd); serr == nil && dst == sockaddrAddrPort(sa) {
+		if local, serr := rawsys.Getsockname(fd); serr == nil && dst == local {
 			err = errNotRedirected
 		}
 	}
@@ -82,17 +84,6 @@ func originalDstRaw(fd int, client netip.AddrPort) (netip.AddrPort, error) {
 		}
 	}
 	return originalDst6(fd)
-}
-
-// sockaddrAddrPort is sa's address (unmapped) and port.
-func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
-	}
-	return netip.AddrPort{}
 }
 
 func originalDst4(fd int) (netip.AddrPort, error) {

@@ -54,7 +54,7 @@ func (s *State) makeCgroup() *cgroup.Group {
 	// from its making (or accept) on, so the limit is set here, before
 	// the proxy starts.
 	lim.SocketMemory = uint64(s.Limits.Effective(0).BufferBytes)
-	layout, err := cgroup.ReadLayout()
+	layout, err := s.sys().cgroups.Layout()
 	if err != nil {
 		s.CgroupError = err.Error()
 		return nil
@@ -84,7 +84,7 @@ func (s *State) makeCgroup() *cgroup.Group {
 
 // createCgroup makes the proxy's cgroup below parent, under the first
 // name no running proxy holds.
-func (s *State) createCgroup(layout *cgroup.Layout, parent string, lim cgroup.Limits, slice bool) (*ProxyCgroup, error) {
+func (s *State) createCgroup(layout cgroupLayout, parent string, lim cgroup.Limits, slice bool) (*ProxyCgroup, error) {
 	var keep []string
 	if slice {
 		keep = []string{DefaultCgroupSlice}
@@ -119,7 +119,7 @@ func (s *State) removeCgroup() error {
 	if s.Cgroup == nil {
 		return nil
 	}
-	err := s.Cgroup.Remove(5 * time.Second)
+	err := s.sys().cgroups.Remove(&s.Cgroup.Group, 5*time.Second)
 	if errors.Is(err, cgroup.ErrNotMounted) {
 		s.LeftoverCgroups = append(s.LeftoverCgroups, s.Cgroup.Group)
 		err = nil
@@ -135,7 +135,7 @@ func (s *State) removeCgroup() error {
 func (s *State) removeLeftovers() {
 	var keep []cgroup.Group
 	for _, g := range s.LeftoverCgroups {
-		if err := g.Remove(5 * time.Second); err != nil {
+		if err := s.sys().cgroups.Remove(&g, 5*time.Second); err != nil {
 			keep = append(keep, g)
 		}
 	}

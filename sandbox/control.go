@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/procstat"
 	"github.com/doorman-net/doorman/proxy/supervise"
@@ -105,8 +104,11 @@ type ProxyChange struct {
 // sandbox's TCP, redirected to listeners nobody holds, is refused, and
 // its DNS filter does not answer; the allowDirect destinations stay
 // reachable (mode none cuts them too).
-func Stop(stateDir, key string) (*ProxyChange, error) {
-	return control(stateDir, key, "stop", func(s *State) (*ProxyChange, error) {
+func Stop(stateDir, key string) (*ProxyChange, error) { return host.stop(stateDir, key) }
+
+// stop is Stop on sys.
+func (sys *system) stop(stateDir, key string) (*ProxyChange, error) {
+	return sys.control(stateDir, key, "stop", func(s *State) (*ProxyChange, error) {
 		if s.Stopped {
 			return &ProxyChange{State: s}, nil
 		}
@@ -136,34 +138,37 @@ func Stop(stateDir, key string) (*ProxyChange, error) {
 // (one batch), then the old proxy is stopped: connections never go
 // unenforced, and on failure the sandbox stays as it was. A proxy that
 // runs under its supervisor is left alone.
-func Start(stateDir, key string) (*ProxyChange, error) {
-	return control(stateDir, key, "start", func(s *State) (*ProxyChange, error) {
+func Start(stateDir, key string) (*ProxyChange, error) { return host.start(stateDir, key) }
+
+// start is Start on sys.
+func (sys *system) start(stateDir, key string) (*ProxyChange, error) {
+	return sys.control(stateDir, key, "start", func(s *State) (*ProxyChange, error) {
 		if !s.Stopped && s.SupervisorAlive() {
 			return &ProxyChange{State: s}, nil
 		}
 		if !s.NetNSCurrent() {
 			return nil, s.errNetNSGone()
 		}
-		if err := checkNetNS(s.NetNS); err != nil {
+		if err := sys.netns.Check(s.NetNS); err != nil {
 			return nil, err
 		}
 		old := *s
 		replaced := !s.Stopped && s.Serving()
 		next := *s
 		next.Supervisor, next.supervision, next.Cgroup, next.CgroupError = nil, nil, nil, ""
-		spawned, err := next.spawnProxy(next.makeCgroup(), workerServing)
+		spawned, err := sys.proxies.Start(&next, next.makeCgroup(), workerServing)
 		if err != nil {
 			return nil, err
 		}
 		if err := next.started(spawned); err != nil {
 			return nil, err
 		}
-		if err := enforce.Apply(next.NetNS, next.spec()); err != nil {
+		if err := sys.rules.Apply(next.NetNS, next.spec()); err != nil {
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}
 		if err := next.reapplyHostLayer(); err != nil {
-			enforce.Apply(old.NetNS, old.spec())
+			sys.rules.Apply(old.NetNS, old.spec())
 			next.stopProxy()
 			return nil, fmt.Errorf("redirect to the new proxy: %w", err)
 		}
@@ -189,7 +194,7 @@ func Start(stateDir, key string) (*ProxyChange, error) {
 // control runs do on sandbox key under stateDir, holding the state
 // directory's lock as the policy updates do. A sandbox in mode none has
 // no proxy to stop or start.
-func control(stateDir, key, verb string, do func(*State) (*ProxyChange, error)) (*ProxyChange, error) {
+func (sys *system) control(stateDir, key, verb string, do func(*State) (*ProxyChange, error)) (*ProxyChange, error) {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
@@ -198,7 +203,7 @@ func control(stateDir, key, verb string, do func(*State) (*ProxyChange, error)) 
 		return nil, fmt.Errorf("%s the proxy of sandbox %s: %w", verb, key, err)
 	}
 	defer unlock()
-	s, err := Load(stateDir, key)
+	s, err := sys.load(stateDir, key)
 	if err != nil {
 		return nil, fmt.Errorf("%s the proxy of sandbox %s: %w", verb, key, err)
 	}

@@ -78,6 +78,19 @@
 // later Apply and Check: a second ADD or hook run must not pin what a
 // workload holding CAP_NET_ADMIN changed in the meantime.
 //
+// What the lifecycle changes outside the state directory it changes
+// through small interfaces (kernel.go): the ruleset (package enforce:
+// Present, Create, Apply, Check, Remove), the host-side layer (package
+// hostlayer), network namespaces (open one, read its identity), the
+// proxy's start (sockets, config file and supervisor), recorded processes
+// (alive, stop) and cgroups. The exported functions use the host's
+// implementations, which call those packages as before; a State carries
+// the set it was loaded or made with. The package's unit tests hand fakes,
+// so that what is decided (the order of the steps, what a failure at each
+// undoes, what is refused, what a second call does) is tested without
+// root; the tests beside them that need root, and ./integration, run the
+// same code on the host.
+//
 // State files written by earlier releases are read as they are: Load
 // migrates what they said in their own way (see legacy.go), and their
 // proxies, started with flags, run on untouched until a mode change

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce"
 )
 
 // Holder says who holds the network namespace at nsPath, other than
@@ -18,12 +17,17 @@ import (
 // and inode) names, or, for a state recorded without one, the namespace
 // its path names now. A namespace that cannot be read has no holder.
 func Holder(stateDir, key, nsPath string) (holder *State, stale []*State) {
-	dev, ino, err := netnsIdentity(nsPath)
+	return host.holder(stateDir, key, nsPath)
+}
+
+// holder is Holder on sys.
+func (sys *system) holder(stateDir, key, nsPath string) (holder *State, stale []*State) {
+	dev, ino, err := sys.netns.Identity(nsPath)
 	if err != nil {
 		return nil, nil
 	}
-	present, _ := enforce.Present(nsPath)
-	states, _ := List(stateDir)
+	present, _ := sys.rules.Present(nsPath)
+	states, _ := sys.list(stateDir)
 	for _, s := range states {
 		if s.Key == key || !s.recordedOn(dev, ino) {
 			continue
@@ -43,7 +47,7 @@ func (s *State) recordedOn(dev, ino uint64) bool {
 	sDev, sIno := s.NetNSDev, s.NetNSIno
 	if sIno == 0 {
 		var err error
-		if sDev, sIno, err = netnsIdentity(s.NetNS); err != nil {
+		if sDev, sIno, err = s.sys().netns.Identity(s.NetNS); err != nil {
 			return false
 		}
 	}

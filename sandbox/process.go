@@ -31,6 +31,11 @@ const proxyConfigFile = "proxy-config.json"
 // last one ended.
 const supervisorFile = "supervisor.json"
 
+// hostDropsFile is where the proxy keeps what it has logged of each
+// host-side drop rule, so that a new worker does not log it again (see
+// package proxy/droplog).
+const hostDropsFile = "hostdrops.json"
+
 // proxyDrainTimeout is how long a sandbox's proxy lets open connections
 // finish once it is told to stop: the sandbox is going.
 const proxyDrainTimeout = 500 * time.Millisecond
@@ -48,7 +53,7 @@ type Proc struct {
 }
 
 // alive reports whether p still runs (and is not a zombie).
-func (p *Proc) alive() bool { return p != nil && proxyAlive(p.PID, p.Start) }
+func (p *Proc) alive(procs processes) bool { return p != nil && procs.Alive(p.PID, p.Start) }
 
 // readiness is how far a new proxy's start goes before it counts as
 // started.
@@ -225,11 +230,11 @@ func waitPidfd(fd int, timeout time.Duration) bool {
 func (s *State) stopProxy() error {
 	var errs []error
 	if s.Supervisor != nil {
-		errs = append(errs, stopProcess(s.Supervisor.PID, s.Supervisor.Start, supervisorGrace))
+		errs = append(errs, s.sys().procs.Stop(s.Supervisor.PID, s.Supervisor.Start, supervisorGrace))
 		// The last worker it started, which its status names.
 		s.loadSupervision()
 	}
-	errs = append(errs, stopProcess(s.PID, s.PIDStart, time.Second))
+	errs = append(errs, s.sys().procs.Stop(s.PID, s.PIDStart, time.Second))
 	errs = append(errs, s.removeCgroup())
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -269,11 +274,11 @@ func (s *State) Supervision() *supervise.Status { return s.supervision }
 
 // SupervisorAlive reports whether the sandbox records a supervisor and it
 // runs.
-func (s *State) SupervisorAlive() bool { return s.Supervisor.alive() }
+func (s *State) SupervisorAlive() bool { return s.Supervisor.alive(s.sys().procs) }
 
 // Serving reports whether a proxy worker of the sandbox runs: the one its
 // supervisor last started, or the one an earlier release started.
-func (s *State) Serving() bool { return proxyAlive(s.PID, s.PIDStart) }
+func (s *State) Serving() bool { return s.sys().procs.Alive(s.PID, s.PIDStart) }
 
 // ProxyAlive reports whether the sandbox's proxy is alive: a worker
 // serving, or a supervisor that starts the next one.

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-
 	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
@@ -58,40 +56,43 @@ func (r *Request) defaults() error {
 // serving them, the ruleset, and the state record. Enforcing a sandbox that
 // is already enforced with a live proxy updates its policy and re-applies
 // the ruleset (idempotent). On any error nothing is left behind.
-func Enforce(r Request) (*State, error) {
+func Enforce(r Request) (*State, error) { return host.enforce(r) }
+
+// enforce is Enforce on sys.
+func (sys *system) enforce(r Request) (*State, error) {
 	if err := r.defaults(); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	if err := checkNetNS(r.NetNS); err != nil {
+	if err := sys.netns.Check(r.NetNS); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
-	if old, err := Load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS && old.NetNSCurrent() &&
+	if old, err := sys.load(r.StateDir, r.Key); err == nil && old.NetNS == r.NetNS && old.NetNSCurrent() &&
 		(old.Mode == conf.ModeNone || old.ProxyAlive()) {
-		return reenforce(old, r)
+		return sys.reenforce(old, r)
 	} else if err == nil {
 		// Stale state (proxy dead, or another netns): start afresh.
-		if err := Teardown(r.StateDir, r.Key); err != nil {
+		if err := sys.teardown(r.StateDir, r.Key); err != nil {
 			return nil, err
 		}
 	}
-	s, err := enforceNew(r)
+	s, err := sys.enforceNew(r)
 	if err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s in %s: %w", r.Key, r.NetNS, err)
 	}
 	return s, nil
 }
 
-func enforceNew(r Request) (_ *State, err error) {
+func (sys *system) enforceNew(r Request) (_ *State, err error) {
 	phasetrace.Mark("enforce.begin")
-	present, err := checkFree(r)
+	present, err := sys.checkFree(r)
 	if err != nil {
 		return nil, err
 	}
-	s, err := newState(r)
+	s, err := sys.newState(r)
 	if err != nil {
 		return nil, err
 	}
-	var spawned *spawnedProxy
+	var spawned spawned
 	var grp *cgroup.Group
 	rulesInstalled := false
 	// Undo everything on failure, in reverse order. The container does
@@ -103,10 +104,10 @@ func enforceNew(r Request) (_ *State, err error) {
 			}
 			s.stopProxy()
 			if rulesInstalled {
-				enforce.Remove(r.NetNS)
+				sys.rules.Remove(r.NetNS)
 			}
 			if s.HostLayer {
-				hostlayer.Remove(runtimeNetNS, s.Key)
+				sys.layer.Remove(runtimeNetNS, s.Key)
 			}
 			os.RemoveAll(s.Dir)
 		}
@@ -122,7 +123,7 @@ func enforceNew(r Request) (_ *State, err error) {
 		// door that starts no proxy (a re-ADD) must not wait for it.
 		grp = s.makeCgroup()
 		phasetrace.Mark("enforce.cgroup")
-		cgroup.WarmMigration()
+		sys.cgroups.WarmMigration()
 	}
 	if err := prepareInspect(r.CADir, r.Policy); err != nil {
 		return nil, err
@@ -139,7 +140,7 @@ func enforceNew(r Request) (_ *State, err error) {
 			// container must not start before it does.
 			ready = workerServing
 		}
-		if spawned, err = s.spawnProxy(grp, ready); err != nil {
+		if spawned, err = sys.proxies.Start(s, grp, ready); err != nil {
 			return nil, err
 		}
 	}
@@ -177,11 +178,11 @@ func enforceNew(r Request) (_ *State, err error) {
 // hook's) would have its ruleset replaced by this one's, and removed at
 // this one's DEL or failure: refuse, before anything is changed. A table
 // nobody live holds is a leftover, which this sandbox replaces.
-func checkFree(r Request) (present bool, err error) {
-	if present, err = enforce.Present(r.NetNS); err != nil || !present {
+func (sys *system) checkFree(r Request) (present bool, err error) {
+	if present, err = sys.rules.Present(r.NetNS); err != nil || !present {
 		return present, err
 	}
-	if h, _ := Holder(r.StateDir, r.Key, r.NetNS); h != nil {
+	if h, _ := sys.holder(r.StateDir, r.Key, r.NetNS); h != nil {
 		return true, fmt.Errorf("network namespace %s is already enforced by doorman sandbox %s (%s): one network namespace has one doorman policy, so chain doorman in one of the container's networks only",
 			r.NetNS, h.Key, h.describe())
 	}
@@ -190,7 +191,7 @@ func checkFree(r Request) (present bool, err error) {
 
 // newState makes the state directory and the log directory of a new
 // sandbox, and its State as r describes it.
-func newState(r Request) (*State, error) {
+func (sys *system) newState(r Request) (*State, error) {
 	dir := filepath.Join(r.StateDir, r.Key)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -204,10 +205,11 @@ func newState(r Request) (*State, error) {
 		NetNS: r.NetNS, Mode: r.Policy.Mode, BaseLabel: r.Label, LogFile: filepath.Join(r.LogDir, r.Key+".log"), Created: time.Now().UTC(), Dir: dir,
 		Spec:        r.Spec.Clone(),
 		ProxyBinary: r.ProxyBinary, ProxyResolvers: ProxyResolversFor(r.UpstreamResolvers, r.Resolvers),
+		system: sys,
 	}
 	s.ProxyLimits = spec.ProxyLimitsWithDefaults(r.ProxyLimits)
 	var err error
-	if s.NetNSDev, s.NetNSIno, err = netnsIdentity(r.NetNS); err != nil {
+	if s.NetNSDev, s.NetNSIno, err = sys.netns.Identity(r.NetNS); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -224,9 +226,10 @@ func newState(r Request) (*State, error) {
 // ruleset went in.
 func (s *State) install(r Request, present bool) (rulesInstalled bool, err error) {
 	spec := s.spec()
-	install := enforce.Create // never over a table that appeared meanwhile
+	rules := s.sys().rules
+	install := rules.Create // never over a table that appeared meanwhile
 	if present {
-		install = enforce.Apply // the leftover goes
+		install = rules.Apply // the leftover goes
 	}
 	applied := make(chan error, 1)
 	go func() {
@@ -270,7 +273,7 @@ func (s *State) applyHostLayer(ifaces []string, ipam map[string][]netip.Addr) er
 		// Look the veth peers up here rather than in Apply, so that the
 		// state records which interfaces hold the layer.
 		var err error
-		ifaces, err = hostlayer.FindHostPeers(s.NetNS, runtimeNetNS)
+		ifaces, err = s.sys().layer.FindHostPeers(s.NetNS, runtimeNetNS)
 		if errors.Is(err, hostlayer.ErrNoHostPeer) {
 			return nil
 		}
@@ -294,7 +297,7 @@ func (s *State) applyHostSpec(ifaces []string, ipam map[string][]netip.Addr) err
 		return err
 	}
 	spec.IPAM = ipam
-	pins, err := hostlayer.Apply(runtimeNetNS, spec)
+	pins, err := s.sys().layer.Apply(runtimeNetNS, spec)
 	if err != nil {
 		return err
 	}
@@ -380,6 +383,7 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 		// The proxy runs in this namespace, the layer's: it logs what
 		// the layer drops for the sandbox from its counters.
 		cfg.HostLayerKey = s.Key
+		cfg.HostDropsState = filepath.Join(s.Dir, hostDropsFile)
 		if host, err = listenHost(filter && hasFamily(s.Resolvers, true), filter && hasFamily(s.Resolvers, false)); err != nil {
 			return nil, err
 		}
@@ -441,7 +445,7 @@ func (s *State) spawnProxy(grp *cgroup.Group, ready readiness) (_ *spawnedProxy,
 
 // supervisedBy records p's supervisor as the sandbox's proxy, which is
 // not ready yet: no worker is named until started.
-func (s *State) supervisedBy(p *spawnedProxy) error {
+func (s *State) supervisedBy(p spawned) error {
 	sup, err := p.supervisor()
 	if err != nil {
 		return err
@@ -453,7 +457,7 @@ func (s *State) supervisedBy(p *spawnedProxy) error {
 // started records the proxy p, once its supervisor says ready (see
 // readiness): the supervisor (unless supervisedBy did), its first
 // worker, and what its status says.
-func (s *State) started(p *spawnedProxy) error {
+func (s *State) started(p spawned) error {
 	if s.Supervisor == nil || s.Supervisor.PID != p.Pid() {
 		if err := s.supervisedBy(p); err != nil {
 			return err
@@ -509,7 +513,7 @@ func hasFamily(addrs []netip.Addr, v4 bool) bool {
 // up), ruleset re-applied with the same listeners. A change into or out of
 // mode none goes through EditPolicy's path, which never leaves the
 // namespace without rules.
-func reenforce(s *State, r Request) (*State, error) {
+func (sys *system) reenforce(s *State, r Request) (*State, error) {
 	if r.CADir != "" {
 		s.CADir, s.UpstreamCAFile = r.CADir, r.UpstreamCAFile
 	}
@@ -518,7 +522,7 @@ func reenforce(s *State, r Request) (*State, error) {
 	}
 	if (s.Mode == conf.ModeNone) != (r.Policy.Mode == conf.ModeNone) {
 		// The update writes the policy file.
-		u, err := UpdatePolicy(r.StateDir, r.Key, r.Policy)
+		u, err := sys.updatePolicy(r.StateDir, r.Key, r.Policy)
 		if err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 		}
@@ -533,7 +537,7 @@ func reenforce(s *State, r Request) (*State, error) {
 	if s.NetNSIno == 0 {
 		// Recorded by an older doorman: the caller's path names the
 		// sandbox's namespace now, so record which one it is.
-		if dev, ino, err := netnsIdentity(s.NetNS); err == nil {
+		if dev, ino, err := sys.netns.Identity(s.NetNS); err == nil {
 			s.NetNSDev, s.NetNSIno = dev, ino
 		}
 	}
@@ -544,7 +548,7 @@ func reenforce(s *State, r Request) (*State, error) {
 		s.Resolvers = r.Resolvers
 	}
 	s.AllowDirect = slices.Clone(r.AllowDirect)
-	if err := enforce.Apply(s.NetNS, s.spec()); err != nil {
+	if err := sys.rules.Apply(s.NetNS, s.spec()); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if s.HostLayer {
@@ -578,11 +582,14 @@ func (s *State) spec() enforce.Spec {
 
 // Teardown stops the sandbox's proxy, removes its ruleset and its state. A
 // sandbox that is not there, or whose netns is gone, is no error.
-func Teardown(stateDir, key string) error {
+func Teardown(stateDir, key string) error { return host.teardown(stateDir, key) }
+
+// teardown is Teardown on sys.
+func (sys *system) teardown(stateDir, key string) error {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
-	s, err := Load(stateDir, key)
+	s, err := sys.load(stateDir, key)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -626,11 +633,11 @@ func Teardown(stateDir, key string) error {
 	go func() {
 		defer wg.Done()
 		if current {
-			rulesErr = enforce.Remove(s.NetNS)
+			rulesErr = sys.rules.Remove(s.NetNS)
 		}
 	}()
 	if s.HostLayer {
-		hostErr = hostlayer.Remove(runtimeNetNS, s.Key)
+		hostErr = sys.layer.Remove(runtimeNetNS, s.Key)
 	}
 	wg.Wait()
 	errs := []error{proxyErr, hostErr, rulesErr}
@@ -652,29 +659,37 @@ func Teardown(stateDir, key string) error {
 // left it, unless another live sandbox is enforced there: then the ruleset
 // is that one's. A namespace that is gone is no error.
 func RemoveOrphanRules(stateDir, key, nsPath string) error {
+	return host.removeOrphanRules(stateDir, key, nsPath)
+}
+
+// removeOrphanRules is RemoveOrphanRules on sys.
+func (sys *system) removeOrphanRules(stateDir, key, nsPath string) error {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
 	// After an ordinary Teardown the table is gone: say so with one
 	// look-up, before reading every sandbox's state to find a holder.
-	if ok, err := enforce.Present(nsPath); err == nil && !ok {
+	if ok, err := sys.rules.Present(nsPath); err == nil && !ok {
 		return nil
 	}
-	if h, _ := Holder(stateDir, key, nsPath); h != nil {
+	if h, _ := sys.holder(stateDir, key, nsPath); h != nil {
 		return nil
 	}
-	return enforce.Remove(nsPath)
+	return sys.rules.Remove(nsPath)
 }
 
 // Check reports an error if sandbox key is not enforced as recorded: no
 // state, proxy not running, stopped, crash looping or no longer
 // supervised (see ProxyProblem), or the ruleset differs from what doorman
 // installs.
-func Check(stateDir, key string) error {
+func Check(stateDir, key string) error { return host.check(stateDir, key) }
+
+// check is Check on sys.
+func (sys *system) check(stateDir, key string) error {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
-	s, err := Load(stateDir, key)
+	s, err := sys.load(stateDir, key)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
@@ -689,26 +704,17 @@ func Check(stateDir, key string) error {
 	if !s.NetNSCurrent() {
 		return fmt.Errorf("check sandbox %s: %w", key, s.errNetNSGone())
 	}
-	if err := enforce.Check(s.NetNS, s.spec()); err != nil {
+	if err := sys.rules.Check(s.NetNS, s.spec()); err != nil {
 		return fmt.Errorf("check sandbox %s: %w", key, err)
 	}
 	if s.HostLayer {
 		spec, err := s.hostSpec(s.HostIfaces)
 		if err == nil {
-			err = hostlayer.Check(runtimeNetNS, spec)
+			err = sys.layer.Check(runtimeNetNS, spec)
 		}
 		if err != nil {
 			return fmt.Errorf("check sandbox %s: host-side layer: %w", key, err)
 		}
 	}
 	return nil
-}
-
-// checkNetNS fails unless path is a network namespace.
-func checkNetNS(path string) error {
-	n, err := ns.GetNS(path)
-	if err != nil {
-		return fmt.Errorf("network namespace %s: %w", path, err)
-	}
-	return n.Close()
 }

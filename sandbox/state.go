@@ -15,8 +15,6 @@ import (
 
 	"github.com/doorman-net/doorman/internal/atomicfile"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/doorman-net/doorman/cgroup"
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
@@ -140,6 +138,10 @@ type State struct {
 	// legacyErr says why what an earlier release recorded could not be
 	// read (see migrate); starting a proxy fails with it.
 	legacyErr error
+
+	// system is what the sandbox's rules, namespace and proxy are
+	// changed through (nil: host, see sys).
+	system *system
 }
 
 // Pin records a hostlayer.Pin: what the sandbox may call itself on one
@@ -248,7 +250,7 @@ func (s *State) NetNSCurrent() bool {
 	if s.NetNSIno == 0 {
 		return true
 	}
-	dev, ino, err := netnsIdentity(s.NetNS)
+	dev, ino, err := s.sys().netns.Identity(s.NetNS)
 	return err == nil && dev == s.NetNSDev && ino == s.NetNSIno
 }
 
@@ -266,13 +268,10 @@ func (s *State) errNetNSGone() error {
 	return fmt.Errorf("%s no longer is the sandbox's network namespace (inode %d; its process has exited?)", s.NetNS, s.NetNSIno)
 }
 
-// netnsIdentity returns the device and inode of the namespace file at path.
+// netnsIdentity returns the device and inode of the namespace file at path
+// on this host.
 func netnsIdentity(path string) (dev, ino uint64, err error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return 0, 0, fmt.Errorf("network namespace %s: %w", path, err)
-	}
-	return st.Dev, st.Ino, nil
+	return host.netns.Identity(path)
 }
 
 // PolicyPath is the path of the sandbox's live policy file.
@@ -298,7 +297,11 @@ func isAlnum(c byte) bool {
 
 // Load reads the state of sandbox key under stateDir. A sandbox that is not
 // there yields an error matching os.ErrNotExist.
-func Load(stateDir, key string) (*State, error) {
+func Load(stateDir, key string) (*State, error) { return host.load(stateDir, key) }
+
+// load is Load on sys: the state it returns changes the sandbox through
+// sys.
+func (sys *system) load(stateDir, key string) (*State, error) {
 	if err := ValidKey(key); err != nil {
 		return nil, err
 	}
@@ -311,7 +314,7 @@ func Load(stateDir, key string) (*State, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("sandbox %s: state file %s: %w", key, filepath.Join(dir, stateFile), err)
 	}
-	s.Dir = dir
+	s.Dir, s.system = dir, sys
 	s.migrate(data)
 	s.loadSupervision()
 	return &s, nil
@@ -319,7 +322,10 @@ func Load(stateDir, key string) (*State, error) {
 
 // List returns every sandbox recorded under stateDir, oldest first.
 // Directories without a readable state file are skipped.
-func List(stateDir string) ([]*State, error) {
+func List(stateDir string) ([]*State, error) { return host.list(stateDir) }
+
+// list is List on sys.
+func (sys *system) list(stateDir string) ([]*State, error) {
 	ents, err := os.ReadDir(stateDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -332,7 +338,7 @@ func List(stateDir string) ([]*State, error) {
 		if !e.IsDir() || ValidKey(e.Name()) != nil {
 			continue
 		}
-		if s, err := Load(stateDir, e.Name()); err == nil {
+		if s, err := sys.load(stateDir, e.Name()); err == nil {
 			out = append(out, s)
 		}
 	}

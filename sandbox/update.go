@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/doorman-net/doorman/conf"
-	"github.com/doorman-net/doorman/enforce"
 	"github.com/doorman-net/doorman/hostconf"
 )
 
@@ -50,10 +49,15 @@ func (s *State) Policy() (*conf.Policy, error) {
 // UpdatePolicy puts p in force on the enforced sandbox key under stateDir:
 // see EditPolicy. The live policy file may be unreadable: p replaces it.
 func UpdatePolicy(stateDir, key string, p *conf.Policy) (*Update, error) {
+	return host.updatePolicy(stateDir, key, p)
+}
+
+// updatePolicy is UpdatePolicy on sys.
+func (sys *system) updatePolicy(stateDir, key string, p *conf.Policy) (*Update, error) {
 	if p == nil {
 		return nil, fmt.Errorf("update sandbox %s: no policy", key)
 	}
-	return update(stateDir, key, false, func(*conf.Policy) (*conf.Policy, error) { return p, nil })
+	return sys.update(stateDir, key, false, func(*conf.Policy) (*conf.Policy, error) { return p, nil })
 }
 
 // EditPolicy changes the policy of the enforced sandbox key under stateDir
@@ -71,10 +75,13 @@ func UpdatePolicy(stateDir, key string, p *conf.Policy) (*Update, error) {
 // the deny-all ruleset for the redirecting one. The sandbox is therefore
 // never without a ruleset, and when starting fails it stays in mode none.
 func EditPolicy(stateDir, key string, edit func(cur *conf.Policy) (*conf.Policy, error)) (*Update, error) {
-	return update(stateDir, key, true, edit)
+	return host.update(stateDir, key, true, edit)
 }
 
-func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*conf.Policy, error)) (*Update, error) {
+// update loads sandbox key from stateDir on sys, under the state
+// directory's lock, and moves it to the policy edit makes of the live one
+// (see EditPolicy; needCurrent says the live one must load).
+func (sys *system) update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*conf.Policy, error)) (*Update, error) {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
@@ -83,7 +90,7 @@ func update(stateDir, key string, needCurrent bool, edit func(*conf.Policy) (*co
 		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
 	}
 	defer unlock()
-	s, err := Load(stateDir, key)
+	s, err := sys.load(stateDir, key)
 	if err != nil {
 		return nil, fmt.Errorf("update sandbox %s: %w", key, err)
 	}
@@ -159,7 +166,7 @@ func (s *State) enterNone(p *conf.Policy) error {
 	}
 	spec := s.spec()
 	spec.DenyAll = true
-	if err := enforce.Apply(s.NetNS, spec); err != nil {
+	if err := s.sys().rules.Apply(s.NetNS, spec); err != nil {
 		return fmt.Errorf("install the mode none ruleset (the proxy denies everything meanwhile): %w", err)
 	}
 	// A proxy that would not stop stays recorded, so that Teardown
@@ -180,7 +187,8 @@ func (s *State) enterNone(p *conf.Policy) error {
 // file, new listeners and proxy, then the redirecting ruleset. On failure
 // the deny-all ruleset and the old file stay (or are put back).
 func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error) {
-	if err := checkNetNS(s.NetNS); err != nil {
+	sys := s.sys()
+	if err := sys.netns.Check(s.NetNS); err != nil {
 		return err
 	}
 	// How the proxy was started is in the state (see migrate for what
@@ -209,7 +217,7 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		if applied {
 			deny := s.spec()
 			deny.DenyAll = true
-			enforce.Apply(s.NetNS, deny)
+			sys.rules.Apply(s.NetNS, deny)
 		}
 		if oldData != nil {
 			writeAtomic(s.PolicyPath(), oldData, 0o644)
@@ -218,14 +226,14 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 	if err := conf.WriteFileAtomic(s.PolicyPath(), p); err != nil {
 		return err
 	}
-	spawned, err := next.spawnProxy(next.makeCgroup(), workerServing)
+	spawned, err := sys.proxies.Start(&next, next.makeCgroup(), workerServing)
 	if err != nil {
 		return err
 	}
 	if err := next.started(spawned); err != nil {
 		return err
 	}
-	if err := enforce.Apply(s.NetNS, next.spec()); err != nil {
+	if err := sys.rules.Apply(s.NetNS, next.spec()); err != nil {
 		return err
 	}
 	applied = true

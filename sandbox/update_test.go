@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -209,10 +210,13 @@ func TestLoadOlderLaunchRecord(t *testing.T) {
 // it on its command line: Load reads every --resolver of it while it runs.
 func TestLoadOlderRunningProxy(t *testing.T) {
 	cmd := exec.Command("/bin/sh", "-c", "sleep 60; :", "proxy", "--sandbox", "x", "--resolver", "203.0.113.53:53", "--resolver=[2001:db8::53]:5353")
+	// The shell forks sleep: a group of their own lets the cleanup kill
+	// both, so no sleep outlives the test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 	stateDir, s := fakeSandbox(t, conf.ModeAllowlist)
 	start, err := processStart(cmd.Process.Pid)
 	if err != nil {

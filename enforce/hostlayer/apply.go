@@ -73,6 +73,9 @@ func apply(nsPath string, spec Spec) ([]Pin, error) {
 	if err := n.checkMACConflicts(s, ifaces, inetSets, bridgeSets); err != nil {
 		return nil, err
 	}
+	if s.logGroup, err = pickLogGroup(s.Key, inetSets[setLogGroups]); err != nil {
+		return nil, err
+	}
 	claimIsolation(ifaces, bridgeSets)
 	if err := n.stageApply(inet, s, ifaces, inetSets); err != nil {
 		return nil, fmt.Errorf("%s: %w", inet, err)
@@ -184,6 +187,14 @@ func (n *runtimeNS) stageApply(l layout, s Spec, ifaces []hostIface, current map
 			}
 		}
 	}
+	if l.logs(s, ifaces) {
+		// Before the sandbox chain, whose drops go to it.
+		lc := c.AddChain(l.logChain(s.Key))
+		c.FlushChain(lc)
+		for _, r := range l.logRules(s.logGroup) {
+			nft.AddRule(c, lc, r)
+		}
+	}
 	ch := c.AddChain(l.sandboxChain(s.Key))
 	c.FlushChain(ch)
 	for _, r := range l.sandboxRules(s, ifaces) {
@@ -257,7 +268,7 @@ func (n *runtimeNS) stageElements(l layout, sets map[string]*nftables.Set, curre
 		}
 		var del []nftables.SetElement
 		for _, e := range current[ss.name] {
-			mine := e.chain == chain || (!ss.verdicts && owned[keyIndex(e.key)])
+			mine := e.chain == chain || e.chain == logChainOf(chain) || (!ss.verdicts && owned[keyIndex(e.key)])
 			if mine || wanted[string(e.key)] {
 				del = append(del, nftables.SetElement{Key: e.key})
 			}
@@ -365,7 +376,7 @@ func remove(nsPath string, key string) error {
 // stageRemove queues the removal of sandbox key from one table and reports
 // whether there was anything to remove.
 func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
-	chains, err := n.sandboxChains(l)
+	chains, hasLog, err := n.sandboxChains(l, logChainName(key))
 	if err != nil {
 		return false, err
 	}
@@ -399,23 +410,29 @@ func (n *runtimeNS) stageRemove(l layout, key string) (bool, error) {
 		return false, err
 	}
 	n.Conn.DelChain(l.sandboxChain(key))
+	// Then its log chain, which nothing goes to any more.
+	if hasLog {
+		n.Conn.DelChain(l.logChain(key))
+	}
 	return true, nil
 }
 
 // sandboxChains returns the names of the sandbox chains in l's table, none
-// if the table is not there.
-func (n *runtimeNS) sandboxChains(l layout) ([]string, error) {
+// if the table is not there, and whether it has chain other.
+func (n *runtimeNS) sandboxChains(l layout, other string) ([]string, bool, error) {
 	chains, err := nft.Chains(n.Conn, l.table)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var names []string
+	has := false
 	for _, c := range chains {
 		if strings.HasPrefix(c.Name, chainPrefix) {
 			names = append(names, c.Name)
 		}
+		has = has || c.Name == other
 	}
-	return names, nil
+	return names, has, nil
 }
 
 // hasTable reports whether l's table exists.

@@ -62,6 +62,15 @@ func check(nsPath string, spec Spec) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", bridgeLayout(), err)
 	}
+	inetSets, err := n.readSets(inetLayout())
+	if err != nil {
+		return fmt.Errorf("%s: %w", inetLayout(), err)
+	}
+	g, ok := ownLogGroup(s.Key, inetSets[setLogGroups])
+	if !ok {
+		return fmt.Errorf("%s: set %q has no nflog group for the sandbox", inetLayout(), setLogGroups)
+	}
+	s.logGroup = g
 	held := heldPorts(bridgeSets)
 	for i := range ifaces {
 		ifaces[i].isolationOwned = ifaces[i].bridge != "" && held[uint32(ifaces[i].index)]
@@ -120,6 +129,18 @@ func (n *runtimeNS) checkTable(l layout, s Spec, ifaces []hostIface) error {
 	if err := nft.CompareRules(n.Conn, ch, l.sandboxRules(s, ifaces), "layer"); err != nil {
 		return err
 	}
+	if l.logs(s, ifaces) {
+		lc, err := n.chain(l, logChainName(s.Key))
+		if err != nil {
+			return err
+		}
+		if lc.Hooknum != nil {
+			return fmt.Errorf("chain %q is a base chain, want a regular one", lc.Name)
+		}
+		if err := nft.CompareRules(n.Conn, lc, l.logRules(s.logGroup), "layer"); err != nil {
+			return err
+		}
+	}
 
 	current, err := n.readSets(l)
 	if err != nil {
@@ -149,7 +170,7 @@ func compareElements(l layout, current map[string][]element, chain string, want 
 			}
 		}
 		for _, e := range current[ss.name] {
-			mine := e.chain == chain || (!ss.verdicts && owned[keyIndex(e.key)])
+			mine := e.chain == chain || e.chain == logChainOf(chain) || (!ss.verdicts && owned[keyIndex(e.key)])
 			if mine && !wanted[string(e.key)] {
 				return fmt.Errorf("set %q has the element %s for the sandbox, which it should not have", ss.name, keyString(e.key))
 			}

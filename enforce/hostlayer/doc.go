@@ -112,10 +112,13 @@
 //	        icmpv6 type mldv2 report @th,48,16 >= I+1 @th,(8+20I+1)*8,24 != 0 drop   I 0-7: no sources, no aux data
 //	    chain prerouting  type filter hook prerouting priority filter (-200), policy accept
 //	        meta iif vmap @sandboxes
+//	    map port-logs { type iface_index : verdict }         sandbox port -> jump log-<key>
 //	    chain forward     type filter hook forward priority filter (-200), policy accept
 //	        meta iif @sandbox-ports meta oif @sandbox-ports drop   no frame from a sandbox to another
 //	        ether type ip meta iif @unfiltered-ip drop
 //	        ether type ip6 meta iif @unfiltered-ip6 drop
+//	            (each of these three first as `MATCH meta mark set M meta iif vmap @port-logs`:
+//	            counted and logged as the input port's sandbox's; the plain drop if the map lacks it)
 //	        ether daddr & 01:00:00:00:00:00 == 0 meta oif @sandbox-ports
 //	            meta oif . ether daddr != @sandbox-port-macs drop  flooded unicast for a neighbour
 //	    chain output      type filter hook output priority filter (-200), policy accept
@@ -143,12 +146,28 @@
 //	        ether type ip6 accept                            judged by table inet doorman-host
 //	        drop                                             VLAN-tagged, PPPoE, any other type
 //
-// Every drop in a sbx-<key> chain has a counter in front of its verdict
-// (`counter drop`; the sketch leaves it out): ReadDrops reads them, and the
-// sandbox's proxy logs what they count as denials lines (package
-// proxy/droplog). Check ignores the counters' values. The drops of the
-// shared chains (prerouting, forward, output, the shape chains) are not
-// counted: they are nobody's in particular.
+// Every drop in a sbx-<key> chain (the sketch shows `drop`) is in fact
+// `counter meta mark set N goto log-<key>`: it counts what it drops, marks
+// it with the rule's number among the chain's drops, and hands it to the
+// sandbox's log chain in the same table, which logs it to the sandbox's
+// NFLOG group at most LogRate a second after a burst of LogBurst, and
+// drops it (see LogRate):
+//
+//	chain log-<key>   one per sandbox and table with drops
+//	    limit rate 10/second burst 20 packets log prefix "TABLE" group G snaplen 128
+//	    drop
+//	map log-groups { type inet_service : verdict }  (table inet doorman-host) group G -> jump sbx-<key>
+//
+// Apply hands each sandbox its group, from LogGroupBase on, and records it
+// in log-groups (no rule looks the map up: its elements say which groups
+// are taken, and by whom). ReadDrops reads the counters and marks,
+// ReadLogGroup the group, and the sandbox's proxy logs what they count
+// (package proxy/droplog). Check ignores the counters' values. The log
+// chain of table bridge doorman-host first counts, by their marks, the
+// forward chain's drops of what the sandbox's ports send (`meta mark M
+// counter`, one per drop, commented as the drop). The other drops of the
+// shared chains (flooded unicast to a sandbox's port, the shape chains)
+// are neither counted nor logged: see docs/runtimes.md.
 //
 // (One rule per type or address where the sketch shows a set: the rules
 // name each type on its own. In the bridge table's accepts, accept ends

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 
@@ -271,8 +272,17 @@ func TestLayerOnBridgePortWithoutBrNetfilter(t *testing.T) {
 		dst: netip.MustParseAddr(inet4), dport: 9999, payload: []byte("raw-from-a")})
 	expectNoDatagram(t, l.rawTarget, "udp server behind the frame from a")
 	// Bridged traffic never reaches the inet hooks: it is all dropped,
-	// replies to the neighbour's connections included.
+	// replies to the neighbour's connections included; what a's port
+	// sent is counted and logged as a's, by the port it came in on.
+	log := l.openLog(t, "ctr-a")
+	const unfiltered = "bridged ipv4 that br_netfilter does not pass to the inet hooks is dropped"
 	expectTCPBlocked(t, a, "", l.srvB4)
+	if n := l.dropCount(t, "ctr-a", "table bridge", unfiltered); n == 0 {
+		t.Errorf("a's bridged tcp to b: the count of %q is 0", unfiltered)
+	}
+	if got := log.read(t, l, 300*time.Millisecond); !find(got, unfiltered, sbxA4, hostPort(sbxB4, 8080)) {
+		t.Errorf("a's bridged tcp to b: a's group got %+v", got)
+	}
 	if c, err := dialTCP(b, "", hostPort(sbxA4, 8080), mustFail); err == nil {
 		c.Close()
 		t.Errorf("tcp from b to a over the bridge without br_netfilter: connected, want the replies dropped")

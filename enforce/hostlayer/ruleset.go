@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -50,6 +51,7 @@ const (
 	setPorts       = "sandbox-ports"     // iface_index (bridge)
 	setPortMACs    = "sandbox-port-macs" // iface_index . ether_addr (bridge)
 	setIsolated    = "isolated-ports"    // iface_index (bridge): ports whose isolation the layer turned on
+	setPortLogs    = "port-logs"         // iface_index : verdict (bridge): sandbox port -> jump log-<key>
 )
 
 // Base chain priorities. inet: after conntrack (-200) has attached its
@@ -121,7 +123,17 @@ func layouts() []layout {
 // sandboxRules is the sandbox chain of l for s, every drop counting what
 // it drops (see counted).
 func (l layout) sandboxRules(s Spec, ifaces []hostIface) []nft.RuleSpec {
-	return counted(l.rules(s, ifaces))
+	return counted(l.rules(s, ifaces), s.Key)
+}
+
+// logs reports whether l's sandbox chains drop anything, and so whether
+// it has log chains.
+func (l layout) logs(s Spec, ifaces []hostIface) bool {
+	return hasDrops(l.rules(s, ifaces))
+}
+
+func (l layout) logChain(key string) *nftables.Chain {
+	return &nftables.Chain{Name: logChainName(key), Table: l.table}
 }
 
 func (l layout) String() string {
@@ -184,19 +196,21 @@ func inetLayout() layout {
 			{name: setMACs, keyType: typeIfaceMAC, verdicts: true},
 			{name: setAddrs4, keyType: typeIfaceAddr4},
 			{name: setAddrs6, keyType: typeIfaceAddr6},
+			{name: setLogGroups, keyType: nftables.TypeInetService, verdicts: true},
 		},
 		bases: []baseSpec{{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: inetPriority, rules: []nft.RuleSpec{
 			nft.Rule("routed sandbox interfaces go to their chains", dispatchIface(setIfaces)),
 			nft.Rule("bridged sandboxes go to their chains by bridge and source mac", dispatchIfaceMAC(setMACs)),
 		}}},
 		rules: inetRules,
-		elements: func(chain string, _ Spec, ifaces []hostIface) map[string][]element {
+		elements: func(chain string, s Spec, ifaces []hostIface) map[string][]element {
 			els := dispatchElements(chain, ifaces)
 			for _, i := range ifaces {
 				if i.bridge == "" {
 					addAddrElements(els, i)
 				}
 			}
+			els[setLogGroups] = []element{{key: logGroupKey(s.logGroup), chain: chain}}
 			return els
 		},
 		setIDs: 1 << 8,
@@ -237,6 +251,7 @@ func bridgeLayout() layout {
 			{name: setPorts, keyType: nftables.TypeIFIndex},
 			{name: setPortMACs, keyType: typeIfaceMAC},
 			{name: setIsolated, keyType: nftables.TypeIFIndex},
+			{name: setPortLogs, keyType: nftables.TypeIFIndex, verdicts: true},
 		},
 		bases: []baseSpec{
 			{name: chainARPShape, rules: arpShapeRules()},
@@ -244,22 +259,15 @@ func bridgeLayout() layout {
 			{name: "prerouting", hook: nftables.ChainHookPrerouting, priority: bridgePriority, rules: []nft.RuleSpec{
 				nft.Rule("sandbox ports go to their chains", dispatchIface(setIfaces)),
 			}},
-			{name: "forward", hook: nftables.ChainHookForward, priority: bridgePriority, rules: []nft.RuleSpec{
-				nft.Rule("frames from a sandbox's port to another sandbox's port are dropped",
-					matchIfaceIn(setPorts), matchOifIn(setPorts), nft.Drop()),
-				nft.Rule("bridged ipv4 that br_netfilter does not pass to the inet hooks is dropped",
-					matchEtherType(unix.ETH_P_IP), matchIfaceIn(setUnfiltered4), nft.Drop()),
-				nft.Rule("bridged ipv6 that br_netfilter does not pass to the inet hooks is dropped",
-					matchEtherType(unix.ETH_P_IPV6), matchIfaceIn(setUnfiltered6), nft.Drop()),
-				floodedToSandbox(),
-			}},
+			{name: "forward", hook: nftables.ChainHookForward, priority: bridgePriority,
+				rules: append(sharedPortDrops(), floodedToSandbox())},
 			{name: "output", hook: nftables.ChainHookOutput, priority: bridgePriority, rules: []nft.RuleSpec{
 				floodedToSandbox(),
 			}},
 		},
 		rules:  func(_ Spec, ifaces []hostIface) []nft.RuleSpec { return bridgeRules(ifaces) },
 		setIDs: 2 << 8,
-		elements: func(chain string, _ Spec, ifaces []hostIface) map[string][]element {
+		elements: func(chain string, s Spec, ifaces []hostIface) map[string][]element {
 			els := map[string][]element{}
 			for _, i := range ifaces {
 				if i.bridge == "" {
@@ -278,10 +286,50 @@ func bridgeLayout() layout {
 				if i.isolationOwned {
 					els[setIsolated] = append(els[setIsolated], element{key: ifIndexKey(i.index)})
 				}
+				els[setPortLogs] = append(els[setPortLogs], element{key: ifIndexKey(i.index), chain: logChainName(s.Key)})
 			}
 			return els
 		},
 	}
+}
+
+// sharedPortDrop is a drop of the bridge table's forward chain of what a
+// sandbox's port sends: the frame's input port names the sandbox.
+type sharedPortDrop struct {
+	comment string
+	match   []expr.Any
+	mark    uint32
+}
+
+// sharedMarkBase begins the marks of the shared drops, apart from the
+// numbers of a sandbox chain's drops.
+const sharedMarkBase = 0x10000
+
+func sharedPortDropSpecs() []sharedPortDrop {
+	return []sharedPortDrop{
+		{"frames from a sandbox's port to another sandbox's port are dropped",
+			slices.Concat(matchIfaceIn(setPorts), matchOifIn(setPorts)), sharedMarkBase + 1},
+		{"bridged ipv4 that br_netfilter does not pass to the inet hooks is dropped",
+			slices.Concat(matchEtherType(unix.ETH_P_IP), matchIfaceIn(setUnfiltered4)), sharedMarkBase + 2},
+		{"bridged ipv6 that br_netfilter does not pass to the inet hooks is dropped",
+			slices.Concat(matchEtherType(unix.ETH_P_IPV6), matchIfaceIn(setUnfiltered6)), sharedMarkBase + 3},
+	}
+}
+
+// sharedPortDrops are the forward chain's drops of what sandbox ports
+// send. Each goes first, marked, to the log chain of the sandbox whose
+// port the frame came in on (map port-logs), which counts it under the
+// drop's comment, logs it and drops it (see logRules); the plain drop
+// after it holds should the map lack the port.
+func sharedPortDrops() []nft.RuleSpec {
+	var rules []nft.RuleSpec
+	for _, d := range sharedPortDropSpecs() {
+		rules = append(rules,
+			nft.Rule(strings.TrimSuffix(d.comment, " are dropped")+" go to the log chain of the sandbox of the input port",
+				d.match, markSet(d.mark), dispatchIface(setPortLogs)),
+			nft.Rule(d.comment, d.match, nft.Drop()))
+	}
+	return rules
 }
 
 // floodedToSandbox keeps a sandbox from receiving frames meant for its

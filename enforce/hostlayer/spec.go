@@ -67,6 +67,10 @@ type Spec struct {
 	// runtime's namespace (see Redirect). Zero: nothing is redirected,
 	// and that traffic is dropped.
 	Redirect Redirect
+
+	// logGroup is the NFLOG group the sandbox's drops are logged to:
+	// Apply picks it, Check reads it (see LogRate).
+	logGroup uint16
 }
 
 // Pin is the identity of a sandbox on one of its host interfaces: what

@@ -2,6 +2,7 @@ package hostlayer
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -129,4 +130,25 @@ func sortedAddrs(a []netip.Addr) []netip.Addr {
 	out := slices.Clone(a)
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
+}
+
+func TestPickLogGroup(t *testing.T) {
+	own, err := pickLogGroup("sbx-1", nil)
+	if err != nil || own < LogGroupBase {
+		t.Fatalf("pickLogGroup: %d, %v", own, err)
+	}
+	// Its own group again, wherever it is; a taken group is skipped.
+	if g, err := pickLogGroup("sbx-1", []element{{key: logGroupKey(7), chain: chainName("sbx-1")}}); g != 7 || err != nil {
+		t.Errorf("with its own group 7 recorded: %d, %v", g, err)
+	}
+	if g, err := pickLogGroup("sbx-1", []element{{key: logGroupKey(own), chain: chainName("other")}}); g == own || err != nil {
+		t.Errorf("with its group %d taken: %d, %v", own, g, err)
+	}
+	var all []element
+	for g := range LogGroupSpan {
+		all = append(all, element{key: logGroupKey(uint16(LogGroupBase + g)), chain: chainName(fmt.Sprint("s", g))})
+	}
+	if g, err := pickLogGroup("sbx-1", all); err == nil {
+		t.Errorf("every group taken: %d, want an error", g)
+	}
 }

@@ -5,9 +5,9 @@
 // happened through its output and, above all, its exit status, so a test can
 // tell "allowed", "denied by a TLS alert", "refused" and "dropped" apart:
 //
-//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--timeout D] [--every D [URL...]]
-//	    HTTP(S) GET (with --data, a POST of that JSON body); prints
-//	    "status: N" and the body. With --every, GETs each URL in turn
+//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--header NAME:VALUE]... [--timeout D] [--every D [URL...]]
+//	    HTTP(S) GET (with --data, a POST of that JSON body; each --header
+//	    added to the request); prints "status: N" and the body. With --every, GETs each URL in turn
 //	    every D, each on a new connection, forever, printing nothing (a
 //	    pod whose requests a benchmark watches arrive at the servers).
 //	probe tcp ADDR:PORT [--send DATA] [--timeout D]
@@ -94,7 +94,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT | dns SERVER NAME | sleep DURATION  [--timeout D]")
+	fmt.Fprintln(os.Stderr, "usage: probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] | tcp ADDR:PORT [--send DATA] | udp ADDR:PORT [--flood N] | dns SERVER NAME | sleep DURATION  [--timeout D]")
 	os.Exit(exitUsage)
 }
 
@@ -159,6 +159,8 @@ func runGet(args []string) error {
 	repeat := fs.Int("repeat", 0, "make the request this many more times, each on a new connection, and print their median and 90th percentile times (the benchmarks)")
 	data := fs.String("data", "", "a JSON body to POST instead of a GET")
 	every := fs.Duration("every", 0, "repeat every D, forever, on new connections, silently")
+	var headers headerFlags
+	fs.Var(&headers, "header", "NAME:VALUE: a header of the request (repeatable)")
 	want := 1
 	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--every") || strings.HasPrefix(a, "-every") }) {
 		want = -1
@@ -226,6 +228,9 @@ func runGet(args []string) error {
 	if *data != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	for _, h := range headers {
+		req.Header.Add(h[0], h[1])
+	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return err
@@ -249,6 +254,20 @@ func runGet(args []string) error {
 	}
 	slices.Sort(times)
 	fmt.Printf("repeat: %d median_us %d p90_us %d\n", len(times), times[len(times)/2].Microseconds(), times[len(times)*9/10].Microseconds())
+	return nil
+}
+
+// headerFlags are the --header NAME:VALUE flags of probe get.
+type headerFlags [][2]string
+
+func (h *headerFlags) String() string { return fmt.Sprint(*h) }
+
+func (h *headerFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("--header %q: want NAME:VALUE", v)
+	}
+	*h = append(*h, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
 	return nil
 }
 
@@ -276,6 +295,7 @@ func runUDP(args []string) error {
 	fs := flag.NewFlagSet("udp", flag.ContinueOnError)
 	send := fs.String("send", "doorman-probe", "the datagram to send")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for an answer")
+	flood := fs.Int("flood", 0, "send this many datagrams first, as fast as it can, without waiting for answers")
 	pos, err := parse(fs, args, 1, "ADDR:PORT")
 	if err != nil {
 		return err
@@ -285,6 +305,11 @@ func runUDP(args []string) error {
 		return err
 	}
 	defer c.Close()
+	for range *flood {
+		if _, err := io.WriteString(c, *send); err != nil {
+			return err
+		}
+	}
 	return sendAndRead(c, *send, *timeout)
 }
 

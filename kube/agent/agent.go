@@ -23,17 +23,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	npa "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
-	npainformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
 
 	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/kube/agentclient"
@@ -68,15 +66,15 @@ type Agent struct {
 	metrics  *Metrics
 	log      *slog.Logger
 
-	nodePods   cache.SharedIndexInformer
-	namespaces cache.SharedIndexInformer
-	nodes      cache.SharedIndexInformer
-	cnps       cache.SharedIndexInformer // nil: the CRD is not installed
-	eps        cache.SharedIndexInformer // nil: the CRD is not installed
-	allPods    cache.SharedIndexInformer // nil until a peer needs it
-	// cnpsPending and epsPending are the informers of a CRD installed
+	nodePods   *source
+	namespaces *source
+	nodes      *source
+	cnps       *source // nil: the CRD is not installed
+	eps        *source // nil: the CRD is not installed
+	allPods    *source // nil until a peer needs it
+	// cnpsPending and epsPending are the sources of a CRD installed
 	// after the agent started, until they have synced.
-	cnpsPending, epsPending cache.SharedIndexInformer
+	cnpsPending, epsPending *source
 	synced                  chan struct{}
 
 	trigger chan struct{}
@@ -144,26 +142,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Close()
-	const resync = 10 * time.Minute
-	kc := a.cfg.Kube
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(kc, resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	core := a.cfg.Kube.CoreV1()
+	onNode := func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
-	}))
-	clusterFactory := informers.NewSharedInformerFactory(kc, resync)
-	a.nodePods = nodeFactory.Core().V1().Pods().Informer()
-	a.namespaces = clusterFactory.Core().V1().Namespaces().Informer()
-	a.nodes = clusterFactory.Core().V1().Nodes().Informer()
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
 	}
-	syncs := []cache.InformerSynced{}
-	for _, inf := range []cache.SharedIndexInformer{a.nodePods, a.namespaces, a.nodes} {
-		inf.AddEventHandler(handler)
-		syncs = append(syncs, inf.HasSynced)
-	}
-	// The CRDs' informers, if their resources are served; a discovery
+	a.nodePods = newSource(ctx, "pods on "+a.cfg.NodeName, listWatch(core.Pods("").List, core.Pods("").Watch, onNode), &corev1.Pod{}, nil, a.poke)
+	a.namespaces = newSource(ctx, "namespaces", listWatch(core.Namespaces().List, core.Namespaces().Watch, nil), &corev1.Namespace{}, nil, a.poke)
+	a.nodes = newSource(ctx, "nodes", listWatch(core.Nodes().List, core.Nodes().Watch, nil), &corev1.Node{}, nil, a.poke)
+	syncs := []cache.InformerSynced{a.nodePods.HasSynced, a.namespaces.HasSynced, a.nodes.HasSynced}
+	// The CRDs' sources, if their resources are served; a discovery
 	// that fails (the API server away) is tried again, never taken for
 	// "not installed": that would drop the cluster's Deny rules.
 	cnpServed, err := a.served(ctx, npa.SchemeGroupVersion.String(), "clusternetworkpolicies")
@@ -175,19 +162,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	if cnpServed {
-		a.cnps = a.startCNPs(ctx, handler)
+		a.cnps = a.startCNPs(ctx)
 		syncs = append(syncs, a.cnps.HasSynced)
 	} else {
 		a.log.Warn("not installed", "resource", "clusternetworkpolicies."+npa.GroupName+"/v1beta1", "effect", "pods get the installer's policy until it is (checked every 30 s)")
 	}
 	if epServed {
-		a.eps = a.startEPs(ctx, handler)
+		a.eps = a.startEPs(ctx)
 		syncs = append(syncs, a.eps.HasSynced)
 	} else {
 		a.log.Warn("not installed", "resource", v1alpha1.Resource+"."+v1alpha1.Group+"/"+v1alpha1.Version, "effect", "no EgressPolicy applies until it is (checked every 30 s)")
 	}
-	nodeFactory.Start(ctx.Done())
-	clusterFactory.Start(ctx.Done())
 	if a.cfg.MetricsAddr != "" {
 		ms := &http.Server{Addr: a.cfg.MetricsAddr, Handler: promhttp.HandlerFor(a.metrics.Registry, promhttp.HandlerOpts{})}
 		go func() {
@@ -206,7 +191,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	close(a.synced)
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
-	lateTick := time.NewTicker(2 * time.Second) // a late CRD's informer syncing
+	lateTick := time.NewTicker(2 * time.Second) // a late CRD's first list
 	defer lateTick.Stop()
 	for {
 		select {
@@ -214,12 +199,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-a.trigger:
 		case <-tick.C:
-			a.startLateCRDs(ctx, handler)
+			a.startLateCRDs(ctx)
 		case <-lateTick.C:
 			if a.cnpsPending == nil && a.epsPending == nil {
 				continue
 			}
-			a.startLateCRDs(ctx, handler)
+			a.startLateCRDs(ctx)
 		}
 		a.recompute(ctx)
 	}
@@ -227,10 +212,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // served reports whether the API server serves resource in groupVersion.
 // Only the API server's answer that it does not (404) is a no: any other
-// error is tried again (every 1 s, then up to every 30 s) until it
-// answers or ctx is done (the error then).
+// error is tried again (after 1 s, then 2 s, then every 4 s, as the
+// watches retry: an agent started while the API server is away starts
+// within seconds of its return) until it answers or ctx is done (the
+// error then).
 func (a *Agent) served(ctx context.Context, groupVersion, resource string) (bool, error) {
-	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+	for delay := time.Second; ; delay = min(2*delay, 4*time.Second) {
 		l, err := a.cfg.Kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
 		switch {
 		case err == nil:
@@ -247,29 +234,24 @@ func (a *Agent) served(ctx context.Context, groupVersion, resource string) (bool
 	}
 }
 
-// startCNPs starts the ClusterNetworkPolicy informer.
-func (a *Agent) startCNPs(ctx context.Context, h cache.ResourceEventHandler) cache.SharedIndexInformer {
-	f := npainformers.NewSharedInformerFactory(a.cfg.NetworkPolicy, 10*time.Minute)
-	inf := f.Policy().V1beta1().ClusterNetworkPolicies().Informer()
-	inf.AddEventHandler(h)
-	f.Start(ctx.Done())
-	return inf
+// startCNPs starts watching ClusterNetworkPolicies.
+func (a *Agent) startCNPs(ctx context.Context) *source {
+	c := a.cfg.NetworkPolicy.PolicyV1beta1().ClusterNetworkPolicies()
+	return newSource(ctx, "clusternetworkpolicies", listWatch(c.List, c.Watch, nil), &npa.ClusterNetworkPolicy{}, nil, a.poke)
 }
 
-// startEPs starts the EgressPolicy informer.
-func (a *Agent) startEPs(ctx context.Context, h cache.ResourceEventHandler) cache.SharedIndexInformer {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(a.cfg.Dynamic, 10*time.Minute)
-	inf := f.ForResource(v1alpha1.GroupVersionResource).Informer()
-	inf.AddEventHandler(h)
-	f.Start(ctx.Done())
-	return inf
+// startEPs starts watching EgressPolicies (unstructured, converted when
+// read: toEgressPolicy).
+func (a *Agent) startEPs(ctx context.Context) *source {
+	c := a.cfg.Dynamic.Resource(v1alpha1.GroupVersionResource).Namespace(metav1.NamespaceAll)
+	return newSource(ctx, v1alpha1.Resource, listWatch(c.List, c.Watch, nil), &unstructured.Unstructured{}, nil, a.poke)
 }
 
-// startLateCRDs starts the informer of a CRD installed after the agent
+// startLateCRDs starts watching a CRD installed after the agent
 // started, and puts it to use once it has synced (so that a policy is
 // never computed from part of the objects).
-func (a *Agent) startLateCRDs(ctx context.Context, h cache.ResourceEventHandler) {
-	check := func(inUse, pending *cache.SharedIndexInformer, gv, resource string, start func(context.Context, cache.ResourceEventHandler) cache.SharedIndexInformer) {
+func (a *Agent) startLateCRDs(ctx context.Context) {
+	check := func(inUse, pending **source, gv, resource string, start func(context.Context) *source) {
 		switch {
 		case *inUse != nil:
 		case *pending != nil:
@@ -280,7 +262,7 @@ func (a *Agent) startLateCRDs(ctx context.Context, h cache.ResourceEventHandler)
 		default:
 			l, err := a.cfg.Kube.Discovery().ServerResourcesForGroupVersion(gv)
 			if err == nil && slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }) {
-				*pending = start(ctx, h)
+				*pending = start(ctx)
 			}
 		}
 	}
@@ -346,7 +328,7 @@ func (a *Agent) snapshot(ctx context.Context) (*policy.Cluster, []*corev1.Pod, b
 			// Until every pod is known, a Deny or Pass of a pods peer
 			// would select fewer pods than it does: wider. Wait a
 			// little, then give up this recomputation (the answers stay
-			// as they were; the informer's events trigger another).
+			// as they were; the source's changes trigger another).
 			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
 			synced := cache.WaitForCacheSync(wait.Done(), a.allPods.HasSynced)
 			cancel()
@@ -361,16 +343,16 @@ func (a *Agent) snapshot(ctx context.Context) (*policy.Cluster, []*corev1.Pod, b
 	return c, nodePods, true
 }
 
-// startAllPods starts the cluster-wide pod informer, once; it keeps of
+// startAllPods starts watching every pod of the cluster, once; it keeps of
 // each pod only what peers need.
 func (a *Agent) startAllPods(ctx context.Context) {
 	if a.allPods != nil {
 		return
 	}
-	f := informers.NewSharedInformerFactoryWithOptions(a.cfg.Kube, 10*time.Minute, informers.WithTransform(func(o any) (any, error) {
+	slim := func(o any) any {
 		p, ok := o.(*corev1.Pod)
 		if !ok {
-			return o, nil
+			return o
 		}
 		slim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, Labels: p.Labels, ResourceVersion: p.ResourceVersion}}
 		slim.Spec.HostNetwork = p.Spec.HostNetwork
@@ -380,17 +362,14 @@ func (a *Agent) startAllPods(ctx context.Context) {
 			}
 		}
 		slim.Status.PodIP, slim.Status.PodIPs = p.Status.PodIP, p.Status.PodIPs
-		return slim, nil
-	}))
-	a.allPods = f.Core().V1().Pods().Informer()
-	a.allPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { a.poke() }, UpdateFunc: func(any, any) { a.poke() }, DeleteFunc: func(any) { a.poke() },
-	})
-	f.Start(ctx.Done())
+		return slim
+	}
+	pods := a.cfg.Kube.CoreV1().Pods(metav1.NamespaceAll)
+	a.allPods = newSource(ctx, "every pod", listWatch(pods.List, pods.Watch, nil), &corev1.Pod{}, slim, a.poke)
 	a.log.Info("watching every pod", "why", "a ClusterNetworkPolicy has a pods or namespaces peer")
 }
 
-// toEgressPolicy converts a dynamic informer's object.
+// toEgressPolicy converts an unstructured EgressPolicy.
 func toEgressPolicy(o any) (*v1alpha1.EgressPolicy, error) {
 	u, ok := o.(runtime.Unstructured)
 	if !ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/droplog"
+	"github.com/doorman-net/doorman/proxy/droplog/nflog"
 	"github.com/doorman-net/doorman/proxy/guard"
 	"github.com/doorman-net/doorman/proxy/internal/realdst"
 	"github.com/doorman-net/doorman/proxy/launch"
@@ -207,14 +208,26 @@ func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, ln 
 	}()
 }
 
-// watchHostDrops logs what the sandbox's host-side layer drops, from its
-// counters in this process's namespace, where the layer lives. Failing
-// to read them costs those lines, not the proxy.
+// watchHostDrops logs what the sandbox's host-side layer drops: each
+// packet its rules log to the sandbox's NFLOG group, and the rest from
+// its counters, in this process's namespace, where the layer lives.
+// Failing to read them costs those lines, not the proxy.
 func watchHostDrops(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, logger *slog.Logger) {
 	if cfg.HostLayerKey == "" {
 		return
 	}
-	p := droplog.New(droplog.Config{Sandbox: cfg.Sandbox, Reader: hostDrops{cfg.HostLayerKey}, Logger: logger})
+	h := hostDrops{cfg.HostLayerKey}
+	p, err := droplog.New(droplog.Config{
+		Sandbox: cfg.Sandbox, Reader: h, Logger: logger,
+		OpenPackets: h.openPackets, StateFile: cfg.HostDropsState,
+	})
+	if err != nil {
+		logger.Error(decisionlog.MsgHostDropsNotLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
+		return
+	}
+	// Bound before the proxy says it is ready: the packets the layer
+	// logs from then on reach it.
+	p.Open()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -225,7 +238,7 @@ func watchHostDrops(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, 
 }
 
 // hostDrops reads the counters of sandbox key's drop rules in the
-// host-side layer of this process's namespace.
+// host-side layer of this process's namespace, and the packets they log.
 type hostDrops struct{ key string }
 
 // ReadDrops implements droplog.Reader.
@@ -236,10 +249,48 @@ func (h hostDrops) ReadDrops() ([]droplog.Count, error) {
 	}
 	out := make([]droplog.Count, len(drops))
 	for i, d := range drops {
-		out[i] = droplog.Count{Table: d.Table, Rule: d.Rule, Packets: d.Packets}
+		out[i] = droplog.Count{Table: d.Table, Rule: d.Rule, Handle: d.Handle, Mark: d.Mark, Packets: d.Packets}
 	}
 	return out, nil
 }
+
+// openPackets binds the sandbox's NFLOG group in this process's
+// namespace.
+func (h hostDrops) openPackets() (droplog.Packets, error) {
+	g, err := hostlayer.ReadLogGroup(ownNetNS, h.key)
+	if errors.Is(err, hostlayer.ErrNoLogGroup) {
+		return nil, nil // a layer that logs nothing (yet): its counters only
+	}
+	if err != nil {
+		return nil, err
+	}
+	c, err := nflog.Open(g)
+	if err != nil {
+		return nil, err
+	}
+	return nflogPackets{c, g}, nil
+}
+
+// nflogPackets is an NFLOG group as droplog.Packets: only the packets of
+// that group (the socket is bound to it alone).
+type nflogPackets struct {
+	c     *nflog.Conn
+	group uint16
+}
+
+func (n nflogPackets) Receive(deadline time.Time) ([]droplog.Logged, error) {
+	got, err := n.c.Receive(deadline)
+	out := make([]droplog.Logged, 0, len(got))
+	for _, p := range got {
+		if p.Group != n.group {
+			continue
+		}
+		out = append(out, droplog.Logged{Table: p.Prefix, Mark: p.Mark, HWProto: p.HWProto, Payload: p.Payload})
+	}
+	return out, err
+}
+
+func (n nflogPackets) Close() error { return n.c.Close() }
 
 // ownNetNS is the namespace of the calling thread: the process's.
 const ownNetNS = "/proc/thread-self/ns/net"

@@ -39,6 +39,11 @@ type Decision struct {
 	BytesDown  int64   `json:"bytes_down"`
 	DurationMS float64 `json:"duration_ms"`
 
+	// Packets the host-side layer dropped (HostDrop) only: the ICMP type
+	// and code, nil for other protocols.
+	ICMPType *int `json:"icmp_type,omitempty"`
+	ICMPCode *int `json:"icmp_code,omitempty"`
+
 	// DNS queries only.
 	QType      string `json:"qtype,omitempty"`       // A, AAAA, HTTPS, ...
 	Rcode      string `json:"rcode,omitempty"`       // NOERROR, REFUSED, ...; "none": no reply sent

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -34,13 +35,25 @@ const retryAfterFailure = time.Second
 // stays with the thread for as long as the write takes, so every other
 // goroutine of the proxy (the relay loop among them) waits for it, where
 // the runtime would have handed the P on after 20 µs. So a raw write
-// that took longer than rawWriteMax (the disk throttles writers, the
-// cgroup reclaims memory, the journal is full) sends the writes through
-// the runtime for rawWritePause; and files on anything but a local
-// filesystem are always written through it.
+// that slept in the kernel (its thread made a voluntary context switch
+// during it: the disk throttles writers, the cgroup reclaims memory, the
+// journal is full) and took longer than rawWriteMax sends the writes
+// through the runtime for a while: rawWritePause, doubled for each such
+// write within rawWritePauseMax of the end of the previous pause, up to
+// rawWritePauseMax (a disk that throttles its writers keeps them off the
+// P; a journal commit that made one write wait does not send every line
+// through the runtime for long); and files on anything but a
+// local filesystem are always written through it. A write that took long
+// only because its thread waited for a CPU (on a busy machine, the usual
+// reason) does not count: the runtime's handoff would not have helped the
+// proxy's other goroutines, which wait for the same CPU, and through the
+// runtime every line would cost the wakes above. Before issue 29's second
+// pass any write slower than rawWriteMax counted, so on a loaded machine the proxy wrote
+// through the runtime most of the time.
 const (
-	rawWriteMax   = time.Millisecond
-	rawWritePause = time.Minute
+	rawWriteMax      = time.Millisecond
+	rawWritePause    = time.Second
+	rawWritePauseMax = time.Minute
 )
 
 // localFilesystems are the filesystems (statfs f_type) whose files a
@@ -83,9 +96,11 @@ type LogFile struct {
 	retryAt   time.Time // no write before this, after a failure
 	rotateAt  time.Time // no rotation before this, after one failed
 	// fd is f's descriptor if f may be written with a raw write(2),
-	// else -1; rawAfter: not before this (a raw write was slow).
+	// else -1; rawAfter: not before this (a raw write was slow);
+	// rawPause: the pause after the last slow raw write.
 	fd       int
 	rawAfter time.Time
+	rawPause time.Duration
 	// writeRaw is rawWrite (a test's stand-in).
 	writeRaw func(fd int, b []byte) (int, error)
 }
@@ -189,10 +204,25 @@ func (l *LogFile) writeFile(b []byte) (int, error) {
 	if start.Before(l.rawAfter) {
 		return l.f.Write(b)
 	}
+	// The thread's voluntary context switches before and after tell
+	// whether the write slept; the goroutine stays on its thread
+	// meanwhile, so that both counts are the same thread's.
+	runtime.LockOSThread()
+	before, beforeErr := threadSleeps()
 	n, err := l.writeRaw(l.fd, b)
 	if time.Since(start) > rawWriteMax {
-		l.rawAfter = time.Now().Add(rawWritePause)
+		after, afterErr := threadSleeps()
+		if beforeErr != nil || afterErr != nil || after != before {
+			now := time.Now()
+			if l.rawPause == 0 || now.Sub(l.rawAfter) > rawWritePauseMax {
+				l.rawPause = rawWritePause
+			} else {
+				l.rawPause = min(2*l.rawPause, rawWritePauseMax)
+			}
+			l.rawAfter = now.Add(l.rawPause)
+		}
 	}
+	runtime.UnlockOSThread()
 	n = max(n, 0)
 	switch {
 	case err == syscall.EINTR, err == nil && n < len(b):
@@ -203,6 +233,21 @@ func (l *LogFile) writeFile(b []byte) (int, error) {
 		return n, &os.PathError{Op: "write", Path: l.f.Name(), Err: err}
 	}
 	return n, nil
+}
+
+// rusageThread is getrusage(2)'s RUSAGE_THREAD.
+const rusageThread = 1
+
+// threadSleeps returns how many times the calling thread has slept
+// (voluntary context switches), with a raw getrusage(2): through the
+// runtime it would wake the monitor thread the raw write avoids.
+func threadSleeps() (int64, error) {
+	var ru syscall.Rusage
+	_, _, e := syscall.RawSyscall(syscall.SYS_GETRUSAGE, rusageThread, uintptr(unsafe.Pointer(&ru)), 0)
+	if e != 0 {
+		return 0, e
+	}
+	return ru.Nvcsw, nil
 }
 
 // rawWrite is write(2) without the runtime's system-call bookkeeping (see

@@ -214,9 +214,45 @@ func mustSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
+// TestLogFileRawWritesBusyCPU: a raw write that took long without
+// sleeping (its thread was running, or waiting for a CPU, as on a busy
+// machine) keeps the writes raw (issue 29); TestLogFileRawWrites has one
+// that slept.
+func TestLogFileRawWritesBusyCPU(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sb.log")
+	l, err := OpenLogFile(path, 0, "sb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.fd < 0 {
+		t.Skipf("%s is not on a filesystem a LogFile writes raw", path)
+	}
+	var raw int
+	l.writeRaw = func(fd int, b []byte) (int, error) {
+		raw++
+		// Busy, not asleep, for longer than rawWriteMax.
+		for start := time.Now(); time.Since(start) < 2*rawWriteMax; {
+		}
+		return rawWrite(fd, b)
+	}
+	for i := range 3 {
+		if _, err := l.Write([]byte(connLine(fmt.Sprintf("busy%d.example", i)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if raw != 3 {
+		t.Fatalf("%d raw writes for 3 lines that took %v each without sleeping, want 3", raw, 2*rawWriteMax)
+	}
+	if !l.rawAfter.IsZero() {
+		t.Fatalf("raw writes paused until %v after writes that did not sleep", l.rawAfter)
+	}
+}
+
 // Lines on a local filesystem are written with a raw write(2); one that
-// took longer than rawWriteMax sends the writes through the runtime for
-// rawWritePause. Every line lands either way, once, whole.
+// slept and took longer than rawWriteMax sends the writes through the
+// runtime for rawWritePause, and another such write soon after for twice
+// as long. Every line lands either way, once, whole.
 func TestLogFileRawWrites(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sb.log")
 	l, err := OpenLogFile(path, 0, "sb")
@@ -260,8 +296,17 @@ func TestLogFileRawWrites(t *testing.T) {
 	if raw != 4 {
 		t.Fatalf("%d raw writes, want 4: none after one that took %v", raw, 2*rawWriteMax)
 	}
-	if !l.rawAfter.After(time.Now().Add(rawWritePause - time.Second)) {
-		t.Fatalf("raw writes resume at %v, want about %v from now", l.rawAfter, rawWritePause)
+	if d := time.Until(l.rawAfter); d < rawWritePause/2 || d > rawWritePause {
+		t.Fatalf("raw writes resume in %v, want about %v", d, rawWritePause)
+	}
+	// The pause ends; the next raw write sleeps again: twice the pause.
+	l.rawAfter = time.Now().Add(-time.Millisecond)
+	write("slow-again.example")
+	if raw != 5 {
+		t.Fatalf("%d raw writes, want 5: one once the pause ended", raw)
+	}
+	if d := time.Until(l.rawAfter); d < rawWritePause || d > 2*rawWritePause {
+		t.Fatalf("raw writes resume in %v after a second slow one, want about %v", d, 2*rawWritePause)
 	}
 	got, err := os.ReadFile(path)
 	if err != nil {

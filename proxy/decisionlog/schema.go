@@ -101,6 +101,11 @@ const (
 	RuleKey    = "rule"    // string: the entry that admitted it, "" if none
 	VerdictKey = "verdict" // string: Allow, Deny or Error
 	ReasonKey  = "reason"  // string: why
+	// ICMPTypeKey and ICMPCodeKey (integers): the ICMP or ICMPv6 type
+	// and code of a packet the host-side layer dropped (HostDrop);
+	// absent for other protocols.
+	ICMPTypeKey = "icmp_type"
+	ICMPCodeKey = "icmp_code"
 	// UpstreamKey (addr:port string): the address dialed (connections;
 	// absent if none), or the resolver that answered or was tried last
 	// (DNS; "" if none).

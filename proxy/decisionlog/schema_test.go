@@ -72,8 +72,11 @@ func TestDecisionReadsWhatIsWritten(t *testing.T) {
 	limit := lineKeys(t, func(l *slog.Logger) {
 		Limit{Limit: LimitConnections, Max: 1, Count: 2, First: time.Now(), Last: time.Now()}.Log(ctx, l)
 	})
+	hostDrop := lineKeys(t, func(l *slog.Logger) {
+		HostDrop{Src: "198.51.100.2", Dst: "203.0.113.9", Proto: "icmp", ICMPType: 8}.Log(ctx, l)
+	})
 	read := jsonKeys(reflect.TypeFor[Decision]())
-	written := slices.Concat(conn, query, request, denials, dnsDenials, limit)
+	written := slices.Concat(conn, query, request, denials, dnsDenials, limit, hostDrop)
 	for _, k := range written {
 		if !slices.Contains(read, k) {
 			t.Errorf("decision lines are written with %q, which Decision does not read", k)

@@ -66,6 +66,45 @@ func (c Connection) Log(ctx context.Context, l *slog.Logger) {
 	logAttrs(ctx, l, verdictLevel(c.Verdict, slog.LevelInfo), KindConnection, c.appendAttrs(attrs[:0])...)
 }
 
+// HostDrop is a connection line for one packet the sandbox's host-side
+// layer dropped (package proxy/droplog): verdict deny, no name, no rule,
+// no bytes relayed. Src and Dst are the packet's source and destination,
+// addr:port for TCP and UDP, the address alone for other protocols, ""
+// for none (a frame that is not IP nor ARP); Proto is its protocol
+// ("udp", "tcp", "icmp", "icmpv6", "arp", ...); ICMPType and ICMPCode
+// are written for ICMP only (-1: not ICMP).
+type HostDrop struct {
+	Sandbox  string
+	Src, Dst string
+	Proto    string
+	ICMPType int
+	ICMPCode int
+	Reason   string
+}
+
+// Attrs returns the line's fields, in the order they are written.
+func (h HostDrop) Attrs() []slog.Attr {
+	attrs := []slog.Attr{
+		slog.String(SandboxKey, h.Sandbox),
+		slog.String(ClientKey, h.Src),
+		slog.String(DstKey, h.Dst),
+		slog.String(ProtoKey, h.Proto),
+		slog.String(NameKey, ""),
+		slog.String(RuleKey, ""),
+		slog.String(VerdictKey, Deny),
+		slog.String(ReasonKey, h.Reason),
+	}
+	if h.ICMPType >= 0 {
+		attrs = append(attrs, slog.Int(ICMPTypeKey, h.ICMPType), slog.Int(ICMPCodeKey, h.ICMPCode))
+	}
+	return append(attrs, slog.Int64(BytesUpKey, 0), slog.Int64(BytesDownKey, 0), durationAttr(0))
+}
+
+// Log writes the line to l, at WARN.
+func (h HostDrop) Log(ctx context.Context, l *slog.Logger) {
+	logAttrs(ctx, l, slog.LevelWarn, KindConnection, h.Attrs()...)
+}
+
 // DNSQuery is a dns line: what the DNS filter did with one query.
 type DNSQuery struct {
 	Sandbox  string

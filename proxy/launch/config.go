@@ -57,6 +57,11 @@ type Config struct {
 	// drops for it is logged from the layer's counters. "" means the
 	// sandbox has no such layer.
 	HostLayerKey string `json:"hostLayerKey,omitempty"`
+	// HostDropsState is the file where the proxy keeps what it has
+	// logged of the layer's drops (see package proxy/droplog), so that a
+	// new worker carries on where the last one stopped; "" keeps it in
+	// memory, and a new worker logs the counters' totals again.
+	HostDropsState string `json:"hostDropsState,omitempty"`
 	// SniffTimeout bounds the wait for the first bytes that carry a
 	// name (zero: limits.sniffTimeout, else spec.DefaultSniffTimeout);
 	// set, it wins over limits.sniffTimeout. DrainTimeout is how long

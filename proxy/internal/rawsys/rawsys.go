@@ -80,6 +80,21 @@ func Accept4(fd int, sa *unix.RawSockaddrAny) (int, error) {
 	return int(r), errnoErr(e)
 }
 
+// Getsockname is getsockname(2): the socket's local address (AF_INET or
+// AF_INET6, IPv4-mapped addresses unmapped; the zero AddrPort for any
+// other family). x/sys/unix's Getsockname goes through the runtime, and
+// its conversion of the address makes a second call (getsockopt
+// SO_PROTOCOL), also through the runtime.
+func Getsockname(fd int) (netip.AddrPort, error) {
+	var sa unix.RawSockaddrAny
+	l := uint32(unsafe.Sizeof(sa))
+	_, _, e := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&l)))
+	if e != 0 {
+		return netip.AddrPort{}, e
+	}
+	return SockaddrAddrPort(&sa), nil
+}
+
 // SockaddrAddrPort is the address in sa (AF_INET or AF_INET6, IPv4-mapped
 // addresses unmapped); the zero AddrPort for any other family.
 func SockaddrAddrPort(sa *unix.RawSockaddrAny) netip.AddrPort {
