@@ -28,6 +28,9 @@ type fakeKernel struct {
 	// fail makes the named call (as recorded, without its argument:
 	// "rules.Create", "proxy.wait") return its error.
 	fail map[string]error
+	// before runs before the named call that does not fail (outside
+	// the lock), as when something else changes the host meanwhile.
+	before map[string]func()
 	// netns are the namespaces that exist, by path: their inode.
 	netns map[string]uint64
 	// rules are the installed rulesets, by namespace; layers the
@@ -45,7 +48,7 @@ type fakeKernel struct {
 
 func newFakeKernel() *fakeKernel {
 	return &fakeKernel{
-		fail: map[string]error{}, netns: map[string]uint64{"/fake/ns/a": 101, "/fake/ns/b": 102},
+		fail: map[string]error{}, before: map[string]func(){}, netns: map[string]uint64{"/fake/ns/a": 101, "/fake/ns/b": 102},
 		rules: map[string]enforce.Spec{}, layers: map[string]hostlayer.Spec{}, peers: []string{"veth0"},
 		live: map[int]bool{}, cgroups: map[string]bool{}, nextPID: 4100000,
 	}
@@ -59,9 +62,13 @@ func (f *fakeKernel) system() *system {
 // call records op on arg and returns the error the test set for op.
 func (f *fakeKernel) call(op, arg string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.calls = append(f.calls, op+" "+arg)
-	return f.fail[op]
+	err, hook := f.fail[op], f.before[op]
+	f.mu.Unlock()
+	if err == nil && hook != nil {
+		hook()
+	}
+	return err
 }
 
 // ops are the calls made so far, without their arguments.

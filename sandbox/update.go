@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // lockTimeout bounds how long an update waits for another one to finish.
 const lockTimeout = 10 * time.Second
 
-// Update reports what UpdatePolicy or EditPolicy did.
+// Update reports what UpdatePolicy, EditPolicy or UpdateDirect did
+// (UpdateDirect sets State and Changed only).
 type Update struct {
 	// State is the sandbox's state after the update.
 	State *State
@@ -241,6 +243,98 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 		return err
 	}
 	next.relabel()
+	if err := next.save(); err != nil {
+		return err
+	}
+	*s = next
+	return nil
+}
+
+// UpdateDirect puts allowDirect and allowICMP in force on the enforced
+// sandbox key under stateDir, holding the state directory's lock as
+// UpdatePolicy does. The in-namespace ruleset is applied again with them
+// (one atomic batch), then the host-side layer where the sandbox holds
+// one, then the state is saved. A destination taken out is refused to new
+// connections and packets once the ruleset that no longer lists it is in;
+// flows the kernel already tracks as established go on until they end.
+// When a step fails, the ruleset and the host-side layer are put back as
+// they were and the state is not changed: nothing is half applied. The
+// same values as now change nothing (Update.Changed false). The policy
+// file is not touched (see UpdatePolicy), and the running proxy keeps
+// logging the allowDirect flows it was started with.
+func UpdateDirect(stateDir, key string, allowDirect []conf.Direct, allowICMP bool) (*Update, error) {
+	return host.updateDirect(stateDir, key, allowDirect, allowICMP)
+}
+
+// updateDirect is UpdateDirect on sys.
+func (sys *system) updateDirect(stateDir, key string, allowDirect []conf.Direct, allowICMP bool) (*Update, error) {
+	if stateDir == "" {
+		stateDir = hostconf.DefaultStateDir
+	}
+	unlock, err := lockDir(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("update allowDirect of sandbox %s: %w", key, err)
+	}
+	defer unlock()
+	s, err := sys.load(stateDir, key)
+	if err != nil {
+		return nil, fmt.Errorf("update allowDirect of sandbox %s: %w", key, err)
+	}
+	if s.Unenforced != "" {
+		return nil, fmt.Errorf("update allowDirect of sandbox %s: doorman does not enforce it (%s), so it has no rules to change", s.ID, s.Unenforced)
+	}
+	u := &Update{State: s}
+	if slices.Equal(s.AllowDirect, allowDirect) && s.AllowICMP == allowICMP {
+		return u, nil
+	}
+	if err := s.applyDirect(allowDirect, allowICMP); err != nil {
+		return nil, fmt.Errorf("update allowDirect of sandbox %s: %w", key, err)
+	}
+	u.Changed = true
+	return u, nil
+}
+
+// applyDirect moves s to allowDirect and allowICMP: the ruleset, the
+// host-side layer, the state; on failure the old ruleset and layer are
+// applied again and s is left as it was.
+func (s *State) applyDirect(allowDirect []conf.Direct, allowICMP bool) (err error) {
+	if !s.NetNSCurrent() {
+		// Never replace the ruleset of a namespace that is no longer
+		// the sandbox's.
+		return s.errNetNSGone()
+	}
+	sys := s.sys()
+	next := *s
+	next.AllowDirect, next.AllowICMP = slices.Clone(allowDirect), allowICMP
+	rulesApplied, layerTried := false, false
+	defer func() {
+		if err == nil {
+			return
+		}
+		var undo []error
+		if rulesApplied {
+			if e := sys.rules.Apply(s.NetNS, s.spec()); e != nil {
+				undo = append(undo, fmt.Errorf("put the old ruleset back: %w", e))
+			}
+		}
+		if layerTried {
+			// A failed Apply changes nothing, but one that failed
+			// after the kernel took the batch may not say so.
+			old := *s
+			if e := old.reapplyHostLayer(); e != nil {
+				undo = append(undo, fmt.Errorf("put the old host-side layer back: %w", e))
+			}
+		}
+		err = errors.Join(append([]error{err}, undo...)...)
+	}()
+	if err := sys.rules.Apply(s.NetNS, next.spec()); err != nil {
+		return fmt.Errorf("apply the ruleset: %w", err)
+	}
+	rulesApplied = true
+	layerTried = next.HostLayer
+	if err := next.reapplyHostLayer(); err != nil {
+		return err
+	}
 	if err := next.save(); err != nil {
 		return err
 	}

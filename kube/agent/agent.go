@@ -33,6 +33,7 @@ import (
 	npa "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	npaclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 
+	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/kube/agentclient"
 	"github.com/doorman-net/doorman/kube/api/v1alpha1"
@@ -480,7 +481,11 @@ func (a *Agent) writeFile(ans *agentclient.Answer) error {
 	return atomicfile.Write(path, bytes.NewReader(append(data, '\n')), atomicfile.Options{Perm: 0o644})
 }
 
-// apply puts ans in force on p's live sandbox, if it has one.
+// apply puts ans in force on p's live sandbox, if it has one: its policy
+// (sandbox.UpdatePolicy) and, where they changed, its allowDirect
+// destinations and ICMP (sandbox.UpdateDirect). Each sandbox counts one
+// application: an error if either failed, applied if either changed
+// something.
 func (a *Agent) apply(p *corev1.Pod, ans *agentclient.Answer, states []*sandbox.State) {
 	if ans.Policy == nil {
 		return // the pod is refused; its running sandbox keeps its policy
@@ -490,21 +495,47 @@ func (a *Agent) apply(p *corev1.Pod, ans *agentclient.Answer, states []*sandbox.
 		if s.Runtime != "cni" || s.ID != id || s.Unenforced != "" || (s.PodUID != "" && s.PodUID != string(p.UID)) {
 			continue
 		}
+		failed, changed := false, false
 		u, err := sandbox.UpdatePolicy(a.cfg.Settings.StateDir, s.Key, ans.Policy)
 		switch {
 		case err != nil:
-			a.metrics.Applied(p.Namespace, p.Name, "error")
+			failed = true
 			a.log.Error("apply", "pod", id, "sandbox", s.Key, "error", err.Error())
 		case u.Changed:
-			a.metrics.Applied(p.Namespace, p.Name, "applied")
+			changed = true
 			a.log.Info("applied", "pod", id, "sandbox", s.Key, "policy", ans.Policy.String())
+		}
+		if !slices.Equal(s.AllowDirect, ans.AllowDirect) || s.AllowICMP != ans.AllowICMP {
+			// Tried whether or not the policy went in: a narrower
+			// allowDirect must not wait for it.
+			u, err := sandbox.UpdateDirect(a.cfg.Settings.StateDir, s.Key, ans.AllowDirect, ans.AllowICMP)
+			switch {
+			case err != nil:
+				failed = true
+				a.log.Error("apply", "pod", id, "sandbox", s.Key, "what", "allowDirect and ICMP", "error", err.Error())
+			case u.Changed:
+				changed = true
+				a.log.Info("applied", "pod", id, "sandbox", s.Key, "allowDirect", directString(ans.AllowDirect), "allowICMP", ans.AllowICMP)
+			}
+		}
+		switch {
+		case failed:
+			a.metrics.Applied(p.Namespace, p.Name, "error")
+		case changed:
+			a.metrics.Applied(p.Namespace, p.Name, "applied")
 		default:
 			a.metrics.Applied(p.Namespace, p.Name, "unchanged")
 		}
-		if !slices.Equal(s.AllowDirect, ans.AllowDirect) || s.AllowICMP != ans.AllowICMP {
-			a.log.Warn("not live", "pod", id, "what", "allowDirect and ICMP change when the pod's sandbox is created again")
-		}
 	}
+}
+
+// directString lists allowDirect destinations for a log record.
+func directString(ds []conf.Direct) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // secretFile is where the value of key of Secret namespace/name goes.

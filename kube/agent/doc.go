@@ -9,7 +9,9 @@
 // pod of its node (package kube/policy), writes it to the node
 // (<dir>/pods/<namespace>/<name>.json, which the CNI plugin falls back to
 // when the agent does not answer), puts it in force on the pod's live
-// sandbox as `doorman set` does (sandbox.UpdatePolicy), and reports
+// sandbox as `doorman set` does (sandbox.UpdatePolicy), with its
+// allowDirect destinations and ICMP where they changed
+// (sandbox.UpdateDirect), and reports
 // what doorman could not express exactly as Events on the object that
 // says it and on the node.
 //
