@@ -797,6 +797,7 @@ var badValues = map[string]map[string][]badValue{
 		"clusterNames[].prefixes": {{value: `["10.96.0.1/12"]`}, {value: `"10.96.0.0/12"`}},
 		"netns":                   {{value: `1`}},
 		"hostLayerKey":            {{value: `1`}, {value: `"../x"`}},
+		"hostDropsState":          {{value: `"hostdrops.json"`}, {value: `7`}},
 		"otlp":                    {{value: `"http://127.0.0.1:4318"`}},
 		"otlp.endpoint":           {{value: `"ftp://collector.example.com"`}},
 		"otlp.insecure":           {{value: `"yes"`}},

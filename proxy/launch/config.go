@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/doorman-net/doorman/enforce/hostlayer"
@@ -116,6 +117,14 @@ func (c Config) Validate() error {
 	if c.HostLayerKey != "" {
 		if err := hostlayer.CheckKey(c.HostLayerKey); err != nil {
 			return fmt.Errorf("hostLayerKey: %w", err)
+		}
+	}
+	if c.HostDropsState != "" {
+		switch {
+		case c.HostLayerKey == "":
+			return fmt.Errorf("hostDropsState %q: set without hostLayerKey, there are no host-layer drops to keep", c.HostDropsState)
+		case !filepath.IsAbs(c.HostDropsState):
+			return fmt.Errorf("hostDropsState %q: want an absolute path", c.HostDropsState)
 		}
 	}
 	return c.Proxy.Validate()
