@@ -144,6 +144,20 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
+// loadFor loads the config file at path for the --sandbox flag's value,
+// which only names the sandbox in ps and must match the config's ("" when
+// not given).
+func loadFor(path, sandbox string) (Config, error) {
+	cfg, err := Load(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if sandbox != "" && sandbox != cfg.Sandbox {
+		return Config{}, fmt.Errorf("--sandbox %q: %s is the config of sandbox %q", sandbox, path, cfg.Sandbox)
+	}
+	return cfg, nil
+}
+
 // decode parses and validates one config file's content.
 func decode(data []byte) (Config, error) {
 	var c Config

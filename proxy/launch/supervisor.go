@@ -71,12 +71,9 @@ func Supervise(args []string, usage io.Writer) (*Supervised, error) {
 		fs.Usage()
 		return nil, ErrUsage
 	}
-	cfg, err := Load(config)
+	cfg, err := loadFor(config, sandbox)
 	if err != nil {
 		return nil, err
-	}
-	if sandbox != "" && sandbox != cfg.Sandbox {
-		return nil, fmt.Errorf("--sandbox %q: %s is the config of sandbox %q", sandbox, config, cfg.Sandbox)
 	}
 	files, err := inheritListeners(cfg.Listeners, readyFD)
 	if err != nil {

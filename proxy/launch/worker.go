@@ -79,12 +79,9 @@ func InheritWorker(args []string, usage io.Writer) (*Inherited, error) {
 		fs.Usage()
 		return nil, ErrUsage
 	}
-	cfg, err := Load(config)
+	cfg, err := loadFor(config, sandbox)
 	if err != nil {
 		return nil, err
-	}
-	if sandbox != "" && sandbox != cfg.Sandbox {
-		return nil, fmt.Errorf("--sandbox %q: %s is the config of sandbox %q", sandbox, config, cfg.Sandbox)
 	}
 	in := &Inherited{Config: cfg, Heartbeat: -1}
 	v, ok := os.LookupEnv(EnvWorkerFDs)
