@@ -55,17 +55,8 @@ func TestK8sRequestRules(t *testing.T) {
 	model := c.AddHost(t, "api.anthropic.com")
 	secret := "dm-secret-" + rand.Text()
 	const placeholder = "dm-placeholder-key"
+	c.ApplyClusterPolicy(t, ns, k8scluster.DomainGrant(ns, ns, 60, api.Name(), model.Name()))
 	c.Apply(t, fmt.Sprintf(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: %[1]s}
-spec:
-  tier: Admin
-  priority: 60
-  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %[1]s}}}
-  egress:
-  - {name: api, action: Accept, to: [{domainNames: ["%[2]s", "%[5]s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
----
 apiVersion: v1
 kind: Secret
 metadata: {name: api-creds, namespace: %[1]s}
@@ -83,8 +74,7 @@ spec:
     default: allow
     inject:
     - {header: x-api-key, placeholder: %[4]s, secretKeyRef: {name: api-creds, key: api-key}}
-`, ns, api.Name(), secret, placeholder, model.Name()))
-	t.Cleanup(func() { c.Kubectl(t, "delete", "clusternetworkpolicy", ns, "--ignore-not-found") })
+`, ns, api.Name(), secret, placeholder))
 
 	// The first pod the policy selects makes the network's CA (a policy
 	// inspecting a host makes it): then it can be given to the pods.

@@ -250,7 +250,7 @@ func randomSuffix(t testing.TB) string {
 // API server is down and works again after, and a running pod survives
 // every restart (same container, no restart) and still reaches the fake
 // internet through doorman; a ClusterNetworkPolicy applied once the API
-// server is back reaches a running pod within 15 s (a generous bound; the
+// server is back reaches a running pod within 30 s (a generous bound; the
 // time is logged).
 func TestK8sComponentsRestart(t *testing.T) {
 	c := doormanCluster(t)
@@ -284,18 +284,8 @@ func TestK8sComponentsRestart(t *testing.T) {
 	c.KillComponent(t, k8scluster.APIServer)
 	c.StartComponent(t, k8scluster.APIServer)
 	granted := time.Now()
-	c.Apply(t, fmt.Sprintf(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: %[1]s}
-spec:
-  tier: Admin
-  priority: 70
-  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %[1]s}}}
-  egress:
-  - {name: later, action: Accept, to: [{domainNames: ["%[2]s"]}], protocols: [{tcp: {destinationPort: {number: 443}}}]}
-`, nsLater, later.Name()))
-	c.WaitFor(t, 15*time.Second, "a grant made once the API server was back reaching "+nsLater+"/waiting", func() (bool, string) {
+	c.ApplyClusterPolicy(t, nsLater, k8scluster.DomainGrant(nsLater, nsLater, 70, later.Name()))
+	c.WaitFor(t, 30*time.Second, "a grant made once the API server was back reaching "+nsLater+"/waiting", func() (bool, string) {
 		r := probeGet(t, c, nsLater, "waiting", "https://"+later.Name()+"/later", "--timeout", "2s")
 		return servedBy(r, later.Name()), r.String()
 	})
