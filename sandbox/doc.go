@@ -50,7 +50,8 @@
 // Any failure undoes what was done, so a container never starts with a
 // half-applied policy. Because plugin and hook call the same Enforce and
 // Teardown, their enforcement is the same by construction. Enforce on a
-// live sandbox replaces its policy and rules (a second ADD or hook run);
+// live sandbox replaces its policy and rules (a second ADD or hook run),
+// putting the old ones back if a step fails;
 // UpdatePolicy and EditPolicy change a live sandbox's policy, starting or
 // stopping its proxy when the mode enters or leaves none; Teardown, Check,
 // List, Find and Holder do what they say.

@@ -28,6 +28,9 @@ type fakeKernel struct {
 	// fail makes the named call (as recorded, without its argument:
 	// "rules.Create", "proxy.wait") return its error.
 	fail map[string]error
+	// failOnce makes the next named call fail, and only that one (a
+	// step that fails while its undo succeeds).
+	failOnce map[string]error
 	// before runs before the named call that does not fail (outside
 	// the lock), as when something else changes the host meanwhile.
 	before map[string]func()
@@ -48,7 +51,7 @@ type fakeKernel struct {
 
 func newFakeKernel() *fakeKernel {
 	return &fakeKernel{
-		fail: map[string]error{}, before: map[string]func(){}, netns: map[string]uint64{"/fake/ns/a": 101, "/fake/ns/b": 102},
+		fail: map[string]error{}, failOnce: map[string]error{}, before: map[string]func(){}, netns: map[string]uint64{"/fake/ns/a": 101, "/fake/ns/b": 102},
 		rules: map[string]enforce.Spec{}, layers: map[string]hostlayer.Spec{}, peers: []string{"veth0"},
 		live: map[int]bool{}, cgroups: map[string]bool{}, nextPID: 4100000,
 	}
@@ -64,6 +67,10 @@ func (f *fakeKernel) call(op, arg string) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, op+" "+arg)
 	err, hook := f.fail[op], f.before[op]
+	if once, ok := f.failOnce[op]; ok && err == nil {
+		err = once
+		delete(f.failOnce, op)
+	}
 	f.mu.Unlock()
 	if err == nil && hook != nil {
 		hook()

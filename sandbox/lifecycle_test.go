@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -421,5 +422,81 @@ func TestStartRollsBack(t *testing.T) {
 				t.Error("not stopped any more after a failed start")
 			}
 		})
+	}
+}
+
+// reenforceRequest is r asking for another policy and another allowDirect
+// on the same sandbox, as a second ADD or hook run with a changed
+// configuration does.
+func reenforceRequest(t *testing.T, r Request) Request {
+	t.Helper()
+	p, err := conf.NewPolicy(r.Policy.Mode, []string{"example.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Policy = p
+	r.Spec.AllowDirect = []conf.Direct{{Prefix: netip.MustParsePrefix("198.51.100.0/24"), Ports: conf.PortRange{Lo: 443, Hi: 443}}}
+	return r
+}
+
+// A re-enforce whose ruleset or host-side layer fails puts back what the
+// earlier steps changed: the policy file, the ruleset, the host-side
+// layer; the recorded state is the old one.
+func TestReenforceRollsBack(t *testing.T) {
+	for _, step := range []string{"rules.Apply", "layer.Apply"} {
+		t.Run(step, func(t *testing.T) {
+			f, r, first := enforced(t, conf.ModeAllowlist, true)
+			oldFile, err := os.ReadFile(first.PolicyPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			oldRules, oldLayer := f.rules[first.NetNS], f.layers[first.Key]
+			f.failOnce[step] = errors.New("injected")
+			if _, err := f.system().enforce(reenforceRequest(t, r)); err == nil || !strings.Contains(err.Error(), "injected") {
+				t.Fatalf("enforce: %v, want the injected error", err)
+			}
+			if got, _ := os.ReadFile(first.PolicyPath()); string(got) != string(oldFile) {
+				t.Errorf("policy file after the failure:\n%s\nwant the old one:\n%s", got, oldFile)
+			}
+			if got := f.rules[first.NetNS]; !reflect.DeepEqual(got, oldRules) {
+				t.Errorf("ruleset after the failure %+v, want the old %+v", got, oldRules)
+			}
+			if got := f.layers[first.Key]; !reflect.DeepEqual(got.AllowDirect, oldLayer.AllowDirect) {
+				t.Errorf("host-side layer's allowDirect after the failure %v, want the old %v", got.AllowDirect, oldLayer.AllowDirect)
+			}
+			s, err := f.system().load(r.StateDir, r.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.AllowDirect) != 0 {
+				t.Errorf("recorded allowDirect %v, want the old (none)", s.AllowDirect)
+			}
+		})
+	}
+}
+
+// A re-enforce that was adding the host-side layer and failed after it
+// removes the layer again.
+func TestReenforceRemovesLayerItAdded(t *testing.T) {
+	f, r, first := enforced(t, conf.ModeAllowlist, false)
+	if _, ok := f.layers[first.Key]; ok {
+		t.Fatal("host-side layer present before the test asked for one")
+	}
+	r2 := reenforceRequest(t, r)
+	r2.Spec.HostLayer = true
+	// The save after the layer fails: a directory stands where the
+	// state file is written.
+	stateFile := filepath.Join(first.Dir, stateFile)
+	f.before["layer.Apply"] = func() {
+		os.Remove(stateFile)
+		os.MkdirAll(filepath.Join(stateFile, "x"), 0o755)
+	}
+	_, err := f.system().enforce(r2)
+	os.RemoveAll(stateFile)
+	if err == nil {
+		t.Fatal("enforce succeeded with its state file unwritable")
+	}
+	if _, ok := f.layers[first.Key]; ok {
+		t.Errorf("host-side layer left behind after the failed re-enforce: %+v", f.layers[first.Key])
 	}
 }

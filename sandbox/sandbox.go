@@ -512,13 +512,32 @@ func hasFamily(addrs []netip.Addr, v4 bool) bool {
 // reenforce updates a live sandbox: new policy file (the proxy picks it
 // up), ruleset re-applied with the same listeners. A change into or out of
 // mode none goes through EditPolicy's path, which never leaves the
-// namespace without rules.
-func (sys *system) reenforce(s *State, r Request) (*State, error) {
+// namespace without rules. When a step fails, what the earlier steps
+// changed is put back (the policy file, the ruleset, the host-side layer,
+// the mode) and the recorded state stays as it was: nothing is half
+// applied.
+func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
+	caDir := s.CADir
+	if r.CADir != "" {
+		caDir = r.CADir
+	}
+	if err := prepareInspect(caDir, r.Policy); err != nil {
+		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+	}
+	old := *s
+	old.AllowDirect, old.Resolvers, old.HostIfaces, old.Pins = slices.Clone(s.AllowDirect), slices.Clone(s.Resolvers), slices.Clone(s.HostIfaces), slices.Clone(s.Pins)
+	oldData, readErr := os.ReadFile(s.PolicyPath())
+	var modeMoved, policyWritten, rulesTried, layerTried bool
+	defer func() {
+		if err == nil {
+			return
+		}
+		if undo := sys.undoReenforce(&old, r, oldData, readErr, modeMoved, policyWritten, rulesTried, layerTried); undo != nil {
+			err = fmt.Errorf("%w; putting the sandbox back as it was failed too: %w", err, undo)
+		}
+	}()
 	if r.CADir != "" {
 		s.CADir, s.UpstreamCAFile = r.CADir, r.UpstreamCAFile
-	}
-	if err := prepareInspect(s.CADir, r.Policy); err != nil {
-		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if (s.Mode == conf.ModeNone) != (r.Policy.Mode == conf.ModeNone) {
 		// The update writes the policy file.
@@ -526,9 +545,16 @@ func (sys *system) reenforce(s *State, r Request) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 		}
+		modeMoved = true
 		s = u.State
-	} else if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
-		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+		if r.CADir != "" {
+			s.CADir, s.UpstreamCAFile = r.CADir, r.UpstreamCAFile
+		}
+	} else {
+		policyWritten = true
+		if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
+			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+		}
 	}
 	s.Mode, s.AllowICMP, s.BaseLabel = r.Policy.Mode, r.AllowICMP, r.Label
 	if r.RuntimeKind != "" {
@@ -548,14 +574,17 @@ func (sys *system) reenforce(s *State, r Request) (*State, error) {
 		s.Resolvers = r.Resolvers
 	}
 	s.AllowDirect = slices.Clone(r.AllowDirect)
+	rulesTried = true
 	if err := sys.rules.Apply(s.NetNS, s.spec()); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if s.HostLayer {
+		layerTried = true
 		if err := s.applyHostSpec(s.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	} else if r.HostLayer {
+		layerTried = true
 		s.Spec.HostLayer = true
 		if err := s.applyHostLayer(r.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
@@ -566,6 +595,48 @@ func (sys *system) reenforce(s *State, r Request) (*State, error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	return s, nil
+}
+
+// undoReenforce puts a sandbox whose reenforce failed back to old, its
+// state before: the mode (through the policy update that moved it), or
+// the policy file's bytes (when the file was readable before); the
+// ruleset; the host-side layer (removed if reenforce was adding it). The
+// flags say which steps ran.
+func (sys *system) undoReenforce(old *State, r Request, oldData []byte, readErr error, modeMoved, policyWritten, rulesTried, layerTried bool) error {
+	var undo []error
+	switch {
+	case modeMoved:
+		// The update saved the new mode; a second one moves it back.
+		p, err := conf.ParseFile(oldData)
+		if readErr != nil || err != nil {
+			undo = append(undo, fmt.Errorf("the old policy file did not load, so mode %s stays", r.Policy.Mode))
+		} else if _, err := sys.updatePolicy(r.StateDir, r.Key, p); err != nil {
+			undo = append(undo, fmt.Errorf("move back to mode %s: %w", old.Mode, err))
+		}
+		// That update re-applied the ruleset, and the host-side layer
+		// where the old state held one.
+		rulesTried = false
+		layerTried = layerTried && !old.HostLayer
+	case policyWritten && readErr == nil:
+		if err := writeAtomic(old.PolicyPath(), oldData, 0o644); err != nil {
+			undo = append(undo, fmt.Errorf("put the old policy file back: %w", err))
+		}
+	}
+	if rulesTried {
+		if err := sys.rules.Apply(old.NetNS, old.spec()); err != nil {
+			undo = append(undo, fmt.Errorf("put the old ruleset back: %w", err))
+		}
+	}
+	if layerTried {
+		if old.HostLayer {
+			if err := old.reapplyHostLayer(); err != nil {
+				undo = append(undo, fmt.Errorf("put the old host-side layer back: %w", err))
+			}
+		} else if err := sys.layer.Remove(runtimeNetNS, old.Key); err != nil {
+			undo = append(undo, fmt.Errorf("remove the host-side layer it was adding: %w", err))
+		}
+	}
+	return errors.Join(undo...)
 }
 
 // spec is the ruleset the state says is installed.
