@@ -6,26 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
-	"time"
-
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/doorman-net/doorman/conf"
+	"github.com/doorman-net/doorman/internal/filewatch"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
-)
-
-// How often the policy file is read without an inotify event. Without a
-// watch (a filesystem without inotify, the directory replaced) polling is
-// all there is, and pollInterval keeps the one-second promise. With one,
-// events carry every change and a lost event is reported (queue
-// overflow, which triggers a read at once), so the poll is only a safety
-// net: checkInterval. An idle proxy then wakes every few seconds instead
-// of twice a second, and a host runs one per sandbox.
-const (
-	pollInterval  = 500 * time.Millisecond
-	checkInterval = 5 * time.Second
 )
 
 // PolicyWatcher keeps a proxy's policy in line with a policy file in the
@@ -108,58 +93,23 @@ func (w *PolicyWatcher) reload() error {
 }
 
 // Run watches the file until ctx is done. Editors and `doorman allow`
-// replace the file by rename, so the directory is watched, not the inode.
+// replace the file by rename, so the directory is watched, not the inode
+// (see package internal/filewatch). A process that follows other files
+// too gives Follower's files to one filewatch.Follower instead.
 func (w *PolicyWatcher) Run(ctx context.Context) error {
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch policy file: %w", err)
-	}
-	defer fw.Close()
-	dir := filepath.Dir(w.path)
-	interval := checkInterval
-	if err := fw.Add(dir); err != nil {
-		w.logger.Warn(decisionlog.MsgPolicyUnwatched, decisionlog.PathKey, w.path, decisionlog.ErrKey, err.Error())
-		interval = pollInterval
-	}
-	// An edit between the load in NewPolicyWatcher and the watch above
-	// raised no event: read the file once more now.
-	w.reload()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	base := filepath.Base(w.path)
-	events, errs := fw.Events, fw.Errors
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-events:
-			if !ok {
-				// The watcher gave up: poll from here on.
-				events = nil
-				tick.Reset(pollInterval)
-				continue
-			}
-			if filepath.Base(ev.Name) == base {
-				w.reload()
-			}
-			if filepath.Clean(ev.Name) == filepath.Clean(dir) && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-				// The directory itself went: its watch with it.
-				tick.Reset(pollInterval)
-				w.reload()
-			}
-		case err, ok := <-errs:
-			if !ok {
-				errs = nil
-				tick.Reset(pollInterval)
-				continue
-			}
-			// A lost event (queue overflow) or a broken watch: the file
-			// is read now and, from here on, polled.
+	return w.Follower().Run(ctx)
+}
+
+// Follower follows the policy file alone; add files to its Files to follow
+// them with the same inotify instance.
+func (w *PolicyWatcher) Follower() filewatch.Follower {
+	return filewatch.Follower{
+		Files: []filewatch.File{{Path: w.path, Changed: func() { w.reload() }}},
+		Unwatched: func(path string, err error) {
+			w.logger.Warn(decisionlog.MsgPolicyUnwatched, decisionlog.PathKey, path, decisionlog.ErrKey, err.Error())
+		},
+		Lost: func(err error) {
 			w.logger.Warn(decisionlog.MsgPolicyWatch, decisionlog.PathKey, w.path, decisionlog.ErrKey, err.Error())
-			tick.Reset(pollInterval)
-			w.reload()
-		case <-tick.C:
-			w.reload()
-		}
+		},
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/doorman-net/doorman/internal/filewatch"
 )
 
 // waitAllows waits up to within for the proxy's policy to admit (or, with
@@ -47,8 +49,8 @@ func watchedEnv(t *testing.T, file, content string) *testEnv {
 // one-second promise through inotify alone: the safety poll is several
 // seconds apart.
 func TestWatcherFollowsEdits(t *testing.T) {
-	if checkInterval <= 2*time.Second {
-		t.Fatalf("checkInterval %v: this test needs it above 2 s to show the watch works", checkInterval)
+	if filewatch.DefaultCheck <= 2*time.Second {
+		t.Fatalf("filewatch.DefaultCheck %v: this test needs it above 2 s to show the watch works", filewatch.DefaultCheck)
 	}
 	file := filepath.Join(t.TempDir(), "policy")
 	e := watchedEnv(t, file, "a.test\n")

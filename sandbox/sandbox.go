@@ -573,6 +573,11 @@ func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
 		// when the proxy started, and the recorded ones stay.
 		s.Resolvers = r.Resolvers
 	}
+	// The proxy logs the flows of both lists while the rules change.
+	// (A proxy that does not confirm in time costs lines, not rules.)
+	if err := s.logDirect(directUnion(old.AllowDirect, r.AllowDirect)); err != nil && !errors.Is(err, errDirectUnconfirmed) {
+		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
+	}
 	s.AllowDirect = slices.Clone(r.AllowDirect)
 	rulesTried = true
 	if err := sys.rules.Apply(s.NetNS, s.spec()); err != nil {
@@ -594,6 +599,9 @@ func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
 	if err := s.save(); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
+	// Failing here leaves the proxy logging the union: more lines, none
+	// lost.
+	s.logDirect(s.AllowDirect)
 	return s, nil
 }
 
@@ -626,6 +634,9 @@ func (sys *system) undoReenforce(old *State, r Request, oldData []byte, readErr 
 		if err := sys.rules.Apply(old.NetNS, old.spec()); err != nil {
 			undo = append(undo, fmt.Errorf("put the old ruleset back: %w", err))
 		}
+	}
+	if err := old.logDirect(old.AllowDirect); err != nil {
+		undo = append(undo, err)
 	}
 	if layerTried {
 		if old.HostLayer {

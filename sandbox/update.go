@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/hostconf"
+	"github.com/doorman-net/doorman/proxy/launch"
 )
 
 // lockTimeout bounds how long an update waits for another one to finish.
@@ -252,7 +254,10 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 
 // UpdateDirect puts allowDirect and allowICMP in force on the enforced
 // sandbox key under stateDir, holding the state directory's lock as
-// UpdatePolicy does. The in-namespace ruleset is applied again with them
+// UpdatePolicy does. The running proxy is first told to log the flows of
+// the old and the new list, and waited for when the list grows (see
+// logDirect; a proxy that does not confirm in time is a note in
+// Update.Notes). The in-namespace ruleset is applied again with them
 // (one atomic batch), then the host-side layer where the sandbox holds
 // one, then the state is saved. A destination taken out is refused to new
 // connections and packets once the ruleset that no longer lists it is in;
@@ -260,8 +265,8 @@ func (s *State) leaveNone(p *conf.Policy, oldData []byte, u *Update) (err error)
 // When a step fails, the ruleset and the host-side layer are put back as
 // they were and the state is not changed: nothing is half applied. The
 // same values as now change nothing (Update.Changed false). The policy
-// file is not touched (see UpdatePolicy), and the running proxy keeps
-// logging the allowDirect flows it was started with.
+// file is not touched (see UpdatePolicy); once the change is in, the
+// proxy logs the new list's flows alone.
 func UpdateDirect(stateDir, key string, allowDirect []conf.Direct, allowICMP bool) (*Update, error) {
 	return host.updateDirect(stateDir, key, allowDirect, allowICMP)
 }
@@ -287,17 +292,18 @@ func (sys *system) updateDirect(stateDir, key string, allowDirect []conf.Direct,
 	if slices.Equal(s.AllowDirect, allowDirect) && s.AllowICMP == allowICMP {
 		return u, nil
 	}
-	if err := s.applyDirect(allowDirect, allowICMP); err != nil {
+	if err := s.applyDirect(allowDirect, allowICMP, &u.Notes); err != nil {
 		return nil, fmt.Errorf("update allowDirect of sandbox %s: %w", key, err)
 	}
 	u.Changed = true
 	return u, nil
 }
 
-// applyDirect moves s to allowDirect and allowICMP: the ruleset, the
-// host-side layer, the state; on failure the old ruleset and layer are
-// applied again and s is left as it was.
-func (s *State) applyDirect(allowDirect []conf.Direct, allowICMP bool) (err error) {
+// applyDirect moves s to allowDirect and allowICMP: the proxy told which
+// flows to log, the ruleset, the host-side layer, the state; on failure
+// the old ruleset and layer are applied again and s is left as it was.
+// What the caller should know besides an error is added to notes.
+func (s *State) applyDirect(allowDirect []conf.Direct, allowICMP bool, notes *[]string) (err error) {
 	if !s.NetNSCurrent() {
 		// Never replace the ruleset of a namespace that is no longer
 		// the sandbox's.
@@ -325,8 +331,17 @@ func (s *State) applyDirect(allowDirect []conf.Direct, allowICMP bool) (err erro
 				undo = append(undo, fmt.Errorf("put the old host-side layer back: %w", e))
 			}
 		}
+		if e := s.logDirect(s.AllowDirect); e != nil {
+			undo = append(undo, e)
+		}
 		err = errors.Join(append([]error{err}, undo...)...)
 	}()
+	// The proxy logs the flows of both lists while the rules change.
+	if err := s.logDirect(directUnion(s.AllowDirect, next.AllowDirect)); errors.Is(err, errDirectUnconfirmed) {
+		*notes = append(*notes, err.Error()+": flows of the new destinations may have no line until it does")
+	} else if err != nil {
+		return err
+	}
 	if err := sys.rules.Apply(s.NetNS, next.spec()); err != nil {
 		return fmt.Errorf("apply the ruleset: %w", err)
 	}
@@ -339,6 +354,9 @@ func (s *State) applyDirect(allowDirect []conf.Direct, allowICMP bool) (err erro
 		return err
 	}
 	*s = next
+	// Failing here leaves the proxy logging the union: more lines, none
+	// lost.
+	s.logDirect(s.AllowDirect)
 	return nil
 }
 
@@ -401,4 +419,78 @@ func lockDir(dir string) (func(), error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// directConfirmTimeout bounds the wait for a running proxy to say it
+// logs a widened allowDirect list (see logDirect).
+const directConfirmTimeout = 2 * time.Second
+
+// errDirectUnconfirmed is logDirect's error when the running proxy did not
+// say in time that it logs the list: the rules may go on, with a note.
+var errDirectUnconfirmed = errors.New("the proxy did not confirm in time that it logs the new allowDirect flows")
+
+// logDirect tells the sandbox's running proxy which allowDirect flows to
+// log: the config file its workers read (proxyConfigFile) gets list as its
+// allowDirect, which a running worker follows (see proxy/daemon) and a
+// restarted one starts with. When list holds a destination the old one
+// did not, it waits until the proxy says it logs list
+// (launch.DirectLoggedFile), so that the rules admitting it come after
+// (errDirectUnconfirmed after directConfirmTimeout). A sandbox without a
+// proxy config or a live proxy (mode none, a proxy an older doorman
+// started) has nothing to tell.
+func (s *State) logDirect(list []conf.Direct) error {
+	path := filepath.Join(s.Dir, proxyConfigFile)
+	cfg, err := launch.Load(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tell the proxy its allowDirect: %w", err)
+	}
+	if slices.Equal(cfg.AllowDirect, list) {
+		return nil
+	}
+	grows := len(directUnion(cfg.AllowDirect, list)) > len(cfg.AllowDirect)
+	old := cfg.AllowDirect
+	cfg.AllowDirect = slices.Clone(list)
+	if err := cfg.WriteFile(path); err != nil {
+		return fmt.Errorf("tell the proxy its allowDirect: %w", err)
+	}
+	if !grows || s.Mode == conf.ModeNone || !s.ProxyAlive() {
+		return nil
+	}
+	for deadline := time.Now().Add(directConfirmTimeout); ; {
+		if got, err := launch.ReadDirectLogged(path); err == nil && slices.Equal(got, list) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (%s, then %s: %s)", errDirectUnconfirmed, joinDirect(old), joinDirect(list), launch.DirectLoggedFile(path))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// joinDirect is list for a message.
+func joinDirect(list []conf.Direct) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	out := make([]string, len(list))
+	for i, d := range list {
+		out[i] = d.String()
+	}
+	return strings.Join(out, ",")
+}
+
+// directUnion is old and then what of next old does not hold: the list a
+// proxy logs while a change from old to next is applied, so that a flow
+// either ruleset admits has its line.
+func directUnion(old, next []conf.Direct) []conf.Direct {
+	out := slices.Clone(old)
+	for _, d := range next {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -516,6 +516,9 @@ func (a *Agent) apply(p *corev1.Pod, ans *agentclient.Answer, states []*sandbox.
 			case u.Changed:
 				changed = true
 				a.log.Info("applied", "pod", id, "sandbox", s.Key, "allowDirect", directString(ans.AllowDirect), "allowICMP", ans.AllowICMP)
+				for _, n := range u.Notes {
+					a.log.Warn("applied", "pod", id, "sandbox", s.Key, "what", "allowDirect and ICMP", "note", n)
+				}
 			}
 		}
 		switch {

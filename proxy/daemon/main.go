@@ -22,7 +22,7 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if err == nil {
 		phasetrace.Mark("worker.config")
-		err = Run(context.Background(), w.Config, stderr, func() {
+		err = Run(context.Background(), w.Config, w.ConfigFile, stderr, func() {
 			phasetrace.Mark("worker.serving")
 			if w.Ready != nil {
 				w.Ready()

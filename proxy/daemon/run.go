@@ -6,18 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
 	"os/signal"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/proxy"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
-	"github.com/doorman-net/doorman/proxy/directlog"
 	"github.com/doorman-net/doorman/proxy/dnsfilter"
 	"github.com/doorman-net/doorman/proxy/droplog"
 	"github.com/doorman-net/doorman/proxy/droplog/nflog"
@@ -45,8 +41,9 @@ const hostResolvConf = "/etc/resolv.conf"
 // wrong before serving is the error; what goes wrong later (a policy file
 // that does not load, allowDirect flows that cannot be watched) is logged
 // and also written to stderr, and the proxy serves on: a policy that does
-// not load means deny-all.
-func Run(ctx context.Context, cfg launch.Config, stderr io.Writer, ready func(), heartbeat int) error {
+// not load means deny-all. configFile, if not empty, is the file cfg was
+// read from: a change of its allowDirect is followed (see directLog).
+func Run(ctx context.Context, cfg launch.Config, configFile string, stderr io.Writer, ready func(), heartbeat int) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -66,10 +63,15 @@ func Run(ctx context.Context, cfg launch.Config, stderr io.Writer, ready func(),
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	go watcher.Run(ctx)
-
 	var wg sync.WaitGroup
-	watchDirect(ctx, &wg, cfg, socks.tcp[0], logger, stderr)
+	direct := startDirectLog(ctx, &wg, cfg, configFile, socks.tcp[0], logger, stderr)
+	// One inotify instance follows the policy file and, for a worker
+	// started from one, the config file's allowDirect.
+	follow := watcher.Follower()
+	if f, ok := direct.File(); ok {
+		follow.Files = append(follow.Files, f)
+	}
+	go follow.Run(ctx)
 	watchHostDrops(ctx, &wg, cfg, logger)
 	socks.serve(&wg, p, filter)
 	if ready != nil {
@@ -189,25 +191,6 @@ func scopes(c []spec.NameScope) []guard.Scope {
 	return out
 }
 
-// watchDirect logs the sandbox's allowDirect flows, which never reach the
-// listeners, from conntrack. Failing to watch it costs those lines, not
-// the proxy.
-func watchDirect(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, ln net.Listener, logger *slog.Logger, stderr io.Writer) {
-	direct, err := openDirectLog(cfg, ln, logger)
-	if err != nil {
-		logger.Error(decisionlog.MsgDirectNotLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
-		fmt.Fprintf(stderr, "doorman proxy: %v\n", err)
-		return
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := direct.Run(ctx); err != nil {
-			logger.Error(decisionlog.MsgDirectNoLongerLogged, decisionlog.SandboxKey, cfg.Sandbox, decisionlog.ErrKey, err.Error())
-		}
-	}()
-}
-
 // watchHostDrops logs what the sandbox's host-side layer drops: each
 // packet its rules log to the sandbox's NFLOG group, and the rest from
 // its counters, in this process's namespace, where the layer lives.
@@ -294,33 +277,6 @@ func (n nflogPackets) Close() error { return n.c.Close() }
 
 // ownNetNS is the namespace of the calling thread: the process's.
 const ownNetNS = "/proc/thread-self/ns/net"
-
-// openDirectLog opens the watcher of the sandbox's allowDirect flows in
-// the namespace cfg.NetNS or, if that is empty, the one ln was created in.
-// Without entries it opens nothing.
-func openDirectLog(cfg launch.Config, ln net.Listener, logger *slog.Logger) (*directlog.Watcher, error) {
-	if len(cfg.AllowDirect) == 0 {
-		return directlog.Open(directlog.Config{Sandbox: cfg.Sandbox, Logger: logger})
-	}
-	entries := make([]conf.Entry, len(cfg.AllowDirect))
-	for i, d := range cfg.AllowDirect {
-		entries[i] = d.Entry()
-	}
-	var nsFile *os.File
-	var err error
-	if cfg.NetNS != "" {
-		nsFile, err = os.Open(cfg.NetNS)
-	} else if sc, ok := ln.(syscall.Conn); ok {
-		nsFile, err = directlog.NetNSOf(sc)
-	} else {
-		err = fmt.Errorf("listener %v has no file descriptor: give the netns", ln.Addr())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("allowDirect log: %w", err)
-	}
-	defer nsFile.Close()
-	return directlog.Open(directlog.Config{Sandbox: cfg.Sandbox, Entries: entries, NetNS: int(nsFile.Fd()), Logger: logger})
-}
 
 // errNotSocket is the error of a descriptor that is not the socket its
 // place in Listeners says.

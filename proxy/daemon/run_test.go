@@ -53,7 +53,7 @@ func TestRunServesItsConfig(t *testing.T) {
 	defer cancel()
 	ready, done := make(chan struct{}), make(chan error, 1)
 	var stderr bytes.Buffer
-	go func() { done <- Run(ctx, cfg, &stderr, func() { close(ready) }, -1) }()
+	go func() { done <- Run(ctx, cfg, "", &stderr, func() { close(ready) }, -1) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -115,7 +115,7 @@ func TestRunRefuses(t *testing.T) {
 		{Sandbox: "s", PolicyFile: "p", Listeners: launch.Listeners{Addrs: []string{"no-such-address"}}},
 		{Sandbox: "s", PolicyFile: "p", LogFile: "/nonexistent/dir/log", Listeners: launch.Listeners{Addrs: []string{"127.0.0.1:0"}}},
 	} {
-		if err := Run(context.Background(), cfg, io.Discard, func() { t.Errorf("%+v: ready", cfg) }, -1); err == nil {
+		if err := Run(context.Background(), cfg, "", io.Discard, func() { t.Errorf("%+v: ready", cfg) }, -1); err == nil {
 			t.Errorf("%+v: no error", cfg)
 		}
 	}

@@ -54,7 +54,7 @@ type Stats struct {
 // call Run.
 type Watcher struct {
 	sandbox string
-	entries []conf.Entry
+	entries atomic.Pointer[[]conf.Entry] // address entries only
 	logger  *slog.Logger
 
 	events *netfilter.Conn // nil when there is nothing to watch
@@ -72,15 +72,10 @@ type Watcher struct {
 // returns at once.
 func Open(cfg Config) (*Watcher, error) {
 	w := &Watcher{sandbox: cfg.Sandbox, logger: cfg.Logger}
-	for _, e := range cfg.Entries {
-		if e.Kind == conf.KindPrefix {
-			w.entries = append(w.entries, e)
-		}
-	}
 	if w.logger == nil {
 		w.logger = slog.Default()
 	}
-	if len(w.entries) == 0 {
+	if !w.SetEntries(cfg.Entries) {
 		return w, nil
 	}
 	if cfg.NetNS < 0 {
@@ -111,6 +106,26 @@ func Open(cfg Config) (*Watcher, error) {
 	}
 	return w, nil
 }
+
+// SetEntries makes entries the allowDirect entries whose flows are logged
+// from now on (a live change of the sandbox's allowDirect), and reports
+// whether any of them can match (an address entry). A Watcher that Open
+// made without such entries has no socket: entries given to it later
+// match nothing (see Watching), so a caller opens a new one instead.
+func (w *Watcher) SetEntries(entries []conf.Entry) bool {
+	var prefixes []conf.Entry
+	for _, e := range entries {
+		if e.Kind == conf.KindPrefix {
+			prefixes = append(prefixes, e)
+		}
+	}
+	w.entries.Store(&prefixes)
+	return len(prefixes) > 0
+}
+
+// Watching reports whether w has its conntrack socket: whether it can log
+// anything at all.
+func (w *Watcher) Watching() bool { return w.events != nil }
 
 // Run writes a line for every new allowDirect flow until ctx is done, then
 // closes the watcher and returns nil. It returns an error only if the
@@ -152,7 +167,7 @@ func (w *Watcher) handle(ctx context.Context, m netlink.Message) {
 	if err := ev.Unmarshal(m); err != nil || ev.Type != conntrack.EventNew || ev.Flow == nil {
 		return
 	}
-	rec, ok := directRecord(w.sandbox, ev.Flow, w.entries, time.Now())
+	rec, ok := directRecord(w.sandbox, ev.Flow, *w.entries.Load(), time.Now())
 	if !ok || w.isLocal(rec.Dst.Addr()) {
 		// A connection into the sandbox, to one of its own addresses,
 		// is no way out of it.

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/enforce/hostlayer"
 	"github.com/doorman-net/doorman/internal/atomicfile"
 	"github.com/doorman-net/doorman/internal/strictjson"
@@ -185,4 +186,38 @@ func (c Config) WriteFile(path string) error {
 		return fmt.Errorf("proxy config %s: %w", path, err)
 	}
 	return nil
+}
+
+// DirectLoggedFile names the file, beside a worker's config file, where
+// the worker says which allowDirect list it logs flows of: written once
+// its conntrack watch follows that list (at the start, and after each
+// change of the config file's allowDirect), so that a sandbox widening
+// allowDirect can wait for it before its rules admit the new flows.
+func DirectLoggedFile(configFile string) string {
+	return filepath.Join(filepath.Dir(configFile), "direct-logged.json")
+}
+
+// WriteDirectLogged writes list to DirectLoggedFile(configFile).
+func WriteDirectLogged(configFile string, list []conf.Direct) error {
+	if list == nil {
+		list = []conf.Direct{}
+	}
+	data, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(DirectLoggedFile(configFile), bytes.NewReader(data), atomicfile.Options{Perm: 0o600, TempInfix: "."})
+}
+
+// ReadDirectLogged reads what WriteDirectLogged wrote beside configFile.
+func ReadDirectLogged(configFile string) ([]conf.Direct, error) {
+	data, err := os.ReadFile(DirectLoggedFile(configFile))
+	if err != nil {
+		return nil, err
+	}
+	var list []conf.Direct
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, fmt.Errorf("%s: %w", DirectLoggedFile(configFile), err)
+	}
+	return list, nil
 }

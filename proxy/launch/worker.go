@@ -47,8 +47,9 @@ func (w Worker) Command(heartbeat, ready *os.File) *exec.Cmd {
 
 // Inherited is what a worker inherited from its supervisor.
 type Inherited struct {
-	// Config is the proxy's config, read and checked.
-	Config Config
+	// Config is the proxy's config, read and checked, from ConfigFile.
+	Config     Config
+	ConfigFile string
 	// Ready says ready to the supervisor; nil for a proxy run by hand.
 	Ready func()
 	// Heartbeat is the descriptor of the supervisor's heartbeats, to be
@@ -83,7 +84,7 @@ func InheritWorker(args []string, usage io.Writer) (*Inherited, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := &Inherited{Config: cfg, Heartbeat: -1}
+	in := &Inherited{Config: cfg, ConfigFile: config, Heartbeat: -1}
 	v, ok := os.LookupEnv(EnvWorkerFDs)
 	if !ok {
 		return in, nil
