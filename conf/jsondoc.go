@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -91,10 +92,12 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 	if !utf8.Valid(data) {
 		return nil, jval{}, errors.New("not valid UTF-8")
 	}
-	d := &jsonDoc{b: data}
+	d := docPool.Get().(*jsonDoc)
+	d.b = data
 	d.mslab, d.eslab, d.objs, d.elems = d.mslabBuf[:0], d.eslabBuf[:0], d.objsBuf[:0], d.elemsBuf[:0]
 	d.mtmp, d.etmp = d.mtmpBuf[:0], d.etmpBuf[:0]
 	if !d.index(maxJSONDepth) {
+		d.release()
 		// Not JSON, or nested too deep: say which, and where, as
 		// ParseStrictJSON does.
 		if json.Valid(data) {
@@ -109,6 +112,20 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 	}
 	s := skipWS(data, 0)
 	return d, jval{s, d.skip(s)}, nil
+}
+
+// docPool holds cleared jsonDocs: a document's inline buffers (about
+// 3 KB) would otherwise be allocated, and collected, for every request
+// a rule set judges.
+var docPool = sync.Pool{New: func() any { return new(jsonDoc) }}
+
+// release clears d, dropping every reference it holds, and returns it
+// to docPool. Nothing read from d may be used after: its members and
+// elements are held in d's buffers (the strings read from it stay
+// valid).
+func (d *jsonDoc) release() {
+	*d = jsonDoc{}
+	docPool.Put(d)
 }
 
 // index reads the document once: it reports whether it is what

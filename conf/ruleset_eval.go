@@ -102,6 +102,14 @@ func (a *ActiveRuleSet) Judge(r *Request) SetJudgement {
 	var root jval
 	var docErr error
 	docRead := false
+	// The document goes back to its pool once judged: what the
+	// judgement holds (findings, inventory, a rewritten body) is copied
+	// out of it, or is the request's own body.
+	defer func() {
+		if doc != nil {
+			doc.release()
+		}
+	}()
 	readDoc := func() (*jsonDoc, error) {
 		if !docRead {
 			docRead = true
@@ -660,9 +668,11 @@ func (p *stripPlan) apply(d *jsonDoc) (body []byte, rule, reason string) {
 	out := applyDeletions(d.b, spans)
 	// What is forwarded must be what was judged: the rewrite must
 	// leave one valid document.
-	if _, _, err := newJSONDoc(out); err != nil {
+	od, _, err := newJSONDoc(out)
+	if err != nil {
 		return nil, "", "the rewritten body is not valid JSON (" + err.Error() + ")"
 	}
+	od.release()
 	return out, "", ""
 }
 

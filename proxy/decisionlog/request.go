@@ -78,7 +78,11 @@ type Request struct {
 
 // Attrs returns the line's fields, in the order they are written.
 func (r Request) Attrs() []slog.Attr {
-	attrs := []slog.Attr{
+	// Room for the rule set fields too: appending them to a full slice
+	// would copy it into one twice as large, on every inspected request
+	// a rule set covers.
+	attrs := make([]slog.Attr, 0, 19)
+	attrs = append(attrs,
 		slog.String(SandboxKey, r.Sandbox),
 		slog.String(ClientKey, r.Client.String()),
 		slog.String(DstKey, r.Dst.String()),
@@ -93,7 +97,7 @@ func (r Request) Attrs() []slog.Attr {
 		slog.Int64(BytesUpKey, r.BytesUp),
 		slog.Int64(BytesDownKey, r.BytesDown),
 		durationAttr(r.Duration),
-	}
+	)
 	if r.RuleSet != "" {
 		attrs = append(attrs, slog.String(RuleSetKey, r.RuleSet))
 	}

@@ -114,6 +114,7 @@ func BenchmarkTripwire(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			releaseTripwire(tw) // as the proxy does once a response is sent
 		}
 	})
 	b.Run("json", func(b *testing.B) {
@@ -129,6 +130,7 @@ func BenchmarkTripwire(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			releaseTripwire(tw) // as the proxy does once a response is sent
 		}
 	})
 }

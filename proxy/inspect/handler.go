@@ -59,6 +59,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rec.sets.logFields(&line)
 		line.Log(context.Background(), s.cfg.Logger)
+		rec.sets.release()
 	}()
 	refuse := func(status int, rule, reason string) {
 		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status

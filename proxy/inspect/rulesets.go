@@ -312,7 +312,10 @@ func (sr *setRecord) readWhole(resp *http.Response, body io.ReadCloser) (out io.
 	if sr == nil || sr.tw == nil || sr.tw.kind != tripJSON || resp.ContentLength < 0 || resp.ContentLength > maxEvent {
 		return body, false, nil
 	}
-	data := make([]byte, 0, resp.ContentLength+1)
+	data := sr.tw.whole[:0]
+	if int64(cap(data)) < resp.ContentLength+1 {
+		data = make([]byte, 0, resp.ContentLength+1)
+	}
 	for {
 		n, rerr := sr.tw.Read(data[len(data):cap(data)])
 		data = data[:len(data)+n]
@@ -327,6 +330,7 @@ func (sr *setRecord) readWhole(resp *http.Response, body io.ReadCloser) (out io.
 			data = append(data, 0)[:len(data)]
 		}
 	}
+	sr.tw.whole = data // the tripwire's again once the response is sent
 	if errors.Is(err, errTripped) {
 		return nil, true, nil
 	}
@@ -334,6 +338,16 @@ func (sr *setRecord) readWhole(resp *http.Response, body io.ReadCloser) (out io.
 		return nil, false, err
 	}
 	return io.NopCloser(bytes.NewReader(data)), false, nil
+}
+
+// release returns the record's tripwire to its pool once the request's
+// decision line is written: nothing reads the tripwire, or the answer
+// it read whole, after that.
+func (sr *setRecord) release() {
+	if sr != nil && sr.tw != nil {
+		releaseTripwire(sr.tw)
+		sr.tw = nil
+	}
 }
 
 // reason says why the tripwire refused or cut a response, and sets the

@@ -7,6 +7,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/doorman-net/doorman/conf"
 )
@@ -94,12 +95,62 @@ type tripwire struct {
 	// why says why the response was cut when it was not evidence (an
 	// event over maxEvent, a body that is not JSON).
 	why string
+	// whole is the buffer a JSON answer of known length is read into
+	// (setRecord.readWhole).
+	whole []byte
 }
 
+// tripwires holds tripwires no response uses any more, with their
+// buffers (releaseTripwire): a model API host's every response is read
+// through one.
+var tripwires = sync.Pool{New: func() any { return new(tripwire) }}
+
+// maxPooledBuf bounds a buffer a pooled tripwire keeps.
+const maxPooledBuf = 64 << 10
+
 func newTripwire(src io.Reader, kind tripKind, ev *conf.EvidenceMatcher, probe bool) *tripwire {
-	t := &tripwire{src: src, kind: kind, ev: ev, probe: probe}
-	t.js.ev = ev
+	t := tripwires.Get().(*tripwire)
+	t.reset(src, kind, ev, probe)
 	return t
+}
+
+// reset readies t, new or cleared, to read the response src, its
+// buffers kept.
+func (t *tripwire) reset(src io.Reader, kind tripKind, ev *conf.EvidenceMatcher, probe bool) {
+	js, evjs := t.js, t.evjs
+	js.reset()
+	evjs.reset()
+	js.ev = ev
+	*t = tripwire{src: src, kind: kind, ev: ev, probe: probe, js: js, evjs: evjs,
+		event: t.event[:0], outBuf: t.outBuf[:0], out: t.outBuf[:0], data: t.data[:0], whole: t.whole[:0]}
+}
+
+// clear drops everything t refers to but its buffers, and those that
+// grew large: nothing of the response it read is left to the next.
+func (t *tripwire) clear() {
+	keep := func(b []byte) []byte {
+		if cap(b) > maxPooledBuf {
+			return nil
+		}
+		return b[:0]
+	}
+	js, evjs := t.js, t.evjs
+	for _, s := range []*jsonScanner{&js, &evjs} {
+		if cap(s.stack) > 64 {
+			s.stack = nil
+		}
+		s.raw = keep(s.raw)
+		s.ev = nil
+	}
+	*t = tripwire{js: js, evjs: evjs, event: keep(t.event), outBuf: keep(t.outBuf), data: keep(t.data), whole: keep(t.whole)}
+}
+
+// releaseTripwire returns t to the pool: nothing may use it after (the
+// evidence it recorded, t.seen, stays the caller's: a reused tripwire
+// starts a list of its own).
+func releaseTripwire(t *tripwire) {
+	t.clear()
+	tripwires.Put(t)
 }
 
 // Read returns the bytes scanned and found clean. A JSON body is read

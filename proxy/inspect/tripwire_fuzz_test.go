@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 	"testing/iotest"
 )
@@ -48,21 +49,43 @@ func FuzzJSONScanner(f *testing.F) {
 
 // FuzzTripwire checks that the tripwire never panics, forwards only a
 // prefix of what it read, forwards it all when it does not trip, and in
-// probe mode forwards everything, however the stream arrives.
+// probe mode forwards everything, however the stream arrives; and that a
+// tripwire reused after another response (as the proxy's pool reuses
+// them) reads it as a new one does.
 func FuzzTripwire(f *testing.F) {
 	ev := closedBookEvidence(f, "api.openai.com")
 	f.Fuzz(func(t *testing.T, body string, sse, oneByte bool) {
-		kind := tripJSON
+		kind, other := tripJSON, tripSSE
 		if sse {
-			kind = tripSSE
+			kind, other = tripSSE, tripJSON
 		}
 		for _, probe := range []bool{false, true} {
-			var src io.Reader = bytes.NewReader([]byte(body))
-			if oneByte {
-				src = iotest.OneByteReader(src)
+			src := func() io.Reader {
+				var src io.Reader = bytes.NewReader([]byte(body))
+				if oneByte {
+					src = iotest.OneByteReader(src)
+				}
+				return src
 			}
-			tw := newTripwire(src, kind, ev, probe)
+			tw := new(tripwire)
+			tw.reset(src(), kind, ev, probe)
 			got, err := io.ReadAll(tw)
+			// The same response through a tripwire that read it as the
+			// other kind, then as this kind in the other mode, cleared
+			// after each.
+			used := new(tripwire)
+			used.reset(src(), other, ev, !probe)
+			io.ReadAll(used)
+			used.clear()
+			used.reset(src(), kind, ev, !probe)
+			io.ReadAll(used)
+			used.clear()
+			used.reset(src(), kind, ev, probe)
+			got2, err2 := io.ReadAll(used)
+			if !bytes.Equal(got, got2) || err != err2 || used.why != tw.why || !slices.Equal(used.seen, tw.seen) || !slices.Equal(used.lines, tw.lines) {
+				t.Fatalf("probe %v: a reused tripwire forwarded %q (%v, %q, %q), a new one %q (%v, %q, %q)",
+					probe, got2, err2, used.why, used.seen, got, err, tw.why, tw.seen)
+			}
 			if !bytes.HasPrefix([]byte(body), got) {
 				t.Fatalf("probe %v: forwarded %q, not a prefix of %q", probe, got, body)
 			}
