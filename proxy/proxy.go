@@ -148,12 +148,13 @@ type Proxy struct {
 	noLoop bool // it cannot run here, or the proxy is shut down
 	// The loop's accept (see accept.go): nil until a listener is
 	// served there. origDstFD reads a redirected connection's original
-	// destination from its bare socket; nil when a stand-in for
+	// destination from its bare socket, given the port of the listener
+	// that accepted it (see originalDstFD); nil when a stand-in for
 	// OriginalDst needs a *net.TCPConn, and then every connection is
 	// accepted by Serve's own goroutine.
 	accept        *loopAccept
 	loopListeners []loopListener
-	origDstFD     func(fd int, client netip.AddrPort) (netip.AddrPort, error)
+	origDstFD     func(fd int, client netip.AddrPort, listenPort uint16) (netip.AddrPort, error)
 	stopping      chan struct{} // closed by Shutdown
 
 	caDir, upstreamCAFile string
