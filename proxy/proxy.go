@@ -41,6 +41,14 @@ type Config struct {
 	ResolveCacheTTL time.Duration
 	// Logger receives one record per connection. nil discards them.
 	Logger *slog.Logger
+	// LinesOnLoop, if set, reports whether the line of a connection the
+	// relay loop carried may be written from the loop's goroutine when
+	// the connection ends: true while Logger's writes are quick and do
+	// not go through the runtime (decisionlog.LogFile.Quick), so that
+	// they hold the proxy's one P no longer than a goroutine of their
+	// own would. nil, or false: each such line is written from a
+	// goroutine of its own, and the loop never waits for the log.
+	LinesOnLoop func() bool
 	// OriginalDst reads a redirected connection's original destination.
 	// nil: SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST (see OriginalDst).
 	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
@@ -127,6 +135,7 @@ type Proxy struct {
 	dialTimeout  time.Duration
 	origDst      func(*net.TCPConn) (netip.AddrPort, error)
 	logger       *slog.Logger
+	linesOnLoop  func() bool // Config.LinesOnLoop
 	dialer       net.Dialer
 	resolver     *cachingResolver
 	guard        *guard.Guard
@@ -196,6 +205,7 @@ func New(cfg Config) *Proxy {
 		dialTimeout:    cfg.DialTimeout,
 		origDst:        cfg.OriginalDst,
 		logger:         cfg.Logger,
+		linesOnLoop:    cfg.LinesOnLoop,
 		guard:          cfg.Guard,
 		realDst:        cfg.Destinations,
 		caDir:          cfg.CADir,
