@@ -149,6 +149,9 @@ func (p *Proxy) serveOnLoop(ln net.Listener) (bool, error) {
 	// edge-triggered: each wake accepts until accept4 says EAGAIN, or
 	// acceptBatch connections and then asks the loop to go on later.
 	st := &listenState{fd: lfd}
+	if local, err := rawsys.Getsockname(lfd); err == nil {
+		st.port = local.Port()
+	}
 	var ready func(w *relayloop.Watcher, _ uint32)
 	ready = func(w *relayloop.Watcher, _ uint32) {
 		if p.acceptReady(st, w) {
@@ -214,6 +217,9 @@ const listenEvents = unix.EPOLLIN | unix.EPOLLET
 // listenState is the loop's state of one listening socket.
 type listenState struct {
 	fd int
+	// port is the listening socket's port, the local port of every
+	// socket it accepts (0 if getsockname failed: see originalDstFD).
+	port uint16
 	// backoff is the pause after the last failed accept.
 	backoff time.Duration
 	// drained: accept4 has said EAGAIN once since the listening socket
@@ -258,7 +264,7 @@ func (p *Proxy) acceptReady(st *listenState, w *relayloop.Watcher) (more bool) {
 		if !st.drained {
 			rawsys.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		}
-		p.acceptedOnLoop(fd, rawsys.SockaddrAddrPort(&sa))
+		p.acceptedOnLoop(fd, rawsys.SockaddrAddrPort(&sa), st.port)
 	}
 	return true
 }
@@ -267,7 +273,7 @@ func (p *Proxy) acceptReady(st *listenState, w *relayloop.Watcher) (more bool) {
 // watched from now on with the events a pair's side needs, so that the
 // registration can go over to the pair it becomes (AddWatched) without
 // another epoll_ctl(2).
-func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
+func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort, listenPort uint16) {
 	if p.maxConns > 0 && p.held.Load() >= p.maxConns {
 		if c, err := fileConn(fd); err == nil {
 			p.refuseAtAccept(c)
@@ -278,7 +284,7 @@ func (p *Proxy) acceptedOnLoop(fd int, client netip.AddrPort) {
 	p.wg.Add(1)
 	// TCP_NODELAY came from the listening socket (serveOnLoop).
 	rec := Record{Sandbox: p.sandbox, Start: time.Now(), Proto: "unknown", Client: client}
-	dst, err := p.origDstFD(fd, client)
+	dst, err := p.origDstFD(fd, client, listenPort)
 	if err != nil {
 		rec.Verdict, rec.Reason = Deny, err.Error()
 		p.log(rec)

@@ -125,7 +125,7 @@ func newTestEnv(t *testing.T, pol *conf.Policy, cfg Config, setup ...func(*Proxy
 	}
 	e.p = New(cfg)
 	// The same stand-in for connections the relay loop accepts.
-	e.p.origDstFD = func(_ int, client netip.AddrPort) (netip.AddrPort, error) {
+	e.p.origDstFD = func(_ int, client netip.AddrPort, _ uint16) (netip.AddrPort, error) {
 		v, ok := e.dsts.Load(client.String())
 		if !ok {
 			return netip.AddrPort{}, fmt.Errorf("test: no destination for %v", client)

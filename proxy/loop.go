@@ -136,8 +136,17 @@ func (p *Proxy) pairUp(t *tracked, rec Record, slot netip.AddrPort, add func(fun
 	// pair and leaves t.killed for the check below.
 	pair, err := add(func(r relayloop.Result) {
 		rec.BytesUp, rec.BytesDn = r.AToB, r.BToA
-		// Off the loop: the line's write can wait on the disk (a
-		// writer the kernel throttles for dirty pages, a slow
+		// On the loop while the log's writes are quick: a raw write
+		// holds the proxy's one P as long from here as from a
+		// goroutine, and the goroutine costs its creation and a pass
+		// of the scheduler per connection.
+		if p.linesOnLoop != nil && p.linesOnLoop() {
+			p.relayEnded(t, rec, slot, !r.BEndedFirst)
+			p.connDone()
+			return
+		}
+		// Off the loop otherwise: the line's write can wait on the
+		// disk (a writer the kernel throttles for dirty pages, a slow
 		// filesystem), and the loop carries every other connection
 		// of the sandbox.
 		go func() {

@@ -250,3 +250,60 @@ func TestLoopSocketsNoDelay(t *testing.T) {
 		t.Fatalf("found %d accepted client and %d upstream sockets of the proxy, want 2 of each", clients, upstreams)
 	}
 }
+
+// stackWriter records, for each line written, whether the writing
+// goroutine was the relay loop's.
+type stackWriter struct {
+	mu     sync.Mutex
+	onLoop []bool
+}
+
+func (w *stackWriter) Write(b []byte) (int, error) {
+	buf := make([]byte, 64<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.Contains(string(b), `"name":"api.test"`) {
+		w.onLoop = append(w.onLoop, strings.Contains(string(buf), "relayloop.(*Loop).run"))
+	}
+	return len(b), nil
+}
+
+func (w *stackWriter) lines() []bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]bool(nil), w.onLoop...)
+}
+
+// The line of a connection the loop carried is written from the loop's
+// goroutine while Config.LinesOnLoop says the log's writes are quick, and
+// from a goroutine of its own when it says they are not.
+func TestLinesOnLoop(t *testing.T) {
+	for _, quick := range []bool{true, false} {
+		t.Run("quick="+strconv.FormatBool(quick), func(t *testing.T) {
+			w := &stackWriter{}
+			var asked sync.WaitGroup
+			e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{}, func(p *Proxy) {
+				p.logger = slog.New(slog.NewJSONHandler(w, nil))
+				p.linesOnLoop = func() bool { asked.Done(); return quick }
+			})
+			asked.Add(1)
+			c, _, err := e.tlsClient(e.dial(netip.AddrPortFrom(apiAddr, e.tlsPort)), "api.test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			asked.Wait()
+			deadline := time.Now().Add(5 * time.Second)
+			for len(w.lines()) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("no line for the connection")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := w.lines(); len(got) != 1 || got[0] != quick {
+				t.Fatalf("lines written on the loop: %v, want [%v]", got, quick)
+			}
+		})
+	}
+}

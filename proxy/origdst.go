@@ -63,10 +63,15 @@ func unmapped(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// originalDstFD is OriginalDst for a bare socket; client is its peer.
-func originalDstFD(fd int, client netip.AddrPort) (netip.AddrPort, error) {
+// originalDstFD is OriginalDst for a bare socket; client is its peer and
+// port the port of the listening socket that accepted it (0: unknown). A
+// connection made straight to the listener has the listener's port as its
+// original destination's, so only such a destination (or any, when port
+// is 0) costs a getsockname(2) to compare it with the socket's own
+// address: every other one was redirected.
+func originalDstFD(fd int, client netip.AddrPort, port uint16) (netip.AddrPort, error) {
 	dst, err := originalDstRaw(fd, client)
-	if err == nil {
+	if err == nil && (port == 0 || dst.Port() == port) {
 		if local, serr := rawsys.Getsockname(fd); serr == nil && dst == local {
 			err = errNotRedirected
 		}

@@ -41,6 +41,14 @@ type Config struct {
 	ResolveCacheTTL time.Duration
 	// Logger receives one record per connection. nil discards them.
 	Logger *slog.Logger
+	// LinesOnLoop, if set, reports whether the line of a connection the
+	// relay loop carried may be written from the loop's goroutine when
+	// the connection ends: true while Logger's writes are quick and do
+	// not go through the runtime (decisionlog.LogFile.Quick), so that
+	// they hold the proxy's one P no longer than a goroutine of their
+	// own would. nil, or false: each such line is written from a
+	// goroutine of its own, and the loop never waits for the log.
+	LinesOnLoop func() bool
 	// OriginalDst reads a redirected connection's original destination.
 	// nil: SO_ORIGINAL_DST / IP6T_SO_ORIGINAL_DST (see OriginalDst).
 	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
@@ -127,6 +135,7 @@ type Proxy struct {
 	dialTimeout  time.Duration
 	origDst      func(*net.TCPConn) (netip.AddrPort, error)
 	logger       *slog.Logger
+	linesOnLoop  func() bool // Config.LinesOnLoop
 	dialer       net.Dialer
 	resolver     *cachingResolver
 	guard        *guard.Guard
@@ -148,12 +157,13 @@ type Proxy struct {
 	noLoop bool // it cannot run here, or the proxy is shut down
 	// The loop's accept (see accept.go): nil until a listener is
 	// served there. origDstFD reads a redirected connection's original
-	// destination from its bare socket; nil when a stand-in for
+	// destination from its bare socket, given the port of the listener
+	// that accepted it (see originalDstFD); nil when a stand-in for
 	// OriginalDst needs a *net.TCPConn, and then every connection is
 	// accepted by Serve's own goroutine.
 	accept        *loopAccept
 	loopListeners []loopListener
-	origDstFD     func(fd int, client netip.AddrPort) (netip.AddrPort, error)
+	origDstFD     func(fd int, client netip.AddrPort, listenPort uint16) (netip.AddrPort, error)
 	stopping      chan struct{} // closed by Shutdown
 
 	caDir, upstreamCAFile string
@@ -195,6 +205,7 @@ func New(cfg Config) *Proxy {
 		dialTimeout:    cfg.DialTimeout,
 		origDst:        cfg.OriginalDst,
 		logger:         cfg.Logger,
+		linesOnLoop:    cfg.LinesOnLoop,
 		guard:          cfg.Guard,
 		realDst:        cfg.Destinations,
 		caDir:          cfg.CADir,

@@ -47,7 +47,7 @@ func Run(ctx context.Context, cfg launch.Config, configFile string, stderr io.Wr
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	logger, closeLog, err := openLog(cfg, stderr)
+	logger, quick, closeLog, err := openLog(cfg, stderr)
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func Run(ctx context.Context, cfg launch.Config, configFile string, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	p, filter, watcher, err := newServers(cfg, logger, socks, stderr)
+	p, filter, watcher, err := newServers(cfg, logger, quick, socks, stderr)
 	if err != nil {
 		socks.close()
 		return err
@@ -103,20 +103,22 @@ func Run(ctx context.Context, cfg launch.Config, configFile string, stderr io.Wr
 
 // openLog opens the decision log of cfg, with the OTLP export beside it.
 // The returned close flushes the export first, so that its last "otlp"
-// line still reaches the file.
-func openLog(cfg launch.Config, stderr io.Writer) (*slog.Logger, func(), error) {
+// line still reaches the file. quick is the log file's LogFile.Quick
+// (nil when the log goes to stderr): whether a line may be written from
+// the relay loop (see proxy.Config.LinesOnLoop).
+func openLog(cfg launch.Config, stderr io.Writer) (logger *slog.Logger, quick func() bool, closeLog func(), err error) {
 	out, closeFile := stderr, func() {}
 	if cfg.LogFile != "" && cfg.LogFile != "-" {
 		f, err := decisionlog.OpenLogFile(cfg.LogFile, cfg.Limits.Effective(0).LogMaxSize, cfg.Sandbox)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		out, closeFile = f, func() { f.Close() }
+		out, closeFile, quick = f, func() { f.Close() }, f.Quick
 	}
 	handler, shutdown, err := otlplog.NewHandler(decisionlog.NewJSONHandler(out), otlplog.Config{OTLP: cfg.OTLP, Sandbox: cfg.Sandbox})
 	if err != nil {
 		closeFile()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// Repeated denials and a cap's refusals are counted, not written one
 	// by one (see decisionlog.Aggregator).
@@ -130,18 +132,18 @@ func openLog(cfg launch.Config, stderr io.Writer) (*slog.Logger, func(), error) 
 		}
 		closeFile()
 	}
-	return decisionlog.WithPod(slog.New(agg), cfg.PodUID), closeAll, nil
+	return decisionlog.WithPod(slog.New(agg), cfg.PodUID), quick, closeAll, nil
 }
 
 // newServers makes the proxy and, with DNS listeners, the DNS filter,
 // sharing one upstream guard (they judge the same addresses and share one
 // reading of the host's addresses and routes), and the watcher that keeps
 // both on the policy file.
-func newServers(cfg launch.Config, logger *slog.Logger, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
+func newServers(cfg launch.Config, logger *slog.Logger, linesOnLoop func() bool, socks *sockets, stderr io.Writer) (*proxy.Proxy, *dnsfilter.Filter, *proxy.PolicyWatcher, error) {
 	upstreamGuard := guard.New(guard.Config{Scopes: scopes(cfg.ClusterNames), NAT64Prefixes: cfg.NAT64Prefixes})
 	// This process is the proxy and nothing else: it may change its
 	// threads' scheduling while it relays bulk data.
-	pc := proxy.Config{Sandbox: cfg.Sandbox, Logger: logger,
+	pc := proxy.Config{Sandbox: cfg.Sandbox, Logger: logger, LinesOnLoop: linesOnLoop,
 		BatchWhileBulk: true, Guard: upstreamGuard, CADir: cfg.CADir, UpstreamCAFile: cfg.UpstreamCAFile}
 	// Where the host really sends each upstream connection: its
 	// conntrack entry, read in this process's namespace, where the

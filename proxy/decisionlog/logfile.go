@@ -164,6 +164,19 @@ func (l *LogFile) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Quick reports whether the next line would most likely be written at
+// once with a raw write(2): the file is on a local filesystem, no slow
+// write paused raw writes, no line waits to be retried after a failure,
+// and no other goroutine is writing (l's lock is free). A caller that may
+// not wait for the disk writes its line only when Quick is true.
+func (l *LogFile) Quick() bool {
+	if !l.mu.TryLock() {
+		return false
+	}
+	defer l.mu.Unlock()
+	return l.fd >= 0 && l.dropped == 0 && !time.Now().Before(l.rawAfter)
+}
+
 // Dropped returns how many lines were dropped since writing last worked.
 func (l *LogFile) Dropped() int64 {
 	l.mu.Lock()

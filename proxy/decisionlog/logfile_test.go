@@ -288,8 +288,20 @@ func TestLogFileRawWrites(t *testing.T) {
 	if raw != 3 {
 		t.Fatalf("%d raw writes for 3 quick lines, want 3", raw)
 	}
+	if !l.Quick() {
+		t.Fatal("Quick is false after quick raw writes")
+	}
+	l.mu.Lock()
+	busy := l.Quick()
+	l.mu.Unlock()
+	if busy {
+		t.Fatal("Quick is true while another goroutine writes")
+	}
 	slow = true
 	write("slow.example")
+	if l.Quick() {
+		t.Fatal("Quick is true while raw writes are paused")
+	}
 	for i := range 3 {
 		write(fmt.Sprintf("after%d.example", i))
 	}
