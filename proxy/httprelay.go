@@ -45,7 +45,10 @@ func (r *httpResult) note(s string) {
 //
 // Requests pass through sniff.RequestReader and responses through
 // sniff.ResponseReader, both framing exactly as RFC 9112 says, bytes
-// unchanged. Each forwarded request is queued, before its head is written
+// unchanged. A head leaves in one write with the body bytes that arrived
+// with it, so that a small message stays one segment (a runtime that pays
+// per packet, gVisor's, paid for a second), and never waits for body bytes
+// still to come: a streamed body flows as it arrives. Each forwarded request is queued, before its head is written
 // upstream, with what its answer may do; each final response takes the
 // oldest from the queue. So the proxy knows which request a response
 // answers, and no byte inside a body can pass for a status line: the
@@ -102,12 +105,9 @@ requests:
 		if !q.push(x) {
 			break // the responses have ended: nothing more can be answered
 		}
-		n, err := up.Write(raw)
-		res.up += int64(n)
-		if err != nil {
-			break
-		}
-		bn, err := rr.CopyBody(up)
+		// The head and the body bytes read with it leave in one write;
+		// the head does not wait for a body still to come.
+		bn, err := rr.CopyBodyAfter(up, raw)
 		res.up += bn
 		if err != nil {
 			if errors.Is(err, sniff.ErrMalformedRequest) {

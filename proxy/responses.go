@@ -188,25 +188,37 @@ func (p *Proxy) relayResponses(c, up *net.TCPConn, q *exchanges) (res downResult
 			// (no answer in time): the refusal stands.
 			return downResult{}
 		}
-		if _, err := w.Write(raw); err != nil {
-			return downResult{}
-		}
 		if head.Interim() {
-			continue
-		}
-		if x.switched != nil {
-			x.switched <- framing == sniff.FramingSwitch
-		}
-		if framing == sniff.FramingSwitch {
-			q.pop()
-			if _, err := w.Write(rr.Buffered()); err != nil {
+			// An interim response has no body, and the final one may
+			// be long in coming (100 Continue waits for the request's
+			// body): it goes out alone, now.
+			if _, err := w.Write(raw); err != nil {
 				return downResult{}
 			}
+			continue
+		}
+		if framing == sniff.FramingSwitch {
+			// The head and the new protocol's first bytes, if any came
+			// with it, in one write.
+			if _, err := w.Write(append(append(make([]byte, 0, len(raw)+len(rr.Buffered())), raw...), rr.Buffered()...)); err != nil {
+				return downResult{}
+			}
+			if x.switched != nil {
+				x.switched <- true
+			}
+			q.pop()
 			n, _ := pipe(c, up, p.bulk)
 			w.n += n
 			return downResult{}
 		}
-		if _, err := rr.CopyBody(w); err != nil {
+		if x.switched != nil {
+			x.switched <- false
+		}
+		// The head leaves with the body bytes read with it, in one
+		// write (one segment for a small response, where two cost a
+		// runtime that pays per packet, gVisor's, more than the host
+		// kernel), and never waits for body bytes still to come.
+		if _, err := rr.CopyBodyAfter(w, raw); err != nil {
 			if errors.Is(err, sniff.ErrMalformedResponse) {
 				return cut(fmt.Sprintf("response framing: %v", err))
 			}

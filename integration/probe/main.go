@@ -5,9 +5,12 @@
 // happened through its output and, above all, its exit status, so a test can
 // tell "allowed", "denied by a TLS alert", "refused" and "dropped" apart:
 //
-//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--header NAME:VALUE]... [--timeout D] [--every D [URL...]]
+//	probe get URL [--ca FILE] [--resolve HOST:ADDR] [--data JSON] [--header NAME:VALUE]... [--timeout D] [--repeat N [--times]] [--every D [URL...]]
 //	    HTTP(S) GET (with --data, a POST of that JSON body; each --header
-//	    added to the request); prints "status: N" and the body. With --every, GETs each URL in turn
+//	    added to the request); prints "status: N" and the body. With
+//	    --repeat, makes N more, each on a new connection, and prints their
+//	    median and 90th percentile (with --times, every request's time
+//	    too: the benchmarks). With --every, GETs each URL in turn
 //	    every D, each on a new connection, forever, printing nothing (a
 //	    pod whose requests a benchmark watches arrive at the servers).
 //	probe tcp ADDR:PORT [--send DATA] [--timeout D]
@@ -49,6 +52,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -158,6 +162,7 @@ func runGet(args []string) error {
 	timeout := fs.Duration("timeout", defaultWait, "overall deadline")
 	repeat := fs.Int("repeat", 0, "make the request this many more times, each on a new connection, and print their median and 90th percentile times (the benchmarks)")
 	data := fs.String("data", "", "a JSON body to POST instead of a GET")
+	printTimes := fs.Bool("times", false, "with --repeat: also print every request's time, in microseconds, in the order made")
 	every := fs.Duration("every", 0, "repeat every D, forever, on new connections, silently")
 	var headers headerFlags
 	fs.Var(&headers, "header", "NAME:VALUE: a header of the request (repeatable)")
@@ -251,6 +256,13 @@ func runGet(args []string) error {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		times = append(times, time.Since(start))
+	}
+	if *printTimes {
+		us := make([]string, len(times))
+		for i, d := range times {
+			us[i] = strconv.FormatInt(d.Microseconds(), 10)
+		}
+		fmt.Printf("times_us: %s\n", strings.Join(us, " "))
 	}
 	slices.Sort(times)
 	fmt.Printf("repeat: %d median_us %d p90_us %d\n", len(times), times[len(times)/2].Microseconds(), times[len(times)*9/10].Microseconds())

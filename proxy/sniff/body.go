@@ -15,22 +15,34 @@ const maxChunkLine = 4096
 // bodyCopier copies one message body from br to w. It checks bytes in br's
 // buffer in place and writes them in as few writes as it can: pend bytes at
 // the front of the buffer are checked and not yet written.
+//
+// prefix (the message's head) goes out with the first write, joined to
+// the pending bytes, so that a head and the body bytes that came with it
+// leave in one write (one segment, for a small message). Every read that
+// may block is preceded by flush, so the prefix never waits for body
+// bytes that have not arrived.
 type bodyCopier struct {
 	br      *bufio.Reader
 	r       io.Reader // the connection under br, for copying past the buffer
 	w       io.Writer
+	prefix  []byte // not written yet; nil once written
 	pend    int
 	written int64
 	werr    error // the first error of w
 	kind    error // ErrMalformedRequest or ErrMalformedResponse, for framing errors
 }
 
-// flush writes the pending bytes and drops them from the buffer.
+// flush writes the prefix, if it has not been written, and the pending
+// bytes in one write, and drops the pending bytes from the buffer.
 func (c *bodyCopier) flush() error {
-	if c.pend == 0 {
+	if c.pend == 0 && len(c.prefix) == 0 {
 		return nil
 	}
 	p, _ := c.br.Peek(c.pend)
+	if len(c.prefix) > 0 {
+		p = append(append(make([]byte, 0, len(c.prefix)+len(p)), c.prefix...), p...)
+		c.prefix = nil
+	}
 	n, err := c.w.Write(p)
 	c.written += int64(n)
 	c.br.Discard(c.pend)
@@ -40,6 +52,18 @@ func (c *bodyCopier) flush() error {
 	}
 	c.werr = err
 	return err
+}
+
+// writeAll writes b to w, an empty b with no call, as flush does.
+func writeAll(w io.Writer, b []byte) (int64, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, err := w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	return int64(n), err
 }
 
 // more flushes, then waits until the buffer holds at least one more byte.

@@ -244,6 +244,9 @@ func FuzzRequestReader(f *testing.F) {
 		if passed1 != passed || len(results1) != len(results) || !sameError(err, err1) {
 			t.Fatalf("read a byte at a time: %d requests, %v; at once: %d requests, %v", len(results1), err1, len(results), err)
 		}
+		if after, errAfter := passRequestsAfter(bytes.NewReader(data)); after != passed || !sameError(errAfter, err) {
+			t.Fatalf("with CopyBodyAfter: passed %q, %v; with CopyBody %q, %v", after, errAfter, passed, err)
+		}
 		// Go's server must read the requests we passed on, bodies and all.
 		br := bufio.NewReader(strings.NewReader(passed))
 		for i := range results {
@@ -305,8 +308,60 @@ func FuzzResponseReader(f *testing.F) {
 		if passed1 != passed || !slices.Equal(results1, results) || !sameError(err, err1) {
 			t.Fatalf("read a byte at a time: %d responses, %v; at once: %d responses, %v", len(results1), err1, len(results), err)
 		}
+		if after, errAfter := passResponsesAfter(iotest.HalfReader(bytes.NewReader(data)), ms); after != passed || !sameError(errAfter, err) {
+			t.Fatalf("with CopyBodyAfter: passed %q, %v; with CopyBody %q, %v", after, errAfter, passed, err)
+		}
 		compareResponsesWithNetHTTP(t, passed, ms, results, err)
 	})
+}
+
+// passRequestsAfter relays the requests in r as the proxy does, each head
+// written with its body by CopyBodyAfter, and returns what it passed on.
+func passRequestsAfter(r io.Reader) (string, error) {
+	rr := NewRequestReader(r)
+	var passed bytes.Buffer
+	for {
+		_, raw, err := rr.Next()
+		if err != nil {
+			return passed.String(), err
+		}
+		if _, err := rr.CopyBodyAfter(&passed, raw); err != nil {
+			return passed.String(), err
+		}
+	}
+}
+
+// passResponsesAfter relays the responses in r, answering methods, as the
+// proxy does: an interim response's head alone, a switch's head, any
+// other head written with its body by CopyBodyAfter.
+func passResponsesAfter(r io.Reader, methods []string) (string, error) {
+	rr := NewResponseReader(r)
+	var passed bytes.Buffer
+	for i := 0; ; {
+		method := "GET"
+		if i < len(methods) {
+			method = methods[i]
+		}
+		if err := rr.Wait(); err != nil {
+			return passed.String(), err
+		}
+		h, raw, err := rr.Next(method)
+		if err != nil {
+			return passed.String(), err
+		}
+		if h.Interim() {
+			passed.Write(raw)
+			continue
+		}
+		if h.Framing(method) == FramingSwitch {
+			passed.Write(raw)
+			return passed.String(), ErrSwitched
+		}
+		if _, err := rr.CopyBodyAfter(&passed, raw); err != nil {
+			return passed.String(), err
+		}
+		i++
+	}
 }
 
 // compareResponsesWithNetHTTP reads the responses we passed on with

@@ -116,10 +116,24 @@ func readHead(br *bufio.Reader, what string, parse func([]byte) (int, error)) (i
 // straight from the connection to w with io.Copy, so that two bare
 // *net.TCPConn splice.
 func (rr *RequestReader) CopyBody(w io.Writer) (int64, error) {
+	return rr.CopyBodyAfter(w, nil)
+}
+
+// CopyBodyAfter is CopyBody with head (the request's head, as Next
+// returned it or as the caller rewrote it) written first: head and the
+// body bytes already read leave in one write to w, so that a small request
+// the client sent in one segment goes upstream in one. head is never held
+// back waiting for body bytes (a client that sent Expect: 100-continue
+// sends none until it is answered): it is written, with whatever body is
+// buffered, before CopyBodyAfter first blocks to read, and alone if the
+// request has no body; the rest of the body then flows as it arrives. The
+// count includes head. If the reader's stream had already failed, nothing
+// is written.
+func (rr *RequestReader) CopyBodyAfter(w io.Writer, head []byte) (int64, error) {
 	if rr.err != nil {
 		return 0, rr.err
 	}
-	c := bodyCopier{br: rr.br, r: rr.r, w: w, kind: ErrMalformedRequest}
+	c := bodyCopier{br: rr.br, r: rr.r, w: w, prefix: head, kind: ErrMalformedRequest}
 	var err error
 	switch {
 	case rr.chunked:
@@ -129,6 +143,8 @@ func (rr *RequestReader) CopyBody(w io.Writer) (int64, error) {
 		if err == nil {
 			err = c.flush()
 		}
+	default:
+		err = c.flush()
 	}
 	rr.chunked, rr.remaining = false, 0
 	if err != nil {

@@ -125,13 +125,26 @@ func (rr *ResponseReader) Next(method string) (ResponseHead, []byte, error) {
 // straight from the connection to w with io.Copy, so that two bare
 // *net.TCPConn splice.
 func (rr *ResponseReader) CopyBody(w io.Writer) (int64, error) {
+	return rr.CopyBodyAfter(w, nil)
+}
+
+// CopyBodyAfter is CopyBody with head (the response's head, as Next
+// returned it) written first: head and the body bytes already read leave
+// in one write to w, so that a small response the server sent in one
+// segment reaches the client in one, not two. head is never held back
+// waiting for body bytes: it is written, with whatever body is buffered,
+// before CopyBodyAfter first blocks to read, and alone if the response has
+// no body; the rest of the body then flows as it arrives, as with
+// CopyBody. The count includes head. If the reader's stream had already
+// failed, nothing is written.
+func (rr *ResponseReader) CopyBodyAfter(w io.Writer, head []byte) (int64, error) {
 	if rr.framing == FramingNone {
 		if rr.err == nil || rr.err == io.EOF || rr.err == ErrSwitched {
-			return 0, nil
+			return writeAll(w, head)
 		}
 		return 0, rr.err
 	}
-	c := bodyCopier{br: rr.br, r: rr.r, w: w, kind: ErrMalformedResponse}
+	c := bodyCopier{br: rr.br, r: rr.r, w: w, prefix: head, kind: ErrMalformedResponse}
 	var err error
 	switch rr.framing {
 	case FramingChunked:
