@@ -59,7 +59,9 @@ func init() {
 //   - moved counts the bytes redirected from each socket.
 //
 // A socket enters socks only after both entries of its pair are in peers,
-// so the program never runs on a socket whose peer it cannot find; data
+// so the program never runs on a socket whose peer it cannot find, and the
+// upstream socket enters it before the client's, so that no answer can end
+// it before it is in (see relay); data
 // that arrived before that waits in the socket's receive queue and is
 // redirected, in order, by the kick that follows the insertion (setting
 // SO_RCVLOWAT calls the socket's data_ready callback, now the verdict's).
@@ -89,7 +91,8 @@ type sockmapRelay struct {
 	wake  int // eventfd in ep (as fd -2): a new pair wakes the watcher to sweep
 
 	mu     sync.Mutex
-	pairs  map[int]*sockmapPair // by either socket's descriptor
+	pairs  map[int32]*sockmapPair // by id: a closed pair's descriptor numbers may be reused at once
+	nextID int32
 	paused map[*sockmapPair]struct{}
 	wg     sync.WaitGroup // the watcher
 	// drainTimeout bounds how long a direction's end waits for the
@@ -118,6 +121,7 @@ const (
 // counts that), read[i] what user space read from it; the accounting
 // subtracts both.
 type sockmapPair struct {
+	id     int32 // the epoll events' data, with the side in Pad
 	fd     [2]int
 	cookie [2]uint64
 	base   [2]uint64
@@ -141,7 +145,7 @@ type sockmapPair struct {
 // support or the process may not load BPF (CAP_BPF and CAP_NET_ADMIN, or
 // CAP_SYS_ADMIN).
 func newSockmapRelay() (*sockmapRelay, error) {
-	r := &sockmapRelay{pairs: map[int]*sockmapPair{}, paused: map[*sockmapPair]struct{}{}, ep: -1, wake: -1,
+	r := &sockmapRelay{pairs: map[int32]*sockmapPair{}, paused: map[*sockmapPair]struct{}{}, ep: -1, wake: -1,
 		drainTimeout: 30 * time.Second}
 	ok := false
 	defer func() {
@@ -227,10 +231,8 @@ func (r *sockmapRelay) close() {
 		}
 		r.mu.Lock()
 		var left []*sockmapPair
-		for fd, p := range r.pairs {
-			if fd == p.fd[0] {
-				left = append(left, p)
-			}
+		for _, p := range r.pairs {
+			left = append(left, p)
 		}
 		r.mu.Unlock()
 		for _, p := range left {
@@ -283,21 +285,30 @@ func (r *sockmapRelay) relay(a, b int, read [2]uint64, onClose func(error)) erro
 			return err
 		}
 	}
+	// The pair stays locked until it is set up: an end or an error the
+	// watcher sees meanwhile waits, so that nothing closes the
+	// descriptors (whose numbers a new socket could then take) under
+	// the setup.
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	r.mu.Lock()
-	r.pairs[a], r.pairs[b] = p, p
+	r.nextID = max(r.nextID+1, 1) // 1 up, wrapping past negative numbers: -1 and -2 are the watcher's own
+	p.id = r.nextID
+	r.pairs[p.id] = p
 	r.mu.Unlock()
 	fail := func(err error) error {
+		p.closed = true // the caller closes the descriptors
 		r.mu.Lock()
-		delete(r.pairs, a)
-		delete(r.pairs, b)
+		delete(r.pairs, p.id)
 		r.mu.Unlock()
-		for i := range p.fd {
+		for i, fd := range p.fd {
+			unix.EpollCtl(r.ep, unix.EPOLL_CTL_DEL, fd, nil)
 			r.moved.Delete(p.cookie[i])
 		}
 		return err
 	}
 	// The counters and both redirect targets first, then the two
-	// sources, then the kicks.
+	// sources, then the watch, then the kicks.
 	for i, fd := range p.fd {
 		if err := r.moved.Update(p.cookie[i], uint64(0), ebpf.UpdateAny); err != nil {
 			return fail(fmt.Errorf("moved map: %w", err))
@@ -306,15 +317,31 @@ func (r *sockmapRelay) relay(a, b int, read [2]uint64, onClose func(error)) erro
 			return fail(fmt.Errorf("peers map: %w", err))
 		}
 	}
-	for i, fd := range p.fd {
-		if err := r.socks.Update(p.cookie[i], uint32(fd), ebpf.UpdateNoExist); err != nil {
+	// b (the upstream, which speaks second) first: once a is in socks
+	// its bytes flow to b's server, whose answer could otherwise end b
+	// (data and FIN) before b is in socks, and the kernel takes only
+	// established sockets. A socket it refuses all the same (a
+	// server that spoke first and closed) starts paused: user space
+	// carries that direction at its end (copyTail).
+	for _, i := range []int{1, 0} {
+		err := r.socks.Update(p.cookie[i], uint32(p.fd[i]), ebpf.UpdateNoExist)
+		if errors.Is(err, unix.EOPNOTSUPP) && sockmapPastEstablished(p.fd[i]) {
+			p.paused[i] = true
+			continue
+		}
+		if err != nil {
 			return fail(fmt.Errorf("socks map: %w", err))
 		}
 	}
-	for _, fd := range p.fd {
-		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+	for i, fd := range p.fd {
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLET, Fd: p.id, Pad: int32(i)}
 		if err := unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			return fail(fmt.Errorf("epoll: %w", err))
+		}
+	}
+	for i, fd := range p.fd {
+		if p.paused[i] {
+			continue
 		}
 		if err := sockmapKick(fd); err != nil {
 			return fail(err)
@@ -322,6 +349,13 @@ func (r *sockmapRelay) relay(a, b int, read [2]uint64, onClose func(error)) erro
 	}
 	unix.Write(r.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
 	return nil
+}
+
+// sockmapPastEstablished tells whether fd's TCP connection got its
+// peer's FIN (or went further), which is why a sockmap refuses it.
+func sockmapPastEstablished(fd int) bool {
+	ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	return err == nil && ti.State != unix.BPF_TCP_ESTABLISHED
 }
 
 // sockmapKick makes the kernel run the verdict on what waits in fd's
@@ -361,17 +395,14 @@ func (r *sockmapRelay) watch() {
 				unix.Read(r.wake, b[:])
 				continue
 			}
-			fd := int(ev.Fd)
 			r.mu.Lock()
-			p := r.pairs[fd]
+			p := r.pairs[ev.Fd]
 			r.mu.Unlock()
-			if p == nil {
+			if p == nil || ev.Pad < 0 || ev.Pad > 1 {
 				continue
 			}
-			i := 0
-			if p.fd[1] == fd {
-				i = 1
-			}
+			i := int(ev.Pad)
+			fd := p.fd[i]
 			if ev.Events&unix.EPOLLERR != 0 {
 				soErr, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 				r.closePair(p, fmt.Errorf("socket error: %w", unix.Errno(soErr)))
@@ -392,11 +423,9 @@ func (r *sockmapRelay) watch() {
 // and every paused one.
 func (r *sockmapRelay) sweep() {
 	r.mu.Lock()
-	pairs := make([]*sockmapPair, 0, len(r.pairs)/2)
-	for fd, p := range r.pairs {
-		if fd == p.fd[0] {
-			pairs = append(pairs, p)
-		}
+	pairs := make([]*sockmapPair, 0, len(r.pairs))
+	for _, p := range r.pairs {
+		pairs = append(pairs, p)
 	}
 	r.mu.Unlock()
 	for _, p := range pairs {
@@ -621,8 +650,7 @@ func (r *sockmapRelay) closePair(p *sockmapPair, why error) {
 	p.closed = true
 	p.mu.Unlock()
 	r.mu.Lock()
-	delete(r.pairs, p.fd[0])
-	delete(r.pairs, p.fd[1])
+	delete(r.pairs, p.id)
 	delete(r.paused, p)
 	r.mu.Unlock()
 	for i, fd := range p.fd {
@@ -637,25 +665,27 @@ func (r *sockmapRelay) closePair(p *sockmapPair, why error) {
 	if p.onClose != nil {
 		p.onClose(why)
 	}
+
 }
 
 // dump describes each pair's directions: for the tests' failures.
 func (r *sockmapRelay) dump() string {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	var pairs []*sockmapPair
+	for _, p := range r.pairs {
+		pairs = append(pairs, p)
+	}
+	r.mu.Unlock()
 	var out []string
-	for fd, p := range r.pairs {
-		if fd != p.fd[0] {
-			continue
-		}
+	for _, p := range pairs {
 		for i := range 2 {
 			b, moved, err := r.backlog(p, i)
 			ti, _ := unix.GetsockoptTCPInfo(p.fd[i], unix.IPPROTO_TCP, unix.TCP_INFO)
 			q, _ := unix.IoctlGetInt(p.fd[1-i], unix.SIOCOUTQ)
 			inq, _ := unix.IoctlGetInt(p.fd[i], unix.SIOCINQ)
 			p.mu.Lock()
-			out = append(out, fmt.Sprintf("direction %d: received %d, in its queue %d, redirected %d, backlog %d (%v), peer's send queue %d, paused %v, ending %v",
-				i, ti.Bytes_received, inq, moved, b, err, q, p.paused[i], p.ending[i]))
+			out = append(out, fmt.Sprintf("direction %d: received %d, in its queue %d, redirected %d, backlog %d (%v), peer's send queue %d (base %d), paused %v, ending %v",
+				i, ti.Bytes_received, inq, moved, b, err, q, p.base[1-i], p.paused[i], p.ending[i]))
 			p.mu.Unlock()
 		}
 	}

@@ -304,6 +304,110 @@ func TestSockmapRelayBackpressure(t *testing.T) {
 	}
 }
 
+// TestSockmapRelayShortConnections relays 2000 short connections one
+// after the other, as the latency benchmark does: the client sends a
+// request, the server answers one byte and its FIN at once. Each client
+// must get its byte before the EOF, no pair's setup may fail, and the
+// maps end empty. (The relay once let a pair that ended during its own
+// setup close its descriptors under it: a kick then failed with EBADF,
+// and the setup's cleanup could close a newer connection's socket that
+// took the same number.)
+func TestSockmapRelayShortConnections(t *testing.T) {
+	r := newTestSockmapRelay(t)
+	srvLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srvLn.Close()
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		srvLn.Close()
+		relayLn.Close()
+		wg.Wait()
+	}()
+	wg.Go(func() {
+		for {
+			s, err := srvLn.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer s.Close()
+				s.SetDeadline(time.Now().Add(10 * time.Second))
+				req := make([]byte, 7)
+				if _, err := io.ReadFull(s, req); err != nil {
+					return
+				}
+				s.Write([]byte{'x'})
+				s.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, s)
+			})
+		}
+	})
+	setupErrs := make(chan error, 16)
+	wg.Go(func() {
+		for {
+			c, err := relayLn.Accept()
+			if err != nil {
+				return
+			}
+			if err := sockmapRelayConn(r, c.(*net.TCPConn), srvLn.Addr().String()); err != nil {
+				select {
+				case setupErrs <- err:
+				default:
+				}
+			}
+		}
+	})
+	const conns = 2000
+	buf := make([]byte, 2)
+	for i := range conns {
+		c, err := net.Dial("tcp", relayLn.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("request")); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		if _, err := io.ReadFull(c, buf[:1]); err != nil {
+			var setup error
+			select {
+			case setup = <-setupErrs:
+			default:
+			}
+			t.Fatalf("connection %d: the first byte: %v (a setup error: %v); the relay: %s", i, err, setup, r.dump())
+		}
+		if n, err := c.Read(buf); n != 0 || err != io.EOF {
+			t.Fatalf("connection %d: after the byte %d more, %v; want EOF", i, n, err)
+		}
+		c.Close()
+	}
+	select {
+	case err := <-setupErrs:
+		t.Fatalf("a pair's setup failed: %v", err)
+	default:
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		peers, socks, err := r.count()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if peers == 0 && socks == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the last connection the maps still hold %d and %d sockets", peers, socks)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func mibs(v []int64) string {
 	var s []string
 	for _, x := range v {
