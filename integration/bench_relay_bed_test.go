@@ -44,6 +44,9 @@ const (
 	benchTLSPort     = 7443 // real TLS, then a request and its answer (see serveTLS)
 	bareRelayRawPort = 7100 // relays to benchRawPort
 	bareRelayTLSPort = 7543 // relays to benchTLSPort
+	// The sockmap relay's (bench_sockmap_test.go).
+	sockmapRelayRawPort = 7200 // relays to benchRawPort
+	sockmapRelayTLSPort = 7643 // relays to benchTLSPort
 	// benchSettleTime is how long the relays run idle before their
 	// fresh memory is read: the proxy unmaps the binary pages its start
 	// touched a second after it started.
@@ -61,6 +64,9 @@ var benchAddr, benchDeniedAddr = netip.MustParseAddr("203.0.113.80"), netip.Must
 //   - bare relay: from the same sandbox to a minimal splicing relay in the
 //     host namespace (runBareRelay), which dials the server: the floor for
 //     any user-space TCP relay;
+//   - sockmap relay: the same with the bytes relayed inside the kernel
+//     (runSockmapRelay), where the kernel and the process's capabilities
+//     allow its BPF;
 //   - doorman: from the sandbox enforced by sandbox.Enforce with the real
 //     doorman binary, through its nftables redirect and proxy;
 //   - haproxy and squid: from a sandbox of each, through the peer
@@ -69,17 +75,20 @@ var benchAddr, benchDeniedAddr = netip.MustParseAddr("203.0.113.80"), netip.Must
 type relayBed struct {
 	net     *testnet.Net
 	server  *benchServer
-	paths   []*benchPath // direct, bare relay, doorman, then the peers
+	paths   []*benchPath // direct, bare relay, sockmap relay (if it runs), doorman, then the peers
 	direct  *benchPath
 	relay   *benchPath
-	doorman *benchPath
-	bases   []*benchPath   // the doormans of DOORMAN_BENCH_BASELINE, in its order
-	haproxy *benchPath     // nil if HAProxy is not installed
-	squid   *benchPath     // nil if Squid is not installed
-	state   *sandbox.State // the enforced sandbox: its proxy's pid
-	hello   []byte         // a real ClientHello from crypto/tls, SNI benchName
-	denied  []byte         // the same for benchDeniedName, which no path allows
-	tlsConf *tls.Config    // trusts the TLS server's certificate; no session cache: every handshake is a full one
+	sockmap *benchPath // nil if the kernel or the capabilities refuse its BPF
+	// sockmapWhy is why the sockmap relay does not run, if it does not.
+	sockmapWhy string
+	doorman    *benchPath
+	bases      []*benchPath   // the doormans of DOORMAN_BENCH_BASELINE, in its order
+	haproxy    *benchPath     // nil if HAProxy is not installed
+	squid      *benchPath     // nil if Squid is not installed
+	state      *sandbox.State // the enforced sandbox: its proxy's pid
+	hello      []byte         // a real ClientHello from crypto/tls, SNI benchName
+	denied     []byte         // the same for benchDeniedName, which no path allows
+	tlsConf    *tls.Config    // trusts the TLS server's certificate; no session cache: every handshake is a full one
 	// noFile is the hard descriptor limit of this process, which the
 	// bare relay, the proxy and the peers inherit (see benchRaiseNoFile).
 	noFile uint64
@@ -169,6 +178,15 @@ func newRelayBed(b *testing.B) *relayBed {
 
 	bed.relay.pid = startBareRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
 		bareRelayRawPort, raw, bareRelayTLSPort, tlsAddr))
+	pid, why := startSockmapRelay(b, n.HostNS(), fmt.Sprintf("0.0.0.0:%d>%s,0.0.0.0:%d>%s",
+		sockmapRelayRawPort, raw, sockmapRelayTLSPort, tlsAddr))
+	if pid != 0 {
+		bed.sockmap = &benchPath{name: "sockmap relay", side: plain, pid: pid,
+			raw: netip.AddrPortFrom(gw, sockmapRelayRawPort), tls: netip.AddrPortFrom(gw, sockmapRelayTLSPort)}
+		bed.paths = []*benchPath{bed.direct, bed.relay, bed.sockmap, bed.doorman}
+	} else {
+		bed.sockmapWhy = why
+	}
 
 	var capErr error
 	bed.state, bed.doormanCap, bed.doormanCapBy, capErr = bed.enforceDoorman(b, bed.doorman, doormanBin())
