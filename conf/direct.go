@@ -1,6 +1,9 @@
 package conf
 
-import "net/netip"
+import (
+	"net/netip"
+	"strings"
+)
 
 // Direct is one allowDirect destination: an IP address or CIDR prefix,
 // with the ports it may be reached on, that a sandbox reaches without the
@@ -46,6 +49,16 @@ func (d Direct) Entry() Entry {
 // back as an equal Direct: "10.0.0.5:5432", "2001:db8::/64",
 // "[2001:db8::1]:443".
 func (d Direct) String() string { return d.Entry().Raw }
+
+// JoinDirect lists ds as their Strings joined by commas ("" for none),
+// for a log record or a message.
+func JoinDirect(ds []Direct) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ",")
+}
 
 // MarshalText renders d as String does, so that a Direct is a string in
 // JSON.

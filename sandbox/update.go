@@ -464,22 +464,10 @@ func (s *State) logDirect(list []conf.Direct) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w (%s, then %s: %s)", errDirectUnconfirmed, joinDirect(old), joinDirect(list), launch.DirectLoggedFile(path))
+			return fmt.Errorf("%w (%q, then %q: %s)", errDirectUnconfirmed, conf.JoinDirect(old), conf.JoinDirect(list), launch.DirectLoggedFile(path))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// joinDirect is list for a message.
-func joinDirect(list []conf.Direct) string {
-	if len(list) == 0 {
-		return "none"
-	}
-	out := make([]string, len(list))
-	for i, d := range list {
-		out[i] = d.String()
-	}
-	return strings.Join(out, ",")
 }
 
 // directUnion is old and then what of next old does not hold: the list a

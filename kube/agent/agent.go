@@ -515,7 +515,7 @@ func (a *Agent) apply(p *corev1.Pod, ans *agentclient.Answer, states []*sandbox.
 				a.log.Error("apply", "pod", id, "sandbox", s.Key, "what", "allowDirect and ICMP", "error", err.Error())
 			case u.Changed:
 				changed = true
-				a.log.Info("applied", "pod", id, "sandbox", s.Key, "allowDirect", directString(ans.AllowDirect), "allowICMP", ans.AllowICMP)
+				a.log.Info("applied", "pod", id, "sandbox", s.Key, "allowDirect", conf.JoinDirect(ans.AllowDirect), "allowICMP", ans.AllowICMP)
 				for _, n := range u.Notes {
 					a.log.Warn("applied", "pod", id, "sandbox", s.Key, "what", "allowDirect and ICMP", "note", n)
 				}
@@ -530,15 +530,6 @@ func (a *Agent) apply(p *corev1.Pod, ans *agentclient.Answer, states []*sandbox.
 			a.metrics.Applied(p.Namespace, p.Name, "unchanged")
 		}
 	}
-}
-
-// directString lists allowDirect destinations for a log record.
-func directString(ds []conf.Direct) string {
-	s := make([]string, len(ds))
-	for i, d := range ds {
-		s[i] = d.String()
-	}
-	return strings.Join(s, ",")
 }
 
 // secretFile is where the value of key of Secret namespace/name goes.

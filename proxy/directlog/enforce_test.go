@@ -21,41 +21,12 @@ import (
 func TestEnforcedSandboxLogsAllowDirect(t *testing.T) {
 	t.Parallel()
 	p := newPair(t)
-	bin := filepath.Join(t.TempDir(), "doorman")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doorman-net/doorman/cmd/doorman").CombinedOutput(); err != nil {
-		t.Fatalf("build doorman: %v\n%s", err, out)
-	}
-	in(t, p.peer, func() error {
-		ln, err := net.Listen("tcp4", "0.0.0.0:5432")
-		if err == nil {
-			serveTCP(t, ln)
-		}
-		return err
-	})
-
-	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{"example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir := t.TempDir()
-	key := filepath.Base(p.sandbox)
+	listenPeer(t, p, "5432")
 	direct, err := conf.ParseDirect(peerAddr + ":5432")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sandbox.Enforce(sandbox.Request{
-		Attachment: sandbox.Attachment{Key: key, ID: "ctr-directlog", Runtime: "cni", NetNS: p.sandbox, Label: "full"},
-		Spec:       spec.Spec{Policy: pol, LogDir: t.TempDir(), Proxy: spec.Proxy{AllowDirect: []conf.Direct{direct}}},
-		StateDir:   stateDir, ProxyBinary: bin,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sandbox.Teardown(stateDir, key); err != nil {
-			t.Error(err)
-		}
-	})
+	s := enforceWithProxy(t, p, "ctr-directlog", []conf.Direct{direct})
 
 	var tcpClient, udpClient string
 	in(t, p.sandbox, func() error {
@@ -113,39 +84,9 @@ func TestEnforcedSandboxLogsAllowDirect(t *testing.T) {
 func TestLiveAllowDirectChangeIsLogged(t *testing.T) {
 	t.Parallel()
 	p := newPair(t)
-	bin := filepath.Join(t.TempDir(), "doorman")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doorman-net/doorman/cmd/doorman").CombinedOutput(); err != nil {
-		t.Fatalf("build doorman: %v\n%s", err, out)
-	}
-	in(t, p.peer, func() error {
-		for _, port := range []string{"5432", "5433"} {
-			ln, err := net.Listen("tcp4", "0.0.0.0:"+port)
-			if err != nil {
-				return err
-			}
-			serveTCP(t, ln)
-		}
-		return nil
-	})
-	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{"example.com"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stateDir := t.TempDir()
-	key := filepath.Base(p.sandbox)
-	s, err := sandbox.Enforce(sandbox.Request{
-		Attachment: sandbox.Attachment{Key: key, ID: "ctr-livedirect", Runtime: "cni", NetNS: p.sandbox, Label: "full"},
-		Spec:       spec.Spec{Policy: pol, LogDir: t.TempDir()},
-		StateDir:   stateDir, ProxyBinary: bin,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := sandbox.Teardown(stateDir, key); err != nil {
-			t.Error(err)
-		}
-	})
+	listenPeer(t, p, "5432", "5433")
+	s := enforceWithProxy(t, p, "ctr-livedirect", nil)
+	stateDir, key := filepath.Dir(s.Dir), s.Key
 	// dial connects from the sandbox to the peer's port, returning the
 	// client's address ("" if the connection was refused).
 	dial := func(port string) string {
@@ -227,4 +168,51 @@ func TestLiveAllowDirectChangeIsLogged(t *testing.T) {
 		data, _ := os.ReadFile(s.LogFile)
 		t.Fatalf("line for %s after the second change: %v; log:\n%s", client, m, data)
 	}
+}
+
+// listenPeer serves TCP on ports of p's peer (serveTCP).
+func listenPeer(t *testing.T, p pair, ports ...string) {
+	t.Helper()
+	in(t, p.peer, func() error {
+		for _, port := range ports {
+			ln, err := net.Listen("tcp4", "0.0.0.0:"+port)
+			if err != nil {
+				return err
+			}
+			serveTCP(t, ln)
+		}
+		return nil
+	})
+}
+
+// enforceWithProxy enforces p's sandbox as the CNI plugin would, with
+// the doorman binary built from this tree as its proxy, the policy
+// allowing example.com, and direct as its allowDirect; the sandbox is
+// torn down when the test ends.
+func enforceWithProxy(t *testing.T, p pair, id string, direct []conf.Direct) *sandbox.State {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "doorman")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/doorman-net/doorman/cmd/doorman").CombinedOutput(); err != nil {
+		t.Fatalf("build doorman: %v\n%s", err, out)
+	}
+	pol, err := conf.NewPolicy(conf.ModeAllowlist, []string{"example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := t.TempDir()
+	key := filepath.Base(p.sandbox)
+	s, err := sandbox.Enforce(sandbox.Request{
+		Attachment: sandbox.Attachment{Key: key, ID: id, Runtime: "cni", NetNS: p.sandbox, Label: "full"},
+		Spec:       spec.Spec{Policy: pol, LogDir: t.TempDir(), Proxy: spec.Proxy{AllowDirect: direct}},
+		StateDir:   stateDir, ProxyBinary: bin,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sandbox.Teardown(stateDir, key); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
 }

@@ -111,7 +111,7 @@ func Open(cfg Config) (*Watcher, error) {
 // from now on (a live change of the sandbox's allowDirect), and reports
 // whether any of them can match (an address entry). A Watcher that Open
 // made without such entries has no socket: entries given to it later
-// match nothing (see Watching), so a caller opens a new one instead.
+// match nothing, so a caller opens a new one instead.
 func (w *Watcher) SetEntries(entries []conf.Entry) bool {
 	var prefixes []conf.Entry
 	for _, e := range entries {
@@ -122,10 +122,6 @@ func (w *Watcher) SetEntries(entries []conf.Entry) bool {
 	w.entries.Store(&prefixes)
 	return len(prefixes) > 0
 }
-
-// Watching reports whether w has its conntrack socket: whether it can log
-// anything at all.
-func (w *Watcher) Watching() bool { return w.events != nil }
 
 // Run writes a line for every new allowDirect flow until ctx is done, then
 // closes the watcher and returns nil. It returns an error only if the
