@@ -95,13 +95,37 @@ func bareRelayConn(c *net.TCPConn, upstream string) {
 // end of the benchmark. It returns the pid.
 func startBareRelay(b *testing.B, where *testnet.Netns, spec string) int {
 	b.Helper()
+	grp := benchCgroup(b, "bare-relay")
+	r := startRelayProcess(b, where, "bare relay", bareRelayEnv+"="+spec)
+	if r.line != "ready\n" {
+		r.stop()
+		b.Fatalf("bare relay did not start (%q, %v): %s", r.line, r.err, r.stderr.String())
+	}
+	benchJoin(b, grp, r.pid)
+	return r.pid
+}
+
+// relayProcess is a relay startRelayProcess started.
+type relayProcess struct {
+	pid    int
+	line   string // its first line of output: "ready\n" once it serves
+	err    error  // reading that line
+	stop   func() // closes its stdin and waits (kills it after 5 s)
+	stderr *strings.Builder
+}
+
+// startRelayProcess starts this test binary as a relay in where (started
+// from a thread inside it, the process lives there) with GOMAXPROCS=2 and
+// env (its role's variable), reads its first line, and stops it at the end
+// of the benchmark.
+func startRelayProcess(b *testing.B, where *testnet.Netns, name, env string) relayProcess {
+	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	grp := benchCgroup(b, "bare-relay")
 	cmd := exec.Command(exe)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2", bareRelayEnv + "=" + spec}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2", env}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -110,14 +134,13 @@ func startBareRelay(b *testing.B, where *testnet.Netns, spec string) int {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	// Started from a thread inside ns, the process lives there.
+	r := relayProcess{stderr: &strings.Builder{}}
+	cmd.Stderr = r.stderr
 	if err := where.Do(cmd.Start); err != nil {
-		b.Fatalf("start the bare relay: %v", err)
+		b.Fatalf("start the %s: %v", name, err)
 	}
 	var once sync.Once
-	stop := func() {
+	r.stop = func() {
 		once.Do(func() {
 			stdin.Close()
 			done := make(chan struct{})
@@ -130,12 +153,8 @@ func startBareRelay(b *testing.B, where *testnet.Netns, spec string) int {
 			}
 		})
 	}
-	b.Cleanup(stop)
-	benchJoin(b, grp, cmd.Process.Pid)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		stop()
-		b.Fatalf("bare relay did not start (%q, %v): %s", line, err, stderr.String())
-	}
-	return cmd.Process.Pid
+	b.Cleanup(r.stop)
+	r.pid = cmd.Process.Pid
+	r.line, r.err = bufio.NewReader(stdout).ReadString('\n')
+	return r
 }

@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -832,50 +830,16 @@ func startSockmapRelay(b *testing.B, where *testnet.Netns, spec string) (int, st
 	if os.Getenv(sockmapResearchEnv) != "1" {
 		return 0, "a research prototype with a negative result (issue 29's fourth pass), run only with " + sockmapResearchEnv + "=1"
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
 	grp := benchCgroup(b, "sockmap-relay")
-	cmd := exec.Command(exe)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2", sockmapRelayEnv + "=" + spec}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := where.Do(cmd.Start); err != nil {
-		b.Fatalf("start the sockmap relay: %v", err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			stdin.Close()
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-		})
-	}
-	b.Cleanup(stop)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if why, ok := strings.CutPrefix(line, "unsupported: "); ok {
-		stop()
+	r := startRelayProcess(b, where, "sockmap relay", sockmapRelayEnv+"="+spec)
+	if why, ok := strings.CutPrefix(r.line, "unsupported: "); ok {
+		r.stop()
 		return 0, strings.TrimSpace(why)
 	}
-	if err != nil || line != "ready\n" {
-		stop()
-		b.Fatalf("sockmap relay did not start (%q, %v): %s", line, err, stderr.String())
+	if r.line != "ready\n" {
+		r.stop()
+		b.Fatalf("sockmap relay did not start (%q, %v): %s", r.line, r.err, r.stderr.String())
 	}
-	benchJoin(b, grp, cmd.Process.Pid)
-	return cmd.Process.Pid, ""
+	benchJoin(b, grp, r.pid)
+	return r.pid, ""
 }

@@ -527,12 +527,12 @@ func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
 	old := *s
 	old.AllowDirect, old.Resolvers, old.HostIfaces, old.Pins = slices.Clone(s.AllowDirect), slices.Clone(s.Resolvers), slices.Clone(s.HostIfaces), slices.Clone(s.Pins)
 	oldData, readErr := os.ReadFile(s.PolicyPath())
-	var modeMoved, policyWritten, rulesTried, layerTried bool
+	var done reenforced
 	defer func() {
 		if err == nil {
 			return
 		}
-		if undo := sys.undoReenforce(&old, r, oldData, readErr, modeMoved, policyWritten, rulesTried, layerTried); undo != nil {
+		if undo := sys.undoReenforce(&old, r, oldData, readErr, done); undo != nil {
 			err = fmt.Errorf("%w; putting the sandbox back as it was failed too: %w", err, undo)
 		}
 	}()
@@ -545,13 +545,13 @@ func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 		}
-		modeMoved = true
+		done.modeMoved = true
 		s = u.State
 		if r.CADir != "" {
 			s.CADir, s.UpstreamCAFile = r.CADir, r.UpstreamCAFile
 		}
 	} else {
-		policyWritten = true
+		done.policyWritten = true
 		if err := writePolicy(s.PolicyPath(), r.Policy); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 		}
@@ -579,17 +579,17 @@ func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	s.AllowDirect = slices.Clone(r.AllowDirect)
-	rulesTried = true
+	done.rulesTried = true
 	if err := sys.rules.Apply(s.NetNS, s.spec()); err != nil {
 		return nil, fmt.Errorf("enforce sandbox %s: %w", r.Key, err)
 	}
 	if s.HostLayer {
-		layerTried = true
+		done.layerTried = true
 		if err := s.applyHostSpec(s.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
 		}
 	} else if r.HostLayer {
-		layerTried = true
+		done.layerTried = true
 		s.Spec.HostLayer = true
 		if err := s.applyHostLayer(r.HostIfaces, r.ipam()); err != nil {
 			return nil, fmt.Errorf("enforce sandbox %s: host-side layer: %w", r.Key, err)
@@ -605,15 +605,22 @@ func (sys *system) reenforce(s *State, r Request) (_ *State, err error) {
 	return s, nil
 }
 
+// reenforced says which steps of a reenforce ran (or were tried): the
+// mode moved through a policy update, the policy file written, the
+// ruleset and the host-side layer applied.
+type reenforced struct {
+	modeMoved, policyWritten, rulesTried, layerTried bool
+}
+
 // undoReenforce puts a sandbox whose reenforce failed back to old, its
 // state before: the mode (through the policy update that moved it), or
 // the policy file's bytes (when the file was readable before); the
 // ruleset; the host-side layer (removed if reenforce was adding it). The
-// flags say which steps ran.
-func (sys *system) undoReenforce(old *State, r Request, oldData []byte, readErr error, modeMoved, policyWritten, rulesTried, layerTried bool) error {
+// steps that ran are in done.
+func (sys *system) undoReenforce(old *State, r Request, oldData []byte, readErr error, done reenforced) error {
 	var undo []error
 	switch {
-	case modeMoved:
+	case done.modeMoved:
 		// The update saved the new mode; a second one moves it back.
 		p, err := conf.ParseFile(oldData)
 		if readErr != nil || err != nil {
@@ -623,14 +630,14 @@ func (sys *system) undoReenforce(old *State, r Request, oldData []byte, readErr 
 		}
 		// That update re-applied the ruleset, and the host-side layer
 		// where the old state held one.
-		rulesTried = false
-		layerTried = layerTried && !old.HostLayer
-	case policyWritten && readErr == nil:
+		done.rulesTried = false
+		done.layerTried = done.layerTried && !old.HostLayer
+	case done.policyWritten && readErr == nil:
 		if err := writeAtomic(old.PolicyPath(), oldData, 0o644); err != nil {
 			undo = append(undo, fmt.Errorf("put the old policy file back: %w", err))
 		}
 	}
-	if rulesTried {
+	if done.rulesTried {
 		if err := sys.rules.Apply(old.NetNS, old.spec()); err != nil {
 			undo = append(undo, fmt.Errorf("put the old ruleset back: %w", err))
 		}
@@ -638,7 +645,7 @@ func (sys *system) undoReenforce(old *State, r Request, oldData []byte, readErr 
 	if err := old.logDirect(old.AllowDirect); err != nil {
 		undo = append(undo, err)
 	}
-	if layerTried {
+	if done.layerTried {
 		if old.HostLayer {
 			if err := old.reapplyHostLayer(); err != nil {
 				undo = append(undo, fmt.Errorf("put the old host-side layer back: %w", err))
