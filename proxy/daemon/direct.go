@@ -37,13 +37,19 @@ type directLog struct {
 	mu      sync.Mutex
 	watcher *directlog.Watcher // nil when no entry can match
 	stop    context.CancelFunc // ends watcher's Run
+	// confirmed: launch.DirectLoggedFile holds the list in force. An
+	// empty list at the start needs no file (a sandbox waits only for a
+	// list that grew); a worker started with entries writes it from its
+	// follower's first read, off the path to serving.
+	confirmed bool
 }
 
 // startDirectLog opens the watcher of cfg's allowDirect flows, if it has
 // any, and runs it until ctx is done. configFile, if not "", is the file
 // cfg was read from.
 func startDirectLog(ctx context.Context, wg *sync.WaitGroup, cfg launch.Config, configFile string, ln net.Listener, logger *slog.Logger, stderr io.Writer) *directLog {
-	d := &directLog{ctx: ctx, wg: wg, cfg: cfg, configFile: configFile, ln: ln, logger: logger, stderr: stderr}
+	d := &directLog{ctx: ctx, wg: wg, cfg: cfg, configFile: configFile, ln: ln, logger: logger, stderr: stderr,
+		confirmed: len(cfg.AllowDirect) == 0}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.open()
@@ -57,9 +63,10 @@ func (d *directLog) File() (f filewatch.File, ok bool) {
 }
 
 // reload takes the allowDirect of the config file if it differs from the
-// list in force. A file that does not load keeps the list in force: the
-// sandbox writes it atomically, so a file that fails is not one it wrote
-// (the next Changed reads it again).
+// list in force, and confirms the list in force once a watcher follows it
+// (or it is empty). A file that does not load keeps the list in force:
+// the sandbox writes it atomically, so a file that fails is not one it
+// wrote (the next Changed reads it again).
 func (d *directLog) reload() {
 	next, err := launch.Load(d.configFile)
 	if err != nil || next.Sandbox != d.cfg.Sandbox {
@@ -67,24 +74,22 @@ func (d *directLog) reload() {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if slices.Equal(next.AllowDirect, d.cfg.AllowDirect) {
-		return
+	if !slices.Equal(next.AllowDirect, d.cfg.AllowDirect) {
+		d.cfg.AllowDirect = next.AllowDirect
+		d.confirmed = false
+		if d.watcher == nil || !d.watcher.SetEntries(d.entries()) {
+			// No socket yet, or nothing left to match: a new
+			// watcher, or none.
+			if d.stop != nil {
+				d.stop()
+				d.watcher, d.stop = nil, nil
+			}
+			d.open()
+		}
 	}
-	d.cfg.AllowDirect = next.AllowDirect
-	if d.watcher != nil && d.watcher.SetEntries(d.entries()) {
+	if !d.confirmed && (d.watcher != nil || len(d.cfg.AllowDirect) == 0) {
 		d.confirm()
-		return
 	}
-	// No socket yet, or nothing left to match: a new watcher, or none.
-	if d.stop != nil {
-		d.stop()
-		d.watcher, d.stop = nil, nil
-	}
-	if len(d.cfg.AllowDirect) == 0 {
-		d.confirm()
-		return
-	}
-	d.open()
 }
 
 // entries are the config's allowDirect as entries.
@@ -97,8 +102,7 @@ func (d *directLog) entries() []conf.Entry {
 }
 
 // open opens and runs a watcher for the list in force, when it has
-// entries, and confirms the list it logs. d.mu is held. A worker started
-// without entries writes nothing (the common case costs no file).
+// entries. d.mu is held.
 func (d *directLog) open() {
 	if len(d.cfg.AllowDirect) == 0 {
 		return
@@ -118,7 +122,6 @@ func (d *directLog) open() {
 			d.logger.Error(decisionlog.MsgDirectNoLongerLogged, decisionlog.SandboxKey, d.cfg.Sandbox, decisionlog.ErrKey, err.Error())
 		}
 	}()
-	d.confirm()
 }
 
 // confirm writes the list in force to launch.DirectLoggedFile. d.mu is
@@ -127,9 +130,11 @@ func (d *directLog) confirm() {
 	if d.configFile == "" {
 		return
 	}
-	if err := launch.WriteDirectLogged(d.configFile, d.cfg.AllowDirect); err != nil {
+	err := launch.WriteDirectLogged(d.configFile, d.cfg.AllowDirect)
+	if err != nil {
 		fmt.Fprintf(d.stderr, "doorman proxy: %v\n", err)
 	}
+	d.confirmed = err == nil
 }
 
 // openWatcher opens the watcher of the allowDirect flows in the namespace

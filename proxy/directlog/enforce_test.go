@@ -130,8 +130,13 @@ func TestLiveAllowDirectChangeIsLogged(t *testing.T) {
 			}
 			ds = append(ds, d)
 		}
-		if _, err := sandbox.UpdateDirect(stateDir, key, ds, false); err != nil {
+		u, err := sandbox.UpdateDirect(stateDir, key, ds, false)
+		if err != nil {
 			t.Fatal(err)
+		}
+		// The proxy confirmed the list before the rules admitted it.
+		if len(u.Notes) > 0 {
+			t.Errorf("UpdateDirect(%v): %v", entries, u.Notes)
 		}
 	}
 
