@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -138,12 +139,9 @@ func (f Follower) changed(which func(File) bool) {
 
 // paths names the files, for an error.
 func (f Follower) paths() string {
-	s := ""
+	paths := make([]string, len(f.Files))
 	for i, file := range f.Files {
-		if i > 0 {
-			s += ", "
-		}
-		s += file.Path
+		paths[i] = file.Path
 	}
-	return s
+	return strings.Join(paths, ", ")
 }
