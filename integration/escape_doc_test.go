@@ -100,8 +100,15 @@ policy put in ~mode: open~ (its entries kept) and back once it is done.
 These cannot be closed by doorman's design, whatever the tables say:
 
 - **Domain fronting inside an allowed TLS session.** The proxy decides on the SNI (and the Host of
-  plaintext HTTP); inside an admitted TLS session the workload can ask a CDN for any other host behind
-  it. Seeing that needs terminating TLS, which doorman does not do.
+  plaintext HTTP) and dials that name; inside an admitted TLS session the workload can ask a front
+  that serves many hosts (a CDN, a shared TLS terminator) for another host behind it: by the Host of
+  its requests; by Encrypted Client Hello, whose real name only the front can decrypt (the DNS filter
+  strips ECH configurations, but a workload can bring its own; such hellos are relayed, since Chrome
+  sends GREASE ECH in every hello, and their decision lines say ~"ech":true~); by a second ClientHello
+  after a HelloRetryRequest, which the proxy does not read (OpenSSL 3.0 switches to its name, Go
+  refuses a change); or by resuming a TLS 1.2 session issued for another name (OpenSSL 3.0 reports the
+  session's name). Seeing that needs terminating TLS, which doorman does only for inspected hosts
+  (see docs/policy.md, "Encrypted Client Hello and shared fronts").
 - **Exfiltration to an allowed writable service.** An allowed API that stores what it is sent (a bucket,
   a paste site, an issue tracker, an LLM provider) is a channel whatever the proxy does; allowlists
   should name only what the workload needs, as narrowly as the services allow.

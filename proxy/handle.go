@@ -23,8 +23,12 @@ const VerdictError Verdict = decisionlog.Error
 type sniffed struct {
 	proto sniff.Protocol
 	name  string // normalized name, "" if none
-	head  *sniff.RequestHead
-	err   error // why the bytes did not yield a name, if they did not
+	// ech: the ClientHello carried encrypted_client_hello, so name is
+	// only the public name of the front that decrypts the real one (or
+	// the client sent GREASE ECH, as Chrome does on every connection).
+	ech  bool
+	head *sniff.RequestHead
+	err  error // why the bytes did not yield a name, if they did not
 	// limited names the cap that stopped the sniff (the connections
 	// not decided yet held all the bytes they may), "" if none.
 	limited string
@@ -41,7 +45,7 @@ func sniffBytes(b []byte) (sniffed, int, error) {
 	s := sniffed{proto: proto}
 	switch proto {
 	case sniff.ProtoTLS:
-		name, err := sniff.ServerName(b)
+		hello, err := sniff.ParseClientHello(b)
 		if errors.Is(err, sniff.ErrIncomplete) {
 			return s, sniff.HelloNeeds(b), err
 		}
@@ -49,7 +53,8 @@ func sniffBytes(b []byte) (sniffed, int, error) {
 			s.err = fmt.Errorf("ClientHello: %w", err)
 			break
 		}
-		s.name, s.err = normalizeSniffed(name)
+		s.ech = hello.ECH
+		s.name, s.err = normalizeSniffed(hello.ServerName)
 	case sniff.ProtoHTTP:
 		head, err := sniff.ParseRequestHead(b)
 		if errors.Is(err, sniff.ErrIncomplete) {
@@ -145,7 +150,7 @@ func (p *Proxy) sniffThenDecide(c *net.TCPConn, rec Record, pol *conf.Policy) (h
 // judge decides a connection by what its first bytes said, and records
 // the verdict in rec.
 func judge(rec *Record, s sniffed, pol *conf.Policy) decision {
-	rec.Proto, rec.Name = s.proto.String(), s.name
+	rec.Proto, rec.Name, rec.ECH = s.proto.String(), s.name, s.ech
 	d := decide(pol, s.name, rec.Dst)
 	if s.proto == sniff.ProtoHTTP {
 		d = decideHTTP(pol, s.name, rec.Dst)

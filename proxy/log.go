@@ -17,6 +17,7 @@ type Record struct {
 	Dst      netip.AddrPort // original destination
 	Proto    string         // tls, http, h2c, unknown
 	Name     string         // SNI or Host, "" if none
+	ECH      bool           // the ClientHello carried encrypted_client_hello
 	Rule     string         // entry that admitted it
 	Verdict  Verdict
 	Reason   string
@@ -41,6 +42,7 @@ func (r Record) Line() decisionlog.Connection {
 		Dst:       r.Dst,
 		Proto:     r.Proto,
 		Name:      r.Name,
+		ECH:       r.ECH,
 		Rule:      r.Rule,
 		Verdict:   string(r.Verdict),
 		Reason:    r.Reason,

@@ -26,10 +26,11 @@ type Decision struct {
 	Sandbox string    `json:"sandbox"`
 	PodUID  string    `json:"pod_uid,omitempty"` // the sandbox's Kubernetes pod, if it is one
 	Client  string    `json:"client"`
-	Dst     string    `json:"dst"`   // original destination, addr:port; "" for DNS
-	Proto   string    `json:"proto"` // tls, http, h2c, unknown; for DNS udp or tcp
-	Name    string    `json:"name"`  // SNI or Host, or the name queried; "" if none
-	Rule    string    `json:"rule"`  // the entry that admitted it
+	Dst     string    `json:"dst"`           // original destination, addr:port; "" for DNS
+	Proto   string    `json:"proto"`         // tls, http, h2c, unknown; for DNS udp or tcp
+	Name    string    `json:"name"`          // SNI or Host, or the name queried; "" if none
+	ECH     bool      `json:"ech,omitempty"` // the ClientHello carried encrypted_client_hello: Name is only an ECH front's public name
+	Rule    string    `json:"rule"`          // the entry that admitted it
 	Verdict string    `json:"verdict"`
 	Reason  string    `json:"reason"`
 	// Upstream is the address dialed, or for DNS the resolver that

@@ -107,6 +107,10 @@ func TestFormat(t *testing.T) {
 			t.Errorf("Format\n got %q\nwant %q", got, tt.want)
 		}
 	}
+	ech, _ := Parse([]byte(strings.Replace(lineAllow, `"name":"api.example.test",`, `"name":"api.example.test","ech":true,`, 1)))
+	if got, want := Format(ech), " allow tls     api.example.test (ECH) 203.0.113.10:443 rule api.example.test (up"; !ech.ECH || !strings.Contains(got, want) {
+		t.Errorf("a hello with ECH: %q (ECH %v), want it to contain %q", got, ech.ECH, want)
+	}
 	open, _ := Parse([]byte(strings.Replace(strings.Replace(lineAllow, `"rule":"api.example.test"`, `"rule":""`, 1), "name allowed", "mode open", 1)))
 	if got := Format(open); !strings.Contains(got, " 203.0.113.10:443 mode open (up") {
 		t.Errorf("mode open: %q", got)

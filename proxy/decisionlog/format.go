@@ -14,10 +14,12 @@ const timeLayout = "2006-01-02 15:04:05.000"
 // Format renders d as one line for people: time, verdict, protocol, name,
 // original destination, and why (the rule that admitted it, or the reason
 // it was denied), then for relayed connections the bytes each way and how
-// long it lasted:
+// long it lasted; a name from a ClientHello that carried ECH is followed by
+// "(ECH)":
 //
 //	2025-06-01 12:00:00.123 allow tls     api.example.com 203.0.113.10:443 rule api.example.com (up 517 B, down 4.1 kB, 120ms)
 //	2025-06-01 12:00:01.456 deny  http    evil.example    203.0.113.20:80 name not allowed
+//	2025-06-01 12:00:02.789 allow tls     front.example (ECH) 203.0.113.11:443 rule front.example (up 2.1 kB, down 9.8 kB, 80ms)
 //
 // A DNS query has "dns/" and its transport where a connection has its
 // protocol, and its type and the rcode of the answer where a connection
@@ -48,6 +50,9 @@ func Format(d Decision) string {
 // formatConnection renders a connection's decision (see Format).
 func formatConnection(d Decision) string {
 	name := orNoName(d.Name)
+	if d.ECH {
+		name += " (ECH)"
+	}
 	var why string
 	switch {
 	case d.Verdict == Allow && d.Rule != "":

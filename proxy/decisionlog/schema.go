@@ -98,6 +98,7 @@ const (
 	DstKey     = "dst"     // addr:port string: the original destination (connections)
 	ProtoKey   = "proto"   // string: tls, http, h2c, unknown, or tcp and udp for allowDirect flows; udp or tcp for DNS
 	NameKey    = "name"    // string: SNI or Host, or the name queried; "" if none
+	ECHKey     = "ech"     // bool, on connection lines only when true: the ClientHello carried encrypted_client_hello
 	RuleKey    = "rule"    // string: the entry that admitted it, "" if none
 	VerdictKey = "verdict" // string: Allow, Deny or Error
 	ReasonKey  = "reason"  // string: why

@@ -60,7 +60,7 @@ func lineKeys(t *testing.T, log func(*slog.Logger)) []string {
 func TestDecisionReadsWhatIsWritten(t *testing.T) {
 	ctx := context.Background()
 	conn := lineKeys(t, func(l *slog.Logger) {
-		Connection{Verdict: Allow, Upstream: netip.MustParseAddrPort("203.0.113.7:443")}.Log(ctx, WithPod(l, "0b1c"))
+		Connection{Verdict: Allow, ECH: true, Upstream: netip.MustParseAddrPort("203.0.113.7:443")}.Log(ctx, WithPod(l, "0b1c"))
 	})
 	query := lineKeys(t, func(l *slog.Logger) { DNSQuery{Verdict: Deny}.Log(ctx, WithPod(l, "0b1c")) })
 	request := lineKeys(t, func(l *slog.Logger) {
@@ -112,7 +112,7 @@ func TestTypedLinesRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	Connection{
 		Sandbox: "sb", Client: netip.MustParseAddrPort("10.88.0.5:40000"), Dst: netip.MustParseAddrPort("203.0.113.7:443"),
-		Proto: "tls", Name: "api.example.com", Rule: "api.example.com", Verdict: Error, Reason: "dial: refused",
+		Proto: "tls", Name: "api.example.com", ECH: true, Rule: "api.example.com", Verdict: Error, Reason: "dial: refused",
 		Upstream: netip.MustParseAddrPort("203.0.113.8:443"), BytesUp: 1, BytesDown: 2, Duration: 1500 * time.Microsecond,
 	}.Log(ctx, l)
 	DNSQuery{
@@ -129,7 +129,7 @@ func TestTypedLinesRoundTrip(t *testing.T) {
 	}
 	want := []Decision{
 		{Level: "ERROR", Kind: KindConnection, Sandbox: "sb", Client: "10.88.0.5:40000", Dst: "203.0.113.7:443", Proto: "tls",
-			Name: "api.example.com", Rule: "api.example.com", Verdict: Error, Reason: "dial: refused", Upstream: "203.0.113.8:443",
+			Name: "api.example.com", ECH: true, Rule: "api.example.com", Verdict: Error, Reason: "dial: refused", Upstream: "203.0.113.8:443",
 			BytesUp: 1, BytesDown: 2, DurationMS: 1.5},
 		{Level: "INFO", Kind: KindDNS, Sandbox: "sb", Client: "10.88.0.5:5353", Proto: "udp", Name: "api.example.com",
 			Rule: "api.example.com", Verdict: Allow, Reason: "name allowed", Upstream: "198.51.100.53:53", DurationMS: 1,

@@ -24,6 +24,7 @@ type Connection struct {
 	Dst       netip.AddrPort // the original destination
 	Proto     string
 	Name      string
+	ECH       bool // the ClientHello carried encrypted_client_hello: ECHKey is written (only then)
 	Rule      string
 	Verdict   string
 	Reason    string
@@ -34,7 +35,7 @@ type Connection struct {
 }
 
 // Attrs returns the line's fields, in the order they are written.
-func (c Connection) Attrs() []slog.Attr { return c.appendAttrs(make([]slog.Attr, 0, 12)) }
+func (c Connection) Attrs() []slog.Attr { return c.appendAttrs(make([]slog.Attr, 0, 13)) }
 
 // appendAttrs appends the line's fields to attrs.
 func (c Connection) appendAttrs(attrs []slog.Attr) []slog.Attr {
@@ -44,6 +45,11 @@ func (c Connection) appendAttrs(attrs []slog.Attr) []slog.Attr {
 		slog.String(DstKey, c.Dst.String()),
 		slog.String(ProtoKey, c.Proto),
 		slog.String(NameKey, c.Name),
+	)
+	if c.ECH {
+		attrs = append(attrs, slog.Bool(ECHKey, true))
+	}
+	attrs = append(attrs,
 		slog.String(RuleKey, c.Rule),
 		slog.String(VerdictKey, c.Verdict),
 		slog.String(ReasonKey, c.Reason),
@@ -62,7 +68,7 @@ func (c Connection) appendAttrs(attrs []slog.Attr) []slog.Attr {
 // when allowed but the upstream failed (and INFO without a verdict, a
 // line the reader skips).
 func (c Connection) Log(ctx context.Context, l *slog.Logger) {
-	var attrs [12]slog.Attr
+	var attrs [13]slog.Attr
 	logAttrs(ctx, l, verdictLevel(c.Verdict, slog.LevelInfo), KindConnection, c.appendAttrs(attrs[:0])...)
 }
 
