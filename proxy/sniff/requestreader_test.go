@@ -24,6 +24,7 @@ const pipelinedStream = "GET /one HTTP/1.1\r\nHost: a.example\r\n\r\n" +
 type readResult struct {
 	host, target string
 	body         string
+	name         string // RequestHead.Name: the host the proxy checks
 }
 
 // readAll runs a RequestReader over r to the end and returns what it saw
@@ -48,7 +49,7 @@ func readAll(t *testing.T, r io.Reader) ([]readResult, string, error) {
 			t.Fatalf("CopyBody returned %d, wrote %d", n, body.Len())
 		}
 		passed.Write(body.Bytes())
-		out = append(out, readResult{h.Host, h.Target, body.String()})
+		out = append(out, readResult{h.Host, h.Target, body.String(), h.Name()})
 		if err != nil {
 			return out, passed.String(), err
 		}
@@ -57,10 +58,10 @@ func readAll(t *testing.T, r io.Reader) ([]readResult, string, error) {
 
 func TestRequestReaderPipelined(t *testing.T) {
 	want := []readResult{
-		{"a.example", "/one", ""},
-		{"a.example", "/two", "hello world"},
-		{"a.example", "/three", "5;name=value ; flag\r\nhello\r\nA; q=\"quoted \\\" string\"\r\n0123456789\r\n000\r\nX-Checksum: abc\r\nX-Other: d\r\n\r\n"},
-		{"b.example", "/four", ""},
+		{"a.example", "/one", "", "a.example"},
+		{"a.example", "/two", "hello world", "a.example"},
+		{"a.example", "/three", "5;name=value ; flag\r\nhello\r\nA; q=\"quoted \\\" string\"\r\n0123456789\r\n000\r\nX-Checksum: abc\r\nX-Other: d\r\n\r\n", "a.example"},
+		{"b.example", "/four", "", "b.example"},
 	}
 	for name, r := range map[string]io.Reader{
 		"whole":     strings.NewReader(pipelinedStream),
