@@ -81,28 +81,42 @@ func echFront(t *testing.T, e *testEnv, publicName string) (uint16, []byte) {
 // public name in the ClientHello. doorman cannot see the inner name, and
 // cannot refuse every hello with ECH (Chrome sends GREASE ECH in each),
 // but its decision line must say that the name it decided on came from
-// a hello with ECH.
+// a hello with ECH, on the relay loop's path and on a goroutine's.
 func TestECHHelloIsOnTheDecisionLine(t *testing.T) {
-	e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{})
-	port, list := echFront(t, e, "api.test")
-	c := e.dial(netip.AddrPortFrom(evilAddr, port))
-	tc := tls.Client(c, &tls.Config{ServerName: "hidden.test", RootCAs: e.ca, EncryptedClientHelloConfigList: list})
-	tc.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := tc.Handshake(); err != nil {
-		t.Fatalf("ECH handshake through the proxy: %v", err)
-	}
-	if !tc.ConnectionState().ECHAccepted {
-		t.Fatalf("the front did not accept ECH")
-	}
-	line := make([]byte, 64)
-	n, _ := tc.Read(line)
-	if want := "front answering for hidden.test\n"; string(line[:n]) != want {
-		t.Fatalf("front said %q, want %q", line[:n], want)
-	}
-	tc.Close()
-	r := e.waitRecord(recordFor("api.test", "allow"))
-	if r["ech"] != true {
-		t.Errorf("decision line %v: want \"ech\": true, since the hello carried ECH and the name is only the front's", r)
+	for _, path := range []struct {
+		name   string
+		setup  func(*Proxy)
+		onLoop int64 // connections decided on the loop
+	}{
+		{"loop", func(*Proxy) {}, 1},
+		{"goroutine", func(p *Proxy) { p.noLoop = true }, 0},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			e := newTestEnv(t, mustPolicy(t, conf.ModeAllowlist, "api.test"), Config{}, path.setup)
+			port, list := echFront(t, e, "api.test")
+			c := e.dial(netip.AddrPortFrom(evilAddr, port))
+			tc := tls.Client(c, &tls.Config{ServerName: "hidden.test", RootCAs: e.ca, EncryptedClientHelloConfigList: list})
+			tc.SetDeadline(time.Now().Add(5 * time.Second))
+			if err := tc.Handshake(); err != nil {
+				t.Fatalf("ECH handshake through the proxy: %v", err)
+			}
+			if !tc.ConnectionState().ECHAccepted {
+				t.Fatalf("the front did not accept ECH")
+			}
+			line := make([]byte, 64)
+			n, _ := tc.Read(line)
+			if want := "front answering for hidden.test\n"; string(line[:n]) != want {
+				t.Fatalf("front said %q, want %q", line[:n], want)
+			}
+			tc.Close()
+			r := e.waitRecord(recordFor("api.test", "allow"))
+			if r["ech"] != true {
+				t.Errorf("decision line %v: want \"ech\": true, since the hello carried ECH and the name is only the front's", r)
+			}
+			if got := e.p.decidedOnLoop.Load(); got != path.onLoop {
+				t.Errorf("%d connections decided on the relay loop, want %d", got, path.onLoop)
+			}
+		})
 	}
 }
 
