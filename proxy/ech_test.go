@@ -26,7 +26,7 @@ func echFront(t *testing.T, e *testEnv, publicName string) (uint16, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ECHConfig (RFC 9849 4): version 0xfe0d, then its contents: HPKE
+	// ECHConfig (the ECH specification, section 4): version 0xfe0d, then its contents: HPKE
 	// key config (config_id, DHKEM(X25519), the public key, one suite
 	// HKDF-SHA256/AES-128-GCM), maximum_name_length, public_name, no
 	// extensions.
