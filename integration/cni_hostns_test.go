@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/cni/libcni"
 
 	"github.com/doorman-net/doorman/enforce"
 )
@@ -54,5 +58,45 @@ func TestCNIRefusesRuntimeNetNS(t *testing.T) {
 	}
 	if pids := append(proxiesFor(id), supervisorsFor(id)...); len(pids) > 0 {
 		t.Errorf("proxy processes after the refused ADD: %v", pids)
+	}
+}
+
+// GC from a runtime that does not know a running container (a second
+// runtime sharing the network's name, CRI-O beside Podman: the case for
+// which CNI has disableGC) tears its sandbox down while the interface
+// plugin leaves its veth in place, as the bridge plugin's GC does. The
+// container must not come out of it with a network doorman no longer
+// sees: its namespace keeps a deny-all ruleset, and nothing else of the
+// sandbox is left.
+func TestCNIGCRunningContainerFailsClosed(t *testing.T) {
+	e := newCNIEnv(t)
+	list := e.conflist(nil)
+	c := e.newContainer()
+	e.mustAdd(c, list)
+	st := e.state(c)
+	// The other runtime: its own libcni cache, which has no attachment
+	// of c, so libcni synthesizes no DEL and only the plugins' GC runs.
+	other := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+	if err := e.net.InHost(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return other.GCNetworkList(ctx, list, &libcni.GCArgs{})
+	}); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	waitGone(t, st.PID)
+	if _, err := os.Stat(filepath.Join(e.stateDir, c.key)); !os.IsNotExist(err) {
+		t.Error("GC left the state of the stale attachment")
+	}
+	if !tablePresent(t, c) {
+		t.Error("GC removed every rule from a namespace that still exists: the container's network is open")
+	}
+	for _, target := range []struct{ name, addr string }{{evilName, evilAddr4.String()}, {apiName, apiAddr4.String()}} {
+		if r := curl(t, c.ns, e.caFile, "--resolve", target.name+":443:"+target.addr, "https://"+target.name+"/"); r.exit == 0 {
+			t.Errorf("%s reached after GC: %+v", target.name, r)
+		}
+	}
+	if n := e.evil.Requests(); n != 0 {
+		t.Errorf("evil served %d requests after GC", n)
 	}
 }

@@ -237,6 +237,35 @@ func TestTeardownLeavesNothing(t *testing.T) {
 	wantOps(t, f)
 }
 
+// Retire (a runtime's GC) takes everything down as Teardown does but the
+// ruleset, which a namespace that still exists keeps in its deny-all form:
+// GC leaves the container's interface, and the container may still run.
+// A namespace that is gone, or that its path no longer names, gets none.
+func TestRetireLeavesDenyAll(t *testing.T) {
+	f, r, _ := enforced(t, conf.ModeAllowlist, true)
+	denied, err := f.system().retire(r.StateDir, r.Key)
+	if err != nil || !denied {
+		t.Fatalf("retire: %v, %v; want the deny-all ruleset left", denied, err)
+	}
+	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+		t.Errorf("left behind: %q, want only the namespace's ruleset", left)
+	}
+	if !f.rules["/fake/ns/a"].DenyAll {
+		t.Errorf("the ruleset left is %+v, want the one that denies everything", f.rules["/fake/ns/a"])
+	}
+	wantGone(t, r)
+
+	f, r, _ = enforced(t, conf.ModeAllowlist, false)
+	f.netns["/fake/ns/a"] = 999 // the path names another namespace now
+	if denied, err := f.system().retire(r.StateDir, r.Key); err != nil || denied {
+		t.Fatalf("retire: %v, %v; want nothing left in another namespace", denied, err)
+	}
+	if _, ok := f.rules["/fake/ns/a"]; ok && slices.Contains(f.ops(), "rules.Apply") {
+		t.Error("retire applied a ruleset in a namespace that is not the sandbox's")
+	}
+	wantGone(t, r)
+}
+
 // Teardown never removes rules from a namespace its path no longer
 // names: they are another container's. The state still goes.
 func TestTeardownOtherNamespace(t *testing.T) {

@@ -675,26 +675,51 @@ func Teardown(stateDir, key string) error { return host.teardown(stateDir, key) 
 
 // teardown is Teardown on sys.
 func (sys *system) teardown(stateDir, key string) error {
+	_, err := sys.takeDown(stateDir, key, false)
+	return err
+}
+
+// Retire is Teardown for a sandbox that a runtime's garbage collection
+// (CNI GC) says is stale: GC, unlike DEL, leaves the container's
+// interface in place (the bridge plugin's GC only frees addresses), and
+// a runtime that does not know a running container (a second runtime
+// sharing the network's name) lists it as stale. So where the sandbox's
+// namespace still exists, its ruleset is not removed but replaced by the
+// one of mode none, which denies everything, and stays there (it goes
+// with the namespace, or when a sandbox is enforced there again);
+// everything else goes as with Teardown. It reports whether it left that
+// ruleset.
+func Retire(stateDir, key string) (deniedAll bool, err error) {
+	return host.retire(stateDir, key)
+}
+
+// retire is Retire on sys.
+func (sys *system) retire(stateDir, key string) (bool, error) {
+	return sys.takeDown(stateDir, key, true)
+}
+
+// takeDown is Teardown, or with denyAll Retire, whose result it returns.
+func (sys *system) takeDown(stateDir, key string, denyAll bool) (deniedAll bool, _ error) {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
 	s, err := sys.load(stateDir, key)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
 		// Unreadable state: nothing to stop, but do not leave it.
 		if ValidKey(key) == nil {
 			os.RemoveAll(filepath.Join(stateDir, key))
 		}
-		return nil
+		return false, nil
 	}
 	if s.Unenforced != "" {
 		// Nothing was enforced: no proxy, rules or host-side layer.
 		if err := os.RemoveAll(s.Dir); err != nil {
-			return fmt.Errorf("tear down sandbox %s: %w", key, err)
+			return false, fmt.Errorf("tear down sandbox %s: %w", key, err)
 		}
-		return nil
+		return false, nil
 	}
 	// The proxy, the sandbox's ruleset and its host-side rules do not
 	// depend on each other, so they go at the same time: each removal of
@@ -721,7 +746,12 @@ func (sys *system) teardown(stateDir, key string) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if current {
+		switch {
+		case current && denyAll:
+			spec := s.spec()
+			spec.DenyAll = true
+			rulesErr = sys.rules.Apply(s.NetNS, spec)
+		case current:
 			rulesErr = sys.rules.Remove(s.NetNS)
 		}
 	}()
@@ -737,10 +767,11 @@ func (sys *system) teardown(stateDir, key string) error {
 	if err := os.RemoveAll(s.Dir); err != nil {
 		errs = append(errs, err)
 	}
+	deniedAll = current && denyAll && rulesErr == nil
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("tear down sandbox %s: %w", key, err)
+		return deniedAll, fmt.Errorf("tear down sandbox %s: %w", key, err)
 	}
-	return nil
+	return deniedAll, nil
 }
 
 // RemoveOrphanRules removes doorman's ruleset from the network namespace at
