@@ -266,6 +266,30 @@ func TestRetireLeavesDenyAll(t *testing.T) {
 	wantGone(t, r)
 }
 
+// A state file that does not load (edited by hand, or written by a
+// release whose fields this one cannot read) still names nothing Teardown
+// could stop: but the supervisor's status file names the proxy, and the
+// host-side layer is the key's. Both go with the state, so that a DEL
+// leaves no proxy holding the namespace. (The ruleset's namespace is
+// lost with the state: the plugin's DEL removes a table nobody holds from
+// the namespace it names.)
+func TestTeardownUnreadableState(t *testing.T) {
+	f, r, s := enforced(t, conf.ModeAllowlist, true)
+	if err := os.WriteFile(filepath.Join(s.Dir, stateFile), []byte(`{"mode": 7}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.system().load(r.StateDir, r.Key); err == nil {
+		t.Fatal("the state loaded")
+	}
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.leftovers(); left != "cgroup /doorman.slice/doorman-c1-eth0, ruleset in /fake/ns/a" {
+		t.Errorf("left behind: %q, want only what the state alone named", left)
+	}
+	wantGone(t, r)
+}
+
 // Teardown never removes rules from a namespace its path no longer
 // names: they are another container's. The state still goes.
 func TestTeardownOtherNamespace(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/launch"
+	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/spec"
 )
 
@@ -708,9 +709,16 @@ func (sys *system) takeDown(stateDir, key string, denyAll bool) (deniedAll bool,
 		return false, nil
 	}
 	if err != nil {
-		// Unreadable state: nothing to stop, but do not leave it.
-		if ValidKey(key) == nil {
-			os.RemoveAll(filepath.Join(stateDir, key))
+		if ValidKey(key) != nil {
+			return false, nil // no sandbox can have that key
+		}
+		dir := filepath.Join(stateDir, key)
+		err = sys.takeDownUnread(dir, key)
+		if rmErr := os.RemoveAll(dir); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		}
+		if err != nil {
+			return false, fmt.Errorf("tear down sandbox %s, whose state does not load: %w", key, err)
 		}
 		return false, nil
 	}
@@ -772,6 +780,26 @@ func (sys *system) takeDown(stateDir, key string, denyAll bool) (deniedAll bool,
 		return deniedAll, fmt.Errorf("tear down sandbox %s: %w", key, err)
 	}
 	return deniedAll, nil
+}
+
+// takeDownUnread takes down what can be found of sandbox key, whose state
+// in dir does not load (a file edited by hand, or written by a release
+// whose fields this one cannot read): its proxy, which the supervisor's
+// status file names, and its host-side layer, which is the key's. The
+// ruleset's namespace and the proxy's cgroup were named by the state
+// alone: the plugin's DEL removes a table nobody holds from the namespace
+// it names (see RemoveOrphanRules); the cgroup, empty once the proxy is
+// stopped, stays (a later proxy of the key would take it again).
+func (sys *system) takeDownUnread(dir, key string) error {
+	var errs []error
+	if st, err := supervise.ReadStatus(filepath.Join(dir, supervisorFile)); err == nil {
+		errs = append(errs, sys.procs.Stop(st.Supervisor.PID, st.Supervisor.Start, supervisorGrace))
+		if st.Worker != nil {
+			errs = append(errs, sys.procs.Stop(st.Worker.PID, st.Worker.Start, time.Second))
+		}
+	}
+	errs = append(errs, sys.layer.Remove(runtimeNetNS, key))
+	return errors.Join(errs...)
 }
 
 // RemoveOrphanRules removes doorman's ruleset from the network namespace at
