@@ -66,8 +66,9 @@ func TestCNIRefusesRuntimeNetNS(t *testing.T) {
 // which CNI has disableGC) tears its sandbox down while the interface
 // plugin leaves its veth in place, as the bridge plugin's GC does. The
 // container must not come out of it with a network doorman no longer
-// sees: its namespace keeps a deny-all ruleset, and nothing else of the
-// sandbox is left.
+// sees: its namespace keeps a deny-all ruleset and the host-side layer
+// stays; the rest of the sandbox goes, and those two with the container's
+// DEL.
 func TestCNIGCRunningContainerFailsClosed(t *testing.T) {
 	e := newCNIEnv(t)
 	list := e.conflist(nil)
@@ -98,5 +99,19 @@ func TestCNIGCRunningContainerFailsClosed(t *testing.T) {
 	}
 	if n := e.evil.Requests(); n != 0 {
 		t.Errorf("evil served %d requests after GC", n)
+	}
+	// The host-side layer stays for a workload that would flush the
+	// ruleset, until the DEL of the runtime that knows the container.
+	if !hostLayerHolds(t, e.net.HostPath(), c.key) {
+		t.Error("GC removed the host-side layer of a namespace that still exists")
+	}
+	if err := e.del(c); err != nil {
+		t.Fatalf("DEL after GC: %v", err)
+	}
+	if hostLayerHolds(t, e.net.HostPath(), c.key) {
+		t.Error("the host-side layer outlived the container's DEL")
+	}
+	if tablePresent(t, c) {
+		t.Error("the deny-all table outlived the container's DEL")
 	}
 }

@@ -176,8 +176,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 }
 
 // cmdGC tears down this network's sandboxes that are not among the valid
-// attachments the runtime lists, leaving a deny-all ruleset in those
-// whose namespace still exists (see sandbox.Retire).
+// attachments the runtime lists, leaving a deny-all ruleset and the
+// host-side layer of those whose namespace still exists (see
+// sandbox.Retire).
 func cmdGC(args *skel.CmdArgs) error {
 	n, err := parseNetConf(args.StdinData)
 	if err != nil {
@@ -197,13 +198,14 @@ func cmdGC(args *skel.CmdArgs) error {
 			continue
 		}
 		// The container may still run, its interface left by GC: its
-		// namespace keeps a ruleset that denies everything.
+		// namespace keeps a ruleset that denies everything, and the
+		// host-side layer stays.
 		denied, err := sandbox.Retire(n.StateDir, s.Key)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if denied {
-			fmt.Fprintf(os.Stderr, "doorman: gc: sandbox %s is not among the runtime's attachments: torn down; its network namespace %s still exists, and keeps a ruleset that denies everything\n", s.Key, s.NetNS)
+			fmt.Fprintf(os.Stderr, "doorman: gc: sandbox %s is not among the runtime's attachments: torn down; its network namespace %s still exists, and keeps a ruleset that denies everything (and the host-side layer, if it had one, until the container's DEL)\n", s.Key, s.NetNS)
 		}
 	}
 	if len(errs) > 0 {

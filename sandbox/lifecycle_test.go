@@ -234,26 +234,33 @@ func TestTeardownLeavesNothing(t *testing.T) {
 	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
 		t.Errorf("second teardown: %v", err)
 	}
-	wantOps(t, f)
+	wantOps(t, f, "layer.Remove") // what a Retire may have left
 }
 
 // Retire (a runtime's GC) takes everything down as Teardown does but the
-// ruleset, which a namespace that still exists keeps in its deny-all form:
-// GC leaves the container's interface, and the container may still run.
-// A namespace that is gone, or that its path no longer names, gets none.
+// ruleset, which a namespace that still exists keeps in its deny-all form,
+// and the host-side layer: GC leaves the container's interface, and the
+// container may still run. The later DEL of the key removes the layer. A
+// namespace that is gone, or that its path no longer names, gets none.
 func TestRetireLeavesDenyAll(t *testing.T) {
 	f, r, _ := enforced(t, conf.ModeAllowlist, true)
 	denied, err := f.system().retire(r.StateDir, r.Key)
 	if err != nil || !denied {
 		t.Fatalf("retire: %v, %v; want the deny-all ruleset left", denied, err)
 	}
-	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
-		t.Errorf("left behind: %q, want only the namespace's ruleset", left)
+	if left := f.leftovers(); left != "host-side layer of c1-eth0, ruleset in /fake/ns/a" {
+		t.Errorf("left behind: %q, want only the namespace's ruleset and the host-side layer", left)
 	}
 	if !f.rules["/fake/ns/a"].DenyAll {
 		t.Errorf("the ruleset left is %+v, want the one that denies everything", f.rules["/fake/ns/a"])
 	}
 	wantGone(t, r)
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+		t.Errorf("after the DEL that follows, left behind: %q, want only the namespace's ruleset (the plugin's DEL removes it)", left)
+	}
 
 	f, r, _ = enforced(t, conf.ModeAllowlist, false)
 	f.netns["/fake/ns/a"] = 999 // the path names another namespace now

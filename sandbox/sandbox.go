@@ -670,8 +670,10 @@ func (s *State) spec() enforce.Spec {
 	return spec
 }
 
-// Teardown stops the sandbox's proxy, removes its ruleset and its state. A
-// sandbox that is not there, or whose netns is gone, is no error.
+// Teardown stops the sandbox's proxy, removes its ruleset, its host-side
+// layer and its state. A sandbox that is not there, or whose netns is
+// gone, is no error; one that is not there may still have the host-side
+// layer a Retire left, which goes.
 func Teardown(stateDir, key string) error { return host.teardown(stateDir, key) }
 
 // teardown is Teardown on sys.
@@ -687,9 +689,12 @@ func (sys *system) teardown(stateDir, key string) error {
 // sharing the network's name) lists it as stale. So where the sandbox's
 // namespace still exists, its ruleset is not removed but replaced by the
 // one of mode none, which denies everything, and stays there (it goes
-// with the namespace, or when a sandbox is enforced there again);
-// everything else goes as with Teardown. It reports whether it left that
-// ruleset.
+// with the namespace, or when a sandbox is enforced there again), and so
+// does its host-side layer, which holds against a workload that flushes
+// that ruleset or sends past it (its redirects now end at closed ports):
+// a later Teardown of the key (the DEL of the runtime that knows the
+// container) removes it. Everything else goes as with Teardown. It
+// reports whether it left them.
 func Retire(stateDir, key string) (deniedAll bool, err error) {
 	return host.retire(stateDir, key)
 }
@@ -706,6 +711,11 @@ func (sys *system) takeDown(stateDir, key string, denyAll bool) (deniedAll bool,
 	}
 	s, err := sys.load(stateDir, key)
 	if errors.Is(err, os.ErrNotExist) {
+		// The host-side layer a Retire left goes with the sandbox's
+		// last DEL (see Retire); there is none, mostly.
+		if err := sys.layer.Remove(runtimeNetNS, key); err != nil {
+			return false, fmt.Errorf("tear down sandbox %s: %w", key, err)
+		}
 		return false, nil
 	}
 	if err != nil {
@@ -763,7 +773,7 @@ func (sys *system) takeDown(stateDir, key string, denyAll bool) (deniedAll bool,
 			rulesErr = sys.rules.Remove(s.NetNS)
 		}
 	}()
-	if s.HostLayer {
+	if s.HostLayer && !(current && denyAll) {
 		hostErr = sys.layer.Remove(runtimeNetNS, s.Key)
 	}
 	wg.Wait()
