@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 
+	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -65,6 +66,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
+	if err := notOwnNetNS(args.Netns); err != nil {
+		return err
+	}
 	kv := cniArgs(args.Args)
 	a := sandbox.Attachment{
 		Key:     sandboxKey(args.ContainerID, args.IfName),
@@ -101,6 +105,24 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	phasetrace.Mark("add.enforced")
 	return types.PrintResult(prev, n.CNIVersion)
+}
+
+// notOwnNetNS refuses a CNI_NETNS that is the plugin's own network
+// namespace (the runtime's, the host's), before anything is applied:
+// doorman's ruleset there would send every TCP connection of the host,
+// the other sandboxes' proxies' upstream dials among them, to this
+// sandbox's proxy. skel makes the same check, but only after ADD has
+// run (and unless CNI_NETNS_OVERRIDE says not to), which would leave the
+// sandbox enforced behind an ADD that failed.
+func notOwnNetNS(path string) error {
+	own, err := cnins.CheckNetNS(path)
+	if err != nil {
+		return err
+	}
+	if own {
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("doorman: CNI_NETNS %s is the plugin's own network namespace (the runtime's): doorman enforces a container's namespace, never the one its proxies dial from", path), "")
+	}
+	return nil
 }
 
 // passThrough lets pod, in one of the namespaces the network excludes
@@ -154,7 +176,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 }
 
 // cmdGC tears down this network's sandboxes that are not among the valid
-// attachments the runtime lists.
+// attachments the runtime lists, leaving a deny-all ruleset and the
+// host-side layer of those whose namespace still exists (see
+// sandbox.Retire).
 func cmdGC(args *skel.CmdArgs) error {
 	n, err := parseNetConf(args.StdinData)
 	if err != nil {
@@ -173,8 +197,15 @@ func cmdGC(args *skel.CmdArgs) error {
 		if s.Runtime != "cni" || s.Network != n.Name || valid[s.Key] {
 			continue
 		}
-		if err := sandbox.Teardown(n.StateDir, s.Key); err != nil {
+		// The container may still run, its interface left by GC: its
+		// namespace keeps a ruleset that denies everything, and the
+		// host-side layer stays.
+		denied, err := sandbox.Retire(n.StateDir, s.Key)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if denied {
+			fmt.Fprintf(os.Stderr, "doorman: gc: sandbox %s is not among the runtime's attachments: torn down; its network namespace %s still exists, and keeps a ruleset that denies everything (and the host-side layer, if it had one, until the container's DEL)\n", s.Key, s.NetNS)
 		}
 	}
 	if len(errs) > 0 {

@@ -95,9 +95,10 @@ func (w *PolicyWatcher) reload() error {
 // Run watches the file until ctx is done. Editors and `doorman allow`
 // replace the file by rename, so the directory is watched, not the inode
 // (see package internal/filewatch). A process that follows other files
-// too gives Follower's files to one filewatch.Follower instead.
-func (w *PolicyWatcher) Run(ctx context.Context) error {
-	return w.Follower().Run(ctx)
+// too gives Follower's files to one filewatch.Follower instead. Without
+// an inotify instance or a watch it polls, and logs why.
+func (w *PolicyWatcher) Run(ctx context.Context) {
+	w.Follower().Run(ctx)
 }
 
 // Follower follows the policy file alone; add files to its Files to follow

@@ -234,7 +234,67 @@ func TestTeardownLeavesNothing(t *testing.T) {
 	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
 		t.Errorf("second teardown: %v", err)
 	}
-	wantOps(t, f)
+	wantOps(t, f, "layer.Remove") // what a Retire may have left
+}
+
+// Retire (a runtime's GC) takes everything down as Teardown does but the
+// ruleset, which a namespace that still exists keeps in its deny-all form,
+// and the host-side layer: GC leaves the container's interface, and the
+// container may still run. The later DEL of the key removes the layer. A
+// namespace that is gone, or that its path no longer names, gets none.
+func TestRetireLeavesDenyAll(t *testing.T) {
+	f, r, _ := enforced(t, conf.ModeAllowlist, true)
+	denied, err := f.system().retire(r.StateDir, r.Key)
+	if err != nil || !denied {
+		t.Fatalf("retire: %v, %v; want the deny-all ruleset left", denied, err)
+	}
+	if left := f.leftovers(); left != "host-side layer of c1-eth0, ruleset in /fake/ns/a" {
+		t.Errorf("left behind: %q, want only the namespace's ruleset and the host-side layer", left)
+	}
+	if !f.rules["/fake/ns/a"].DenyAll {
+		t.Errorf("the ruleset left is %+v, want the one that denies everything", f.rules["/fake/ns/a"])
+	}
+	wantGone(t, r)
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.leftovers(); left != "ruleset in /fake/ns/a" {
+		t.Errorf("after the DEL that follows, left behind: %q, want only the namespace's ruleset (the plugin's DEL removes it)", left)
+	}
+
+	f, r, _ = enforced(t, conf.ModeAllowlist, false)
+	f.netns["/fake/ns/a"] = 999 // the path names another namespace now
+	if denied, err := f.system().retire(r.StateDir, r.Key); err != nil || denied {
+		t.Fatalf("retire: %v, %v; want nothing left in another namespace", denied, err)
+	}
+	if _, ok := f.rules["/fake/ns/a"]; ok && slices.Contains(f.ops(), "rules.Apply") {
+		t.Error("retire applied a ruleset in a namespace that is not the sandbox's")
+	}
+	wantGone(t, r)
+}
+
+// A state file that does not load (edited by hand, or written by a
+// release whose fields this one cannot read) still names nothing Teardown
+// could stop: but the supervisor's status file names the proxy, and the
+// host-side layer is the key's. Both go with the state, so that a DEL
+// leaves no proxy holding the namespace. (The ruleset's namespace is
+// lost with the state: the plugin's DEL removes a table nobody holds from
+// the namespace it names.)
+func TestTeardownUnreadableState(t *testing.T) {
+	f, r, s := enforced(t, conf.ModeAllowlist, true)
+	if err := os.WriteFile(filepath.Join(s.Dir, stateFile), []byte(`{"mode": 7}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.system().load(r.StateDir, r.Key); err == nil {
+		t.Fatal("the state loaded")
+	}
+	if err := f.system().teardown(r.StateDir, r.Key); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.leftovers(); left != "cgroup /doorman.slice/doorman-c1-eth0, ruleset in /fake/ns/a" {
+		t.Errorf("left behind: %q, want only what the state alone named", left)
+	}
+	wantGone(t, r)
 }
 
 // Teardown never removes rules from a namespace its path no longer

@@ -18,6 +18,7 @@ import (
 	"github.com/doorman-net/doorman/hostconf"
 	"github.com/doorman-net/doorman/internal/phasetrace"
 	"github.com/doorman-net/doorman/proxy/launch"
+	"github.com/doorman-net/doorman/proxy/supervise"
 	"github.com/doorman-net/doorman/spec"
 )
 
@@ -669,32 +670,74 @@ func (s *State) spec() enforce.Spec {
 	return spec
 }
 
-// Teardown stops the sandbox's proxy, removes its ruleset and its state. A
-// sandbox that is not there, or whose netns is gone, is no error.
+// Teardown stops the sandbox's proxy, removes its ruleset, its host-side
+// layer and its state. A sandbox that is not there, or whose netns is
+// gone, is no error; one that is not there may still have the host-side
+// layer a Retire left, which goes.
 func Teardown(stateDir, key string) error { return host.teardown(stateDir, key) }
 
 // teardown is Teardown on sys.
 func (sys *system) teardown(stateDir, key string) error {
+	_, err := sys.takeDown(stateDir, key, false)
+	return err
+}
+
+// Retire is Teardown for a sandbox that a runtime's garbage collection
+// (CNI GC) says is stale: GC, unlike DEL, leaves the container's
+// interface in place (the bridge plugin's GC only frees addresses), and
+// a runtime that does not know a running container (a second runtime
+// sharing the network's name) lists it as stale. So where the sandbox's
+// namespace still exists, its ruleset is not removed but replaced by the
+// one of mode none, which denies everything, and stays there (it goes
+// with the namespace, or when a sandbox is enforced there again), and so
+// does its host-side layer, which holds against a workload that flushes
+// that ruleset or sends past it (its redirects now end at closed ports):
+// a later Teardown of the key (the DEL of the runtime that knows the
+// container) removes it. Everything else goes as with Teardown. It
+// reports whether it left them.
+func Retire(stateDir, key string) (deniedAll bool, err error) {
+	return host.retire(stateDir, key)
+}
+
+// retire is Retire on sys.
+func (sys *system) retire(stateDir, key string) (bool, error) {
+	return sys.takeDown(stateDir, key, true)
+}
+
+// takeDown is Teardown, or with denyAll Retire, whose result it returns.
+func (sys *system) takeDown(stateDir, key string, denyAll bool) (deniedAll bool, _ error) {
 	if stateDir == "" {
 		stateDir = hostconf.DefaultStateDir
 	}
 	s, err := sys.load(stateDir, key)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		// The host-side layer a Retire left goes with the sandbox's
+		// last DEL (see Retire); there is none, mostly.
+		if err := sys.layer.Remove(runtimeNetNS, key); err != nil {
+			return false, fmt.Errorf("tear down sandbox %s: %w", key, err)
+		}
+		return false, nil
 	}
 	if err != nil {
-		// Unreadable state: nothing to stop, but do not leave it.
-		if ValidKey(key) == nil {
-			os.RemoveAll(filepath.Join(stateDir, key))
+		if ValidKey(key) != nil {
+			return false, nil // no sandbox can have that key
 		}
-		return nil
+		dir := filepath.Join(stateDir, key)
+		err = sys.takeDownUnread(dir, key)
+		if rmErr := os.RemoveAll(dir); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		}
+		if err != nil {
+			return false, fmt.Errorf("tear down sandbox %s, whose state does not load: %w", key, err)
+		}
+		return false, nil
 	}
 	if s.Unenforced != "" {
 		// Nothing was enforced: no proxy, rules or host-side layer.
 		if err := os.RemoveAll(s.Dir); err != nil {
-			return fmt.Errorf("tear down sandbox %s: %w", key, err)
+			return false, fmt.Errorf("tear down sandbox %s: %w", key, err)
 		}
-		return nil
+		return false, nil
 	}
 	// The proxy, the sandbox's ruleset and its host-side rules do not
 	// depend on each other, so they go at the same time: each removal of
@@ -721,11 +764,16 @@ func (sys *system) teardown(stateDir, key string) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if current {
+		switch {
+		case current && denyAll:
+			spec := s.spec()
+			spec.DenyAll = true
+			rulesErr = sys.rules.Apply(s.NetNS, spec)
+		case current:
 			rulesErr = sys.rules.Remove(s.NetNS)
 		}
 	}()
-	if s.HostLayer {
+	if s.HostLayer && !(current && denyAll) {
 		hostErr = sys.layer.Remove(runtimeNetNS, s.Key)
 	}
 	wg.Wait()
@@ -737,10 +785,31 @@ func (sys *system) teardown(stateDir, key string) error {
 	if err := os.RemoveAll(s.Dir); err != nil {
 		errs = append(errs, err)
 	}
+	deniedAll = current && denyAll && rulesErr == nil
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("tear down sandbox %s: %w", key, err)
+		return deniedAll, fmt.Errorf("tear down sandbox %s: %w", key, err)
 	}
-	return nil
+	return deniedAll, nil
+}
+
+// takeDownUnread takes down what can be found of sandbox key, whose state
+// in dir does not load (a file edited by hand, or written by a release
+// whose fields this one cannot read): its proxy, which the supervisor's
+// status file names, and its host-side layer, which is the key's. The
+// ruleset's namespace and the proxy's cgroup were named by the state
+// alone: the plugin's DEL removes a table nobody holds from the namespace
+// it names (see RemoveOrphanRules); the cgroup, empty once the proxy is
+// stopped, stays (a later proxy of the key would take it again).
+func (sys *system) takeDownUnread(dir, key string) error {
+	var errs []error
+	if st, err := supervise.ReadStatus(filepath.Join(dir, supervisorFile)); err == nil {
+		errs = append(errs, sys.procs.Stop(st.Supervisor.PID, st.Supervisor.Start, supervisorGrace))
+		if st.Worker != nil {
+			errs = append(errs, sys.procs.Stop(st.Worker.PID, st.Worker.Start, time.Second))
+		}
+	}
+	errs = append(errs, sys.layer.Remove(runtimeNetNS, key))
+	return errors.Join(errs...)
 }
 
 // RemoveOrphanRules removes doorman's ruleset from the network namespace at

@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -53,11 +52,16 @@ type Follower struct {
 	// Poll and Check are the intervals without and with a watch; zero
 	// means DefaultPoll and DefaultCheck.
 	Poll, Check time.Duration
+
+	// newWatcher makes the inotify instance; nil means
+	// fsnotify.NewWatcher. Tests stand in a failing one.
+	newWatcher func() (*fsnotify.Watcher, error)
 }
 
-// Run follows the files until ctx is done. It fails only if no inotify
-// instance can be made at all.
-func (f Follower) Run(ctx context.Context) error {
+// Run follows the files until ctx is done. Without an inotify instance
+// (the user's fs.inotify.max_user_instances reached: a host with
+// hundreds of sandboxes) or a watch, it tells Unwatched and polls.
+func (f Follower) Run(ctx context.Context) {
 	poll, check := f.Poll, f.Check
 	if poll <= 0 {
 		poll = DefaultPoll
@@ -65,18 +69,27 @@ func (f Follower) Run(ctx context.Context) error {
 	if check <= 0 {
 		check = DefaultCheck
 	}
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", f.paths(), err)
+	newWatcher := f.newWatcher
+	if newWatcher == nil {
+		newWatcher = fsnotify.NewWatcher
 	}
-	defer fw.Close()
 	interval := check
-	for _, file := range f.Files {
-		if err := fw.Add(filepath.Dir(file.Path)); err != nil {
-			if f.Unwatched != nil {
-				f.Unwatched(file.Path, err)
+	// Nil channels, and so no events, without an instance.
+	var events chan fsnotify.Event
+	var errs chan error
+	if fw, err := newWatcher(); err != nil {
+		f.unwatched(fmt.Errorf("no inotify instance: %w", err))
+		interval = poll
+	} else {
+		defer fw.Close()
+		events, errs = fw.Events, fw.Errors
+		for _, file := range f.Files {
+			if err := fw.Add(filepath.Dir(file.Path)); err != nil {
+				if f.Unwatched != nil {
+					f.Unwatched(file.Path, err)
+				}
+				interval = poll
 			}
-			interval = poll
 		}
 	}
 	// A change between the caller's first read and the watch above
@@ -84,11 +97,10 @@ func (f Follower) Run(ctx context.Context) error {
 	f.changed(func(File) bool { return true })
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	events, errs := fw.Events, fw.Errors
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case ev, ok := <-events:
 			if !ok {
 				// The watcher gave up: poll from here on.
@@ -137,11 +149,12 @@ func (f Follower) changed(which func(File) bool) {
 	}
 }
 
-// paths names the files, for an error.
-func (f Follower) paths() string {
-	paths := make([]string, len(f.Files))
-	for i, file := range f.Files {
-		paths[i] = file.Path
+// unwatched tells Unwatched that err keeps every file unwatched.
+func (f Follower) unwatched(err error) {
+	if f.Unwatched == nil {
+		return
 	}
-	return strings.Join(paths, ", ")
+	for _, file := range f.Files {
+		f.Unwatched(file.Path, err)
+	}
 }

@@ -2,11 +2,16 @@ package filewatch
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 )
 
 // One Follower follows two files in two directories: a file replaced by
@@ -21,13 +26,11 @@ func TestFollowerTwoFiles(t *testing.T) {
 		Check: time.Hour,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.Run(ctx) }()
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
+		<-done
 	}()
 	wait := func(n *atomic.Int32, want int32) {
 		t.Helper()
@@ -57,4 +60,41 @@ func TestFollowerTwoFiles(t *testing.T) {
 	}
 	replace(b)
 	wait(&nb, 2)
+}
+
+// A host with hundreds of sandboxes runs out of inotify instances
+// (fs.inotify.max_user_instances, 128 by default, counts every proxy of
+// the user): a Follower that cannot make one says so for each file and
+// polls, so that a live edit still reaches the proxy. It does not return,
+// which left the policy file unread for the proxy's whole life.
+func TestFollowerWithoutInotify(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policy")
+	var n atomic.Int32
+	var unwatched []string
+	f := Follower{
+		Files:     []File{{Path: path, Changed: func() { n.Add(1) }}},
+		Unwatched: func(p string, err error) { unwatched = append(unwatched, p+": "+err.Error()) },
+		Poll:      20 * time.Millisecond,
+		Check:     time.Hour,
+		newWatcher: func() (*fsnotify.Watcher, error) {
+			return nil, fmt.Errorf("inotify_init1: %w", syscall.EMFILE)
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("Run returned without an inotify instance: the file is never read again")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if got := n.Load(); got < 3 {
+		t.Errorf("Changed called %d times in 200ms of polling every 20ms, want at least 3", got)
+	}
+	cancel()
+	<-done
+	if len(unwatched) != 1 || !strings.Contains(unwatched[0], path) || !strings.Contains(unwatched[0], "too many open files") {
+		t.Errorf("Unwatched told %q, want the file and the reason", unwatched)
+	}
 }

@@ -80,6 +80,10 @@ type Filter struct {
 	timeout   time.Duration
 	denyRcode int
 	guard     *guard.Guard
+	// udp forwards UDP queries over a few sockets per upstream, so
+	// that a flood holds a handful of the host's conntrack entries,
+	// not one a query (see resolver.UDPPool).
+	udp *resolver.UDPPool
 
 	policy                           atomic.Pointer[conf.Policy]
 	allowed, denied, failed, limited atomic.Int64
@@ -113,6 +117,7 @@ func New(cfg Config, p *conf.Policy) *Filter {
 		timeout:     cfg.Timeout,
 		denyRcode:   dns.RcodeRefused,
 		guard:       cfg.Guard,
+		udp:         &resolver.UDPPool{},
 		done:        make(chan struct{}),
 		packetConns: make(map[net.PacketConn]struct{}),
 		listeners:   make(map[net.Listener]struct{}),
@@ -189,6 +194,7 @@ func (f *Filter) Shutdown(ctx context.Context) error {
 	select {
 	case <-finished:
 		f.cancel()
+		f.udp.Close()
 		return nil
 	case <-ctx.Done():
 	}
@@ -199,6 +205,7 @@ func (f *Filter) Shutdown(ctx context.Context) error {
 	}
 	f.mu.Unlock()
 	<-finished
+	f.udp.Close()
 	return ctx.Err()
 }
 

@@ -69,9 +69,16 @@ func upstreamQuery(req *dns.Msg) *dns.Msg {
 
 // exchange sends m to the upstream u over proto ("udp" or "tcp") and
 // returns its answer if it answers m, within the filter's timeout (see
-// resolver.Exchange).
+// resolver.Exchange; over UDP through the filter's pool, see
+// resolver.UDPPool, which sets m's ID).
 func (f *Filter) exchange(ctx context.Context, m *dns.Msg, u netip.AddrPort, proto string) (*dns.Msg, error) {
-	reply, err := resolver.Exchange(ctx, m, u, proto, f.timeout)
+	var reply *dns.Msg
+	var err error
+	if proto == "udp" {
+		reply, err = f.udp.Exchange(ctx, m, u, f.timeout)
+	} else {
+		reply, err = resolver.Exchange(ctx, m, u, proto, f.timeout)
+	}
 	if err == context.Canceled { // Shutdown: the query was aborted
 		return nil, fmt.Errorf("aborted: %w", err)
 	}

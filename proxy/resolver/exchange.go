@@ -14,8 +14,8 @@ import (
 
 // Exchange sends m to server over network ("udp" or "tcp") as it is, its
 // ID included, and returns the reply if it answers m (see checkReply),
-// all within timeout. It is the one DNS exchange of the proxy: the Stub
-// asks with it, and the DNS filter forwards with it.
+// all within timeout. The Stub asks with it, and the DNS filter forwards
+// over TCP with it (over UDP through a UDPPool).
 //
 // Over UDP, replies with another ID are skipped while it waits (they may
 // be late answers to earlier queries, or forged); over TCP one is an
