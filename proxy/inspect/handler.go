@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -70,6 +71,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "", why)
 		return
 	}
+	// What the rules read is what the upstream reads: the session's host
+	// in its canonical spelling, without the fields that are not
+	// forwarded (those the client's Connection names, those only a
+	// proxy may send) and without request trailers, which no rule reads.
+	r.Host = canonicalAuthority(r.Host, sess)
+	dropConnectionFields(r.Header)
+	dropProxyHeaders(r.Header)
+	r.Trailer = nil
 	var h *conf.InspectHost
 	if pol := s.cfg.Policy(); pol != nil {
 		h = pol.InspectFor(sess.Name)
@@ -145,7 +154,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
-	dropProxyHeaders(r.Header)
 	s.relay(sw, r, sc, rec, req.Body)
 }
 
@@ -167,17 +175,72 @@ func dropProxyHeaders(h http.Header) {
 	}
 }
 
-// readBody reads at most limit+1 bytes of a request's body, in one
-// buffer of its declared length if it has one.
+// dropConnectionFields removes the fields the client's Connection field
+// names (RFC 9110, 7.6.1: they are of its hop only), but for the
+// hop-by-hop fields the relay handles itself (Upgrade above all, which
+// rules read): before the rules read the request, since the relay does
+// not forward them, and an allow rule must not hold for a field the
+// upstream never gets.
+func dropConnectionFields(h http.Header) {
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			name = textproto.TrimString(name)
+			if name != "" && !slices.ContainsFunc(hopHeaders, func(hop string) bool { return strings.EqualFold(hop, name) }) {
+				h.Del(name)
+			}
+		}
+	}
+}
+
+// canonicalAuthority is the authority the upstream reads for a request
+// whose authority checkAuthority passed: the session's host as policy
+// names it (not "API.Example.com." or another spelling an origin could
+// route elsewhere), with the port if the client gave one.
+func canonicalAuthority(authority string, sess *Session) string {
+	if _, port, err := net.SplitHostPort(authority); err == nil && port != "" {
+		return net.JoinHostPort(sess.Name, port)
+	}
+	return sess.Name
+}
+
+// bodyBufStart is the most a body buffer takes before the bytes that
+// fill it arrive: a declared length is a claim, and a client that
+// declares the limit and sends a trickle holds only what it sent.
+const bodyBufStart = 64 << 10
+
+// readBody reads at most limit+1 bytes of a request's body, all of its
+// declared length if it has one (which the caller checked against limit).
 func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength < 0 {
-		return io.ReadAll(io.LimitReader(r.Body, limit+1))
+	return readUpTo(r.Body, r.ContentLength, limit)
+}
+
+// readUpTo reads body: exactly declared bytes if declared >= 0 (fewer
+// is io.ErrUnexpectedEOF), else at most limit+1. Its buffer grows with
+// the bytes read, from bodyBufStart, never past what may be read.
+func readUpTo(body io.Reader, declared, limit int64) ([]byte, error) {
+	n := limit + 1
+	if declared >= 0 {
+		n = declared
 	}
-	body := make([]byte, r.ContentLength) // at most limit: checked above
-	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return nil, err
+	buf := make([]byte, 0, min(n, bodyBufStart))
+	lr := io.LimitReader(body, n)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(int64(cap(buf)), n-int64(len(buf)))))
+		}
+		m, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return body, nil
+	if declared >= 0 && int64(len(buf)) < declared {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return buf, nil
 }
 
 // checkRequest says why a request may not be relayed whatever the rules,

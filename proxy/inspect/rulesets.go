@@ -185,14 +185,7 @@ func readSetBody(r *http.Request, limit int64) (body []byte, why string, status 
 	if r.ContentLength > limit {
 		return nil, fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit), http.StatusRequestEntityTooLarge
 	}
-	var raw []byte
-	var err error
-	if r.ContentLength >= 0 {
-		raw = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, raw)
-	} else {
-		raw, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
-	}
+	raw, err := readUpTo(r.Body, r.ContentLength, limit)
 	if err != nil {
 		return nil, "reading the body: " + err.Error(), http.StatusBadRequest
 	}

@@ -1,0 +1,134 @@
+package inspect
+
+import (
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestJudgedIsForwarded: what the rules read of a request is what the
+// upstream reads. A field the client names in Connection is dropped
+// before the rules read the request, not after (an allow rule that asks
+// for a header would pass a request the upstream gets without it);
+// request trailers, which no rule reads, are not forwarded; and the
+// upstream reads the session's host in Host, in its canonical spelling.
+func TestJudgedIsForwarded(t *testing.T) {
+	b := newBed(t, "api.example.test\ninspect api.example.test allow GET header:x-dry-run=true\n"+
+		"inspect api.example.test allow POST /upload\ninspect api.example.test deny header:x-debug\n", false)
+
+	// Control: the header the allow rule asks for reaches the upstream.
+	if got := rawH1(t, b, "GET /run HTTP/1.1\r\nHost: "+host+"\r\nX-Dry-Run: true\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Fatalf("dry run: %q", got)
+	}
+	if h, _ := b.seen.last(); h == nil || h.Get("X-Dry-Run") != "true" {
+		t.Fatalf("the upstream got %v", h)
+	}
+	n := len(b.seen.headers)
+	got := rawH1(t, b, "GET /run HTTP/1.1\r\nHost: "+host+"\r\nX-Dry-Run: true\r\nConnection: keep-alive, X-Dry-Run\r\n\r\n")
+	if len(b.seen.headers) > n {
+		if h, _ := b.seen.last(); h.Get("X-Dry-Run") != "true" {
+			t.Errorf("allowed for X-Dry-Run, forwarded without it (%q): the upstream got %v", got, h)
+		}
+	} else if !strings.HasPrefix(got, "HTTP/1.1 403") {
+		t.Errorf("Connection: X-Dry-Run: %q", got)
+	}
+
+	// Request trailers: over HTTP/1.1, declared and not.
+	n = len(b.seen.headers)
+	got = rawH1(t, b, "POST /upload HTTP/1.1\r\nHost: "+host+"\r\nTransfer-Encoding: chunked\r\nTrailer: X-Debug, X-Original-URL\r\n\r\n"+
+		"2\r\nhi\r\n0\r\nX-Debug: 1\r\nX-Original-URL: /admin\r\nX-Other: 1\r\n\r\n")
+	if len(b.seen.headers) == n {
+		t.Fatalf("POST /upload did not reach the upstream: %q", got)
+	} else {
+		b.seen.mu.Lock()
+		tr := b.seen.trailers[len(b.seen.trailers)-1]
+		b.seen.mu.Unlock()
+		if len(tr) != 0 {
+			t.Errorf("HTTP/1.1 request trailers reached the upstream (%q): %v", got, tr)
+		}
+	}
+	// ... and over HTTP/2.
+	for _, h2 := range []bool{false, true} {
+		cl := b.client(h2)
+		req, _ := http.NewRequest("POST", "https://"+host+"/upload", nil)
+		req.Trailer = http.Header{"X-Debug": nil}
+		req.Body = io.NopCloser(&trailerSetter{r: strings.NewReader("hi"), set: func() { req.Trailer.Set("X-Debug", "1") }})
+		n = len(b.seen.headers)
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if len(b.seen.headers) == n {
+			t.Fatalf("h2=%v: POST /upload did not reach the upstream: %d", h2, resp.StatusCode)
+		} else {
+			b.seen.mu.Lock()
+			tr := b.seen.trailers[len(b.seen.trailers)-1]
+			b.seen.mu.Unlock()
+			if len(tr) != 0 {
+				t.Errorf("h2=%v: request trailers reached the upstream (%d): %v", h2, resp.StatusCode, tr)
+			}
+		}
+	}
+
+	// Host: the session's host, whatever spelling of it the client sent.
+	for spelling, want := range map[string]string{"API.Example.TEST": host, "api.example.test.": host, "API.EXAMPLE.TEST:443": host + ":443"} {
+		got := rawH1(t, b, "GET /run HTTP/1.1\r\nHost: "+spelling+"\r\nX-Dry-Run: true\r\n\r\n")
+		if !strings.HasPrefix(got, "HTTP/1.1 200") {
+			t.Fatalf("Host %s: %q", spelling, got)
+		}
+		b.seen.mu.Lock()
+		sent := b.seen.hosts[len(b.seen.hosts)-1]
+		b.seen.mu.Unlock()
+		if sent != want {
+			t.Errorf("Host %s: the upstream read Host %q, want %q", spelling, sent, want)
+		}
+	}
+}
+
+// trailerSetter sets a request's trailer once its body is read.
+type trailerSetter struct {
+	r   io.Reader
+	set func()
+}
+
+func (ts *trailerSetter) Read(p []byte) (int, error) {
+	n, err := ts.r.Read(p)
+	if err == io.EOF {
+		ts.set()
+	}
+	return n, err
+}
+
+// TestBodyBufferFollowsTheBytes: a request that declares a large body
+// and sends a few bytes of it holds no more memory than it sent, for a
+// host's body rules and for a rule set alike.
+func TestBodyBufferFollowsTheBytes(t *testing.T) {
+	const declared = 32 << 20
+	for name, read := range map[string]func(r *http.Request) error{
+		"rules": func(r *http.Request) error { _, err := readBody(r, declared); return err },
+		"ruleset": func(r *http.Request) error {
+			_, why, _ := readSetBody(r, declared)
+			if why != "" {
+				return io.ErrUnexpectedEOF
+			}
+			return nil
+		},
+	} {
+		r, _ := http.NewRequest("POST", "https://"+host+"/", strings.NewReader("only these bytes"))
+		r.ContentLength = declared
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := read(r)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Fatalf("%s: a short body read as whole", name)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+			t.Errorf("%s: 16 bytes of a body that declared %d took %d bytes", name, declared, grew)
+		}
+	}
+}
