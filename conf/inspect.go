@@ -363,9 +363,10 @@ type Request struct {
 	// Body is the request body, read by the proxy when NeedsBody said
 	// so; nil otherwise.
 	Body []byte
-	// parsed caches the body's JSON once one rule has read it.
-	parsed  any
-	parseOK bool
+	// doc and root are the body's JSON, indexed once one rule reads it
+	// (see jsonDoc); bodyErr says why it is not JSON.
+	doc     *jsonDoc
+	root    jval
 	bodyErr error
 	// spellings caches the request's spellings (see spell), once
 	// spelled is set.
@@ -373,13 +374,15 @@ type Request struct {
 	spelled   bool
 }
 
-// json returns the request body as JSON, parsing it once.
-func (r *Request) json() (any, error) {
-	if !r.parseOK && r.bodyErr == nil {
-		r.parsed, r.bodyErr = ParseStrictJSON(r.Body)
-		r.parseOK = r.bodyErr == nil
+// json returns the request body as a JSON document, checked (one value,
+// valid UTF-8, nested at most maxJSONDepth deep) and indexed once; its
+// objects are read, and their keys checked for duplicates, only where a
+// rule's path goes.
+func (r *Request) json() (*jsonDoc, jval, error) {
+	if r.doc == nil && r.bodyErr == nil {
+		r.doc, r.root, r.bodyErr = newJSONDoc(r.Body)
 	}
-	return r.parsed, r.bodyErr
+	return r.doc, r.root, r.bodyErr
 }
 
 // Judgement is what a host's rules say about one request.
@@ -402,8 +405,9 @@ type Judgement struct {
 // canonical spelling passes it, else the default. A request whose path
 // no rule can be trusted to judge (see ParseTarget) is refused first. A
 // deny rule whose JSON condition cannot be evaluated (the body is not
-// JSON, or has a key twice) refuses the request too: what doorman cannot
-// read it does not pass on a route it was told to read. An allow rule
+// JSON, or repeats a key in an object on the rule's path) refuses the
+// request too: what doorman cannot read it does not pass on a route it
+// was told to read. An allow rule
 // that cannot be evaluated does not match; nor does one with a path or
 // method condition, of a request whose path or method is not in its
 // canonical spelling.
@@ -595,12 +599,16 @@ func (r *Rule) match(req *Request, loose bool) (bool, string, error) {
 	if len(r.JSON) == 0 {
 		return true, how, nil
 	}
-	v, err := req.json()
+	d, root, err := req.json()
 	if err != nil {
 		return false, "", err
 	}
 	for _, j := range r.JSON {
-		if !j.Path.match(v, j.Glob, loose) {
+		ok, err := j.Path.matchDoc(d, root, j.Glob, loose)
+		if err != nil {
+			return false, "", err
+		}
+		if !ok {
 			return false, "", nil
 		}
 	}

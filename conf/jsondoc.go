@@ -449,6 +449,18 @@ func (d *jsonDoc) members(v jval) ([]jmember, error) {
 }
 
 func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
+	ms, err := d.scanMembers(v)
+	if len(ms) == 0 || err != nil {
+		return nil, err
+	}
+	return carve(&d.mslab, ms), nil
+}
+
+// scanMembers returns the members of the object v, in order, in d's
+// scratch (valid until the next read of an object): for a walk that reads
+// each object once and keeps nothing of it. An error if a key is given
+// twice.
+func (d *jsonDoc) scanMembers(v jval) ([]jmember, error) {
 	b := d.b
 	d.mtmp = d.mtmp[:0]
 	i := skipWS(b, v.s+1)
@@ -464,13 +476,10 @@ func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
 			i = skipWS(b, i+1)
 		}
 	}
-	if len(d.mtmp) == 0 {
-		return nil, nil
-	}
 	if err := checkDuplicateKeys(d.mtmp); err != nil {
 		return nil, err
 	}
-	return carve(&d.mslab, d.mtmp), nil
+	return d.mtmp, nil
 }
 
 // maxSlab is how many members or elements a new slab is made for at
