@@ -50,8 +50,10 @@
 //     "One request, many spellings"). What only a proxy in front of the
 //     origin may say is dropped, however its name is spelled: Forwarded,
 //     X-Forwarded-*, and the path overrides X-Original-URL and kin.
+//   - Not TRACE or TRACK to a host doorman puts a credential in: the
+//     answer would echo it.
 //   - If a body rule applies, a body of at most the host's limit (413
-//     otherwise), not content-encoded. Its buffer grows with the bytes
+//     otherwise), not content-encoded (in any Content-Encoding field). Its buffer grows with the bytes
 //     that arrive, not with the length the client declares.
 //
 // # Rule sets

@@ -103,8 +103,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := &conf.Request{Method: r.Method, Path: target.Path, EscapedPath: target.EscapedPath, Query: query, Header: r.Header}
+	if len(h.Inject) > 0 && (strings.EqualFold(r.Method, "TRACE") || strings.EqualFold(r.Method, "TRACK")) {
+		// An origin that answers TRACE sends the request back, the
+		// credential put into it included.
+		refuse(http.StatusForbidden, "", logSafe(r.Method)+" to a host doorman puts a credential in (the answer would echo it)")
+		return
+	}
 	if h.NeedsBody(req) {
-		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		if ce := contentCoding(r.Header); ce != "" {
 			refuse(http.StatusForbidden, "", "a body rule applies and the body is encoded ("+logSafe(ce)+")")
 			return
 		}
@@ -173,6 +179,21 @@ func dropProxyHeaders(h http.Header) {
 			delete(h, k)
 		}
 	}
+}
+
+// contentCoding returns the request's content codings other than
+// identity, "" if none: every Content-Encoding field is read, since an
+// origin applies them all.
+func contentCoding(h http.Header) string {
+	var codings []string
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = textproto.TrimString(c); c != "" && !strings.EqualFold(c, "identity") {
+				codings = append(codings, c)
+			}
+		}
+	}
+	return strings.Join(codings, ", ")
 }
 
 // dropConnectionFields removes the fields the client's Connection field

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -130,5 +131,30 @@ func TestBodyBufferFollowsTheBytes(t *testing.T) {
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
 			t.Errorf("%s: 16 bytes of a body that declared %d took %d bytes", name, declared, grew)
 		}
+	}
+}
+
+// TestCodingsAndTrace: a body rule reads no body that every
+// Content-Encoding field does not leave as it is (the first field alone
+// said identity), and a host doorman puts a credential in gets no TRACE,
+// which an origin answers with the request, credential and all.
+func TestCodingsAndTrace(t *testing.T) {
+	b := newBed(t, policy, false)
+	body := `{"tools":[]}`
+	for _, ce := range []string{"Content-Encoding: identity\r\nContent-Encoding: gzip", "Content-Encoding: identity, br"} {
+		got := rawH1(t, b, "POST /v1/messages HTTP/1.1\r\nHost: "+host+"\r\n"+ce+"\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		if !strings.HasPrefix(got, "HTTP/1.1 403") {
+			t.Errorf("%q: %q", ce, got)
+		}
+	}
+	for _, m := range []string{"TRACE", "trace", "TRACK"} {
+		if got := rawH1(t, b, m+" / HTTP/1.1\r\nHost: "+host+"\r\nX-Api-Key: dm-placeholder\r\n\r\n"); !strings.HasPrefix(got, "HTTP/1.1 403") {
+			t.Errorf("%s: %q", m, got)
+		}
+	}
+	if h, _ := b.seen.last(); h != nil {
+		b.seen.mu.Lock()
+		defer b.seen.mu.Unlock()
+		t.Fatalf("the upstream got %v", b.seen.targets)
 	}
 }
