@@ -1,12 +1,16 @@
 package inspect
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/doorman-net/doorman/conf"
 )
 
 // TestJudgedIsForwarded: what the rules read of a request is what the
@@ -156,5 +160,67 @@ func TestCodingsAndTrace(t *testing.T) {
 		b.seen.mu.Lock()
 		defer b.seen.mu.Unlock()
 		t.Fatalf("the upstream got %v", b.seen.targets)
+	}
+}
+
+// TestRuleSetJudgementsShareABound: rule-set judgements in flight share
+// one bound on what their bodies may cost (their objects and arrays): a
+// request waits while the bound is taken, is judged and relayed once it
+// is free, and one whose client gives up while waiting never reaches the
+// upstream. A body over conf.MaxJSONContainers is refused outright.
+func TestRuleSetJudgementsShareABound(t *testing.T) {
+	b := newSetBed(t, "api.anthropic.com", "api.anthropic.com\nruleset closed-book\n")
+	cl := b.client(true)
+	full := int64(conf.MaxJSONContainers + 1)
+	if err := b.srv.judging.Acquire(context.Background(), full); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/messages", strings.NewReader(`{"model":"m","max_tokens":1,"messages":[]}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := cl.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	select {
+	case code := <-done:
+		t.Fatalf("judged while the bound was taken: %d", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := b.received(); len(got) != 0 {
+		t.Fatalf("the upstream got %q while the bound was taken", got)
+	}
+	b.srv.judging.Release(full)
+	if code := <-done; code != 200 {
+		t.Fatalf("once the bound is free: %d", code)
+	}
+
+	// A client that gives up while waiting.
+	b.srv.judging.Acquire(context.Background(), full)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	req, _ := http.NewRequestWithContext(ctx, "POST", "https://api.anthropic.com/v1/messages", strings.NewReader(`{"model":"m","max_tokens":1,"messages":[]}`))
+	if resp, err := cl.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("a request answered while the bound was taken: %d", resp.StatusCode)
+	}
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	b.srv.judging.Release(full)
+	if got := b.received(); len(got) != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", len(got))
+	}
+
+	big := `{"model":"m","max_tokens":1,"messages":[],"tools":[` + strings.Repeat(`{},`, conf.MaxJSONContainers) + `{}]}`
+	if resp, body := b.post(cl, "/v1/messages", big); resp.StatusCode != 403 || !strings.Contains(body, "objects and arrays") {
+		t.Fatalf("a body over the bound: %d %s", resp.StatusCode, body)
+	}
+	if got := b.received(); len(got) != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", len(got))
 	}
 }

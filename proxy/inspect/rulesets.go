@@ -118,6 +118,16 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessi
 		setBody(r, body)
 		rec.up.Store(int64(len(body)))
 	}
+	if len(req.Body) > 0 {
+		// What judging the body costs grows with its objects and
+		// arrays: the judgements in flight share one bound (a body at
+		// the most a set reads is judged alone), and wait their turn.
+		w := int64(conf.JSONContainerBound(req.Body))
+		if err := s.judging.Acquire(r.Context(), w); err != nil {
+			return refuse(http.StatusServiceUnavailable, "ruleset "+sets[0].Set.Ref(), "waiting to judge the body: "+err.Error(), "")
+		}
+		defer s.judging.Release(w)
+	}
 	for i := range sets {
 		a := &sets[i]
 		j := a.Judge(req)
