@@ -478,9 +478,10 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 		}
 	}
 	for _, q := range r.Query {
+		want := fold(q.Key)
 		if !matchValues(q.Glob, loose, func(yield func(k string, vs []string) bool) {
 			for k, vs := range req.Query {
-				if fold(k) == fold(q.Key) && !yield(k, vs) {
+				if queryKeyNames(k, want) && !yield(k, vs) {
 					return
 				}
 			}
@@ -586,6 +587,52 @@ func matchValues(glob string, loose bool, keys func(yield func(k string, vs []st
 		return some
 	}
 	return present && all
+}
+
+// queryKeyNames reports whether an origin may read the query key k as
+// the key whose case folding is want: k itself, case folded, or k as
+// Rack (Rails, Sinatra) reads a key with brackets ("a[]", "a[x]" and
+// "[a]" are a), or as PHP reads it ("a[x]" is a; '.', ' ' and a '[' not
+// closed are '_').
+func queryKeyNames(k, want string) bool {
+	if fold(k) == want {
+		return true
+	}
+	if !strings.ContainsAny(k, "[]. ") {
+		return false
+	}
+	// Rack: the first run of characters that are not brackets, after
+	// any leading ones.
+	rack := strings.TrimLeft(k, "[]")
+	if i := strings.IndexAny(rack, "[]"); i >= 0 {
+		rack = rack[:i]
+	}
+	return fold(rack) == want || fold(phpQueryKey(k)) == want
+}
+
+// phpQueryKey is the name PHP gives a query key (php_register_variable):
+// leading spaces dropped, ' ' and '.' read as '_' up to the first '[',
+// which ends the name if a ']' follows it, and is read as '_' (the rest
+// kept as it is) if none does.
+func phpQueryKey(k string) string {
+	k = strings.TrimLeft(k, " ")
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case ' ', '.':
+			b.WriteByte('_')
+		case '[':
+			if strings.IndexByte(k[i+1:], ']') >= 0 {
+				return b.String()
+			}
+			b.WriteByte('_')
+			b.WriteString(k[i+1:])
+			return b.String()
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // match reports whether r matches req (loose: any spelling of it), and

@@ -313,11 +313,20 @@ func TestAllowWithoutPathOrMethod(t *testing.T) {
 }
 
 func TestQueryAndHeaderSpellings(t *testing.T) {
-	deny := hostOf(t, "deny query:beta", "deny header:x-debug")
+	deny := hostOf(t, "deny query:beta", "deny query:x_debug", "deny header:x-debug")
 	for _, c := range []spelling{
 		{"GET", "/?beta=1", nil, ""},
 		{"GET", "/?BETA=1", nil, ""},
 		{"GET", "/?B%45TA=1", nil, ""},
+		// Rails, Rack and PHP read "beta[]" and "beta[x]" as beta.
+		{"GET", "/?beta[]=1", nil, ""},
+		{"GET", "/?beta%5B%5D=1", nil, ""},
+		{"GET", "/?Beta[x]=1", nil, ""},
+		// PHP reads '.', ' ' and a '[' it does not close in a key as '_'.
+		{"GET", "/?x.debug=1", nil, ""},
+		{"GET", "/?x+debug=1", nil, ""},
+		{"GET", "/?x[debug=1", nil, ""},
+		{"GET", "/?x.debug[]=1", nil, ""},
 		{"GET", "/", http.Header{"X-Debug": {"1"}}, ""},
 		{"GET", "/", http.Header{"X_debug": {"1"}}, ""},
 		{"GET", "/", http.Header{"X_DEBUG": {"1"}}, ""},
@@ -335,6 +344,9 @@ func TestQueryAndHeaderSpellings(t *testing.T) {
 		{spelling{"GET", "/?ref=main&ref=evil", nil, ""}, false},
 		{spelling{"GET", "/?ref=main&REF=evil", nil, ""}, false},
 		{spelling{"GET", "/?REF=main", nil, ""}, false},
+		{spelling{"GET", "/?ref=main&ref[]=evil", nil, ""}, false},
+		{spelling{"GET", "/?ref=main&ref[x]=evil", nil, ""}, false},
+		{spelling{"GET", "/?ref[]=main", nil, ""}, false},
 		{spelling{"GET", "/", http.Header{"X-Env": {"prod"}}, ""}, true},
 		{spelling{"GET", "/", http.Header{"X-Env": {"prod", "dev"}}, ""}, false},
 		{spelling{"GET", "/", http.Header{"X-Env": {"prod"}, "X_env": {"dev"}}, ""}, false},
