@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/doorman-net/doorman/conf"
 	"github.com/doorman-net/doorman/proxy/decisionlog"
 )
@@ -62,6 +64,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		line.Log(context.Background(), s.cfg.Logger)
 		rec.sets.release()
 	}()
+	hold := &bodyHold{sem: s.bodies}
+	defer hold.release()
 	refuse := func(status int, rule, reason string) {
 		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status
 		s.writeRefusal(sw, r, sess.Name, status, rule, reason)
@@ -119,7 +123,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit))
 			return
 		}
-		body, err := readBody(r, limit)
+		body, err := readBody(r, limit, hold)
+		if errors.Is(err, errBodiesHeld) {
+			sw.Header().Set("Retry-After", "1")
+			refuse(http.StatusServiceUnavailable, "", err.Error())
+			return
+		}
 		if err != nil {
 			refuse(http.StatusBadRequest, "", "reading the body: "+err.Error())
 			return
@@ -140,7 +149,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, j.Rule, j.Reason)
 		return
 	}
-	if !s.applyRuleSets(sw, r, sc, h, req, rec) {
+	if !s.applyRuleSets(sw, r, sc, h, req, rec, hold) {
 		return
 	}
 	for _, in := range h.Inject {
@@ -229,25 +238,75 @@ func canonicalAuthority(authority string, sess *Session) string {
 // declares the limit and sends a trickle holds only what it sent.
 const bodyBufStart = 64 << 10
 
+// maxHeldBodies bounds the bytes of request bodies a Server holds at
+// once to judge them (read whole, and decoded): the largest one a host
+// may set (conf's max-body bound, 64 MiB), or a rule set's 32 MiB and
+// its decoding. Past it a request gets 503 rather than the proxy its
+// cgroup's OOM kill, which would end the sandbox's every connection.
+const maxHeldBodies = 64 << 20
+
+// errBodiesHeld is a body that would take the bodies held past
+// maxHeldBodies.
+var errBodiesHeld = fmt.Errorf("the sandbox's requests in flight hold %d MiB of bodies being judged, the most doorman holds at once; try again", maxHeldBodies>>20)
+
+// bodyHold is what one request holds of a Server's body bound: taken as
+// its buffers grow, given back when its handler returns.
+type bodyHold struct {
+	sem *semaphore.Weighted
+	n   int64
+}
+
+// take takes n bytes more of the bound, if it has them.
+func (h *bodyHold) take(n int64) bool {
+	if h == nil || n <= 0 {
+		return true
+	}
+	if !h.sem.TryAcquire(n) {
+		return false
+	}
+	h.n += n
+	return true
+}
+
+// release gives back what h took.
+func (h *bodyHold) release() {
+	if h != nil && h.n > 0 {
+		h.sem.Release(h.n)
+		h.n = 0
+	}
+}
+
 // readBody reads at most limit+1 bytes of a request's body, all of its
-// declared length if it has one (which the caller checked against limit).
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	return readUpTo(r.Body, r.ContentLength, limit)
+// declared length if it has one (which the caller checked against limit),
+// its buffer taken from hold.
+func readBody(r *http.Request, limit int64, hold *bodyHold) ([]byte, error) {
+	return readUpTo(r.Body, r.ContentLength, limit, hold)
 }
 
 // readUpTo reads body: exactly declared bytes if declared >= 0 (fewer
 // is io.ErrUnexpectedEOF), else at most limit+1. Its buffer grows with
-// the bytes read, from bodyBufStart, never past what may be read.
-func readUpTo(body io.Reader, declared, limit int64) ([]byte, error) {
+// the bytes read, from bodyBufStart, never past what may be read, and
+// each growth is taken from hold first (errBodiesHeld if it cannot be).
+func readUpTo(body io.Reader, declared, limit int64, hold *bodyHold) ([]byte, error) {
 	n := limit + 1
 	if declared >= 0 {
 		n = declared
 	}
-	buf := make([]byte, 0, min(n, bodyBufStart))
+	start := min(n, bodyBufStart)
+	if !hold.take(start) {
+		return nil, errBodiesHeld
+	}
+	buf := make([]byte, 0, start)
 	lr := io.LimitReader(body, n)
 	for {
 		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, int(min(int64(cap(buf)), n-int64(len(buf)))))
+			grow := min(int64(cap(buf)), n-int64(len(buf)))
+			if !hold.take(grow) {
+				return nil, errBodiesHeld
+			}
+			old := cap(buf)
+			buf = slices.Grow(buf, int(grow))
+			hold.take(int64(cap(buf)-old) - grow) // what append rounded up, if the bound has room
 		}
 		m, err := lr.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+m]

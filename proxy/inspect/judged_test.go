@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"compress/gzip"
 	"context"
 	"io"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/doorman-net/doorman/conf"
 )
@@ -114,9 +117,9 @@ func (ts *trailerSetter) Read(p []byte) (int, error) {
 func TestBodyBufferFollowsTheBytes(t *testing.T) {
 	const declared = 32 << 20
 	for name, read := range map[string]func(r *http.Request) error{
-		"rules": func(r *http.Request) error { _, err := readBody(r, declared); return err },
+		"rules": func(r *http.Request) error { _, err := readBody(r, declared, nil); return err },
 		"ruleset": func(r *http.Request) error {
-			_, why, _ := readSetBody(r, declared)
+			_, why, _ := readSetBody(r, declared, nil)
 			if why != "" {
 				return io.ErrUnexpectedEOF
 			}
@@ -222,5 +225,52 @@ func TestRuleSetJudgementsShareABound(t *testing.T) {
 	}
 	if got := b.received(); len(got) != 1 {
 		t.Fatalf("the upstream got %d requests, want 1", len(got))
+	}
+}
+
+// TestBodiesShareABound: the request bodies a Server holds to judge them
+// share one bound: a body that would take them past it gets 503 (and
+// reaches no upstream) instead of the proxy growing until its cgroup
+// kills it; what a request held is given back when it is answered.
+func TestBodiesShareABound(t *testing.T) {
+	b := newSetBed(t, "api.anthropic.com", "api.anthropic.com\nruleset closed-book\n")
+	b.srv.bodies = semaphore.NewWeighted(1 << 20)
+	cl := b.client(true)
+	big := `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"` + strings.Repeat("x", 2<<20) + `"}]}`
+	for _, h2 := range []bool{true, false} {
+		cl := b.client(h2)
+		resp, body := b.post(cl, "/v1/messages", big)
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "bodies being judged") {
+			t.Fatalf("h2=%v: a body over the bound: %d %s", h2, resp.StatusCode, body)
+		}
+	}
+	if got := b.received(); len(got) != 0 {
+		t.Fatalf("the upstream got %d requests", len(got))
+	}
+	// Gzip: the decoded body is held too.
+	var zb strings.Builder
+	zw := gzip.NewWriter(&zb)
+	io.WriteString(zw, big)
+	zw.Close()
+	if resp, body := b.post(cl, "/v1/messages", zb.String(), "Content-Encoding", "gzip"); resp.StatusCode != 503 {
+		t.Fatalf("a gzip body that decodes over the bound: %d %s", resp.StatusCode, body)
+	}
+	// Each request gave back what it held: three under the bound pass.
+	small := `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"` + strings.Repeat("x", 300<<10) + `"}]}`
+	for range 3 {
+		if resp, body := b.post(cl, "/v1/messages", small); resp.StatusCode != 200 {
+			t.Fatalf("a body under the bound: %d %s", resp.StatusCode, body)
+		}
+	}
+
+	// A host's own body rules.
+	hb := newBed(t, policy, false)
+	hb.srv.bodies = semaphore.NewWeighted(500)
+	body := `{"tools":[],"pad":"` + strings.Repeat("x", 800) + `"}`
+	if got := rawH1(t, hb, "POST /v1/messages HTTP/1.1\r\nHost: "+host+"\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); !strings.HasPrefix(got, "HTTP/1.1 503") {
+		t.Fatalf("host rules, a body over the bound: %q", got)
+	}
+	if h, _ := hb.seen.last(); h != nil {
+		t.Fatal("the upstream got the request")
 	}
 }

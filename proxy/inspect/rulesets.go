@@ -89,7 +89,7 @@ func (sc *sessionConn) setsFor(pol *conf.Policy) *sessionSets {
 // removes what a set in strip mode removes (the request then carries the
 // rewritten body), and arms the response tripwire. false means the
 // request was refused and answered.
-func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessionConn, h *conf.InspectHost, req *conf.Request, rec *requestRecord) bool {
+func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessionConn, h *conf.InspectHost, req *conf.Request, rec *requestRecord, hold *bodyHold) bool {
 	sess := sc.s
 	ss := sc.setsFor(s.cfg.Policy())
 	sets := ss.sets
@@ -110,7 +110,10 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessi
 	}
 	if need && req.Body == nil {
 		limit := max(h.BodyLimit(), RuleSetMaxBody)
-		body, why, status := readSetBody(r, limit)
+		body, why, status := readSetBody(r, limit, hold)
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		if why != "" {
 			return refuse(status, "ruleset "+sets[0].Set.Ref(), why, "")
 		}
@@ -159,6 +162,7 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessi
 			return refuse(http.StatusForbidden, rule, j.Reason, tool)
 		}
 		if j.Body != nil {
+			hold.take(int64(cap(j.Body))) // made already: counted if the bound has room
 			for _, f := range j.Removed {
 				sr.removed = appendOnce(sr.removed, logSafe(f.String()))
 			}
@@ -191,11 +195,14 @@ func setBody(r *http.Request, body []byte) {
 // decoded, its Content-Encoding dropped): what is judged is what the
 // host gets. Another coding (br, zstd) is refused. why says why the
 // body could not be read, with the status to answer.
-func readSetBody(r *http.Request, limit int64) (body []byte, why string, status int) {
+func readSetBody(r *http.Request, limit int64, hold *bodyHold) (body []byte, why string, status int) {
 	if r.ContentLength > limit {
 		return nil, fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit), http.StatusRequestEntityTooLarge
 	}
-	raw, err := readUpTo(r.Body, r.ContentLength, limit)
+	raw, err := readUpTo(r.Body, r.ContentLength, limit, hold)
+	if errors.Is(err, errBodiesHeld) {
+		return nil, err.Error(), http.StatusServiceUnavailable
+	}
 	if err != nil {
 		return nil, "reading the body: " + err.Error(), http.StatusBadRequest
 	}
@@ -233,7 +240,10 @@ func readSetBody(r *http.Request, limit int64) (body []byte, why string, status 
 			return nil, "a rule set reads the body and its content coding " + logSafe(list[i]) +
 				" is not one doorman decodes (gzip, deflate)", http.StatusUnsupportedMediaType
 		}
-		out, err := io.ReadAll(io.LimitReader(dec, limit+1))
+		out, err := readUpTo(dec, -1, limit, hold)
+		if errors.Is(err, errBodiesHeld) {
+			return nil, err.Error(), http.StatusServiceUnavailable
+		}
 		if err != nil {
 			return nil, "the " + list[i] + " body does not decode: " + err.Error(), http.StatusBadRequest
 		}

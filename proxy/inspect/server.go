@@ -92,6 +92,9 @@ type Server struct {
 	// all, so that a sandbox's concurrent requests cannot together
 	// take what one large one may.
 	judging *semaphore.Weighted
+	// bodies bounds the bytes of request bodies held to judge them
+	// (see maxHeldBodies).
+	bodies *semaphore.Weighted
 }
 
 // New returns a Server; Close stops it.
@@ -100,7 +103,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, ln: newChanListener(), secrets: newSecretCache(), transports: map[string]*http.Transport{},
-		judging: semaphore.NewWeighted(conf.MaxJSONContainers + 1)}
+		judging: semaphore.NewWeighted(conf.MaxJSONContainers + 1), bodies: semaphore.NewWeighted(maxHeldBodies)}
 	s.tlsConf = &tls.Config{
 		NextProtos: []string{"h2", "http/1.1"},
 		MinVersion: tls.VersionTLS12,
