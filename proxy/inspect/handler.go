@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,7 +124,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit))
 			return
 		}
+		done := s.watchIdle(sw, r)
 		body, err := readBody(r, limit, hold)
+		done()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			refuse(http.StatusRequestTimeout, "", fmt.Sprintf("the body stalled: no byte for %v while it was read to be judged", s.bodyIdle))
+			return
+		}
 		if errors.Is(err, errBodiesHeld) {
 			sw.Header().Set("Retry-After", "1")
 			refuse(http.StatusServiceUnavailable, "", err.Error())
@@ -237,6 +244,42 @@ func canonicalAuthority(authority string, sess *Session) string {
 // fill it arrive: a declared length is a claim, and a client that
 // declares the limit and sends a trickle holds only what it sent.
 const bodyBufStart = 64 << 10
+
+// bodyIdleTimeout is how long a body read whole to be judged may go
+// without a byte: it holds its buffer, and its share of maxHeldBodies,
+// while it is read.
+const bodyIdleTimeout = 30 * time.Second
+
+// watchIdle makes each read of r's body fail once s.bodyIdle passes
+// without a byte, through the connection's (HTTP/2: the stream's) read
+// deadline, until done is called once the body is read whole: done
+// clears the deadline, so that none outlives the read (net/http clears
+// an HTTP/1.1 connection's too before it reads on while the response
+// streams).
+func (s *Server) watchIdle(w http.ResponseWriter, r *http.Request) (done func()) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return func() {}
+	}
+	rc := http.NewResponseController(w)
+	body := r.Body
+	r.Body = &idleBody{ReadCloser: body, rc: rc, idle: s.bodyIdle}
+	return func() {
+		rc.SetReadDeadline(time.Time{})
+		r.Body = body
+	}
+}
+
+// idleBody is a request body read whole to be judged (see watchIdle).
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	return b.ReadCloser.Read(p)
+}
 
 // maxHeldBodies bounds the bytes of request bodies a Server holds at
 // once to judge them (read whole, and decoded): the largest one a host

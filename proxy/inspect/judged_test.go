@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bufio"
 	"compress/gzip"
 	"context"
 	"io"
@@ -272,5 +273,67 @@ func TestBodiesShareABound(t *testing.T) {
 	}
 	if h, _ := hb.seen.last(); h != nil {
 		t.Fatal("the upstream got the request")
+	}
+}
+
+// TestStalledBodyTimesOut: a body read whole to be judged must keep
+// coming: one that stalls gets 408 once bodyIdle passes without a byte
+// (it held its buffer and its share of the bound for as long as the
+// client liked), over HTTP/1.1 and HTTP/2, and gives back what it held.
+// The deadline ends with the body: a response that streams for longer
+// after it is not cut. (Seen failing without the deadline: the request
+// hung until the test's own read deadline.)
+func TestStalledBodyTimesOut(t *testing.T) {
+	b := newBed(t, "api.example.test\ninspect api.example.test deny POST json:x=y\n", false)
+	b.srv.bodyIdle = 300 * time.Millisecond
+	start := time.Now()
+	got := rawH1(t, b, "POST /v1/messages HTTP/1.1\r\nHost: "+host+"\r\nContent-Length: 100\r\n\r\n{\"a\":")
+	if !strings.HasPrefix(got, "HTTP/1.1 408") || time.Since(start) > 5*time.Second {
+		t.Fatalf("a stalled body: %q after %v", got, time.Since(start))
+	}
+
+	sb := newSetBed(t, "api.anthropic.com", "api.anthropic.com\nruleset closed-book\n")
+	sb.srv.bodyIdle = 300 * time.Millisecond
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go io.WriteString(pw, `{"model":"m","messages":[`)
+	req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/messages", pr)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := sb.client(true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 408 {
+		t.Fatalf("h2, rule set, a stalled body: %d", resp.StatusCode)
+	}
+	for _, srv := range []*Server{b.srv, sb.srv} {
+		if !srv.bodies.TryAcquire(maxHeldBodies) {
+			t.Fatal("a stalled body did not give back what it held")
+		}
+		srv.bodies.Release(maxHeldBodies)
+	}
+	if len(sb.received()) != 0 || len(b.seen.headers) != 0 {
+		t.Fatal("a stalled body reached the upstream")
+	}
+
+	// A judged body, then a response that streams past bodyIdle.
+	for _, h2 := range []bool{false, true} {
+		req, _ := http.NewRequest("POST", "https://"+host+"/sse", strings.NewReader(`{"x":"z"}`))
+		resp, err := b.client(h2).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		if line, err := br.ReadString('\n'); err != nil || line != "data: first\n" {
+			t.Fatalf("h2=%v: first event %q %v", h2, line, err)
+		}
+		time.Sleep(3 * b.srv.bodyIdle)
+		b.release <- struct{}{}
+		rest, err := io.ReadAll(br)
+		resp.Body.Close()
+		if err != nil || !strings.Contains(string(rest), "data: last") {
+			t.Fatalf("h2=%v: the stream after a judged body was cut: %q %v", h2, rest, err)
+		}
 	}
 }

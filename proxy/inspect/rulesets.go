@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
@@ -110,7 +111,9 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessi
 	}
 	if need && req.Body == nil {
 		limit := max(h.BodyLimit(), RuleSetMaxBody)
+		done := s.watchIdle(w, r)
 		body, why, status := readSetBody(r, limit, hold)
+		done()
 		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
 		}
@@ -200,6 +203,9 @@ func readSetBody(r *http.Request, limit int64, hold *bodyHold) (body []byte, why
 		return nil, fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit), http.StatusRequestEntityTooLarge
 	}
 	raw, err := readUpTo(r.Body, r.ContentLength, limit, hold)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, "the body stalled: no byte within the idle timeout while it was read to be judged", http.StatusRequestTimeout
+	}
 	if errors.Is(err, errBodiesHeld) {
 		return nil, err.Error(), http.StatusServiceUnavailable
 	}

@@ -95,6 +95,8 @@ type Server struct {
 	// bodies bounds the bytes of request bodies held to judge them
 	// (see maxHeldBodies).
 	bodies *semaphore.Weighted
+	// bodyIdle is bodyIdleTimeout (a test's shorter one).
+	bodyIdle time.Duration
 }
 
 // New returns a Server; Close stops it.
@@ -103,7 +105,8 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, ln: newChanListener(), secrets: newSecretCache(), transports: map[string]*http.Transport{},
-		judging: semaphore.NewWeighted(conf.MaxJSONContainers + 1), bodies: semaphore.NewWeighted(maxHeldBodies)}
+		judging: semaphore.NewWeighted(conf.MaxJSONContainers + 1), bodies: semaphore.NewWeighted(maxHeldBodies),
+		bodyIdle: bodyIdleTimeout}
 	s.tlsConf = &tls.Config{
 		NextProtos: []string{"h2", "http/1.1"},
 		MinVersion: tls.VersionTLS12,
