@@ -40,3 +40,23 @@ func TestJudgeBodyMemory(t *testing.T) {
 		runtime.KeepAlive(req)
 	}
 }
+
+// BenchmarkJudgeBody judges an agent's 256 KiB Messages request by a
+// host's JSON rules (a deny rule that reads tools[], an allow rule that
+// reads messages[0].role): what a body rule costs per request.
+func BenchmarkJudgeBody(b *testing.B) {
+	p, err := ParseFile([]byte("a.test\ninspect a.test deny POST json:tools[].type=web_search*\ninspect a.test allow POST json:messages[0].role=assistant\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := p.InspectFor("a.test")
+	body := []byte(agentBody(256 << 10))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		req := &Request{Method: "POST", Path: "/v1/messages", Header: http.Header{}, Body: body}
+		if j := h.Judge(req); j.Verdict != VerdictAllow {
+			b.Fatal(j)
+		}
+	}
+}
