@@ -485,7 +485,7 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 					return
 				}
 			}
-		}, q.Key) {
+		}, q.Key, false) {
 			return false, ""
 		}
 	}
@@ -496,7 +496,7 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 					return
 				}
 			}
-		}, h.Key) {
+		}, h.Key, true) {
 			return false, ""
 		}
 	}
@@ -569,14 +569,18 @@ func matchMethodSpellings(sp *spellings, want func(string) bool) ([]string, bool
 // the keys that name it: loose, one value of any such key matching is
 // enough; strict, the key must be there as written and every value of
 // every key that names it must match (an origin may read any of them).
-func matchValues(glob string, loose bool, keys func(yield func(k string, vs []string) bool), exact string) bool {
+//
+// A header's value is also a list to an origin that reads the field as
+// one (Anthropic-Beta, Accept, ...: RFC 9110 5.3, elements separated by
+// commas): loose, one element matching is enough too.
+func matchValues(glob string, loose bool, keys func(yield func(k string, vs []string) bool), exact string, list bool) bool {
 	some, all, present := false, true, false
 	for k, vs := range keys {
 		if k == exact && len(vs) > 0 {
 			present = true
 		}
 		for _, v := range vs {
-			if Glob(glob, v) {
+			if Glob(glob, v) || (loose && list && someElement(glob, v)) {
 				some = true
 			} else {
 				all = false
@@ -587,6 +591,20 @@ func matchValues(glob string, loose bool, keys func(yield func(k string, vs []st
 		return some
 	}
 	return present && all
+}
+
+// someElement reports whether glob matches an element of v read as a
+// comma-separated list, each trimmed of spaces and tabs.
+func someElement(glob, v string) bool {
+	if !strings.Contains(v, ",") {
+		return false
+	}
+	for e := range strings.SplitSeq(v, ",") {
+		if Glob(glob, strings.Trim(e, " \t")) {
+			return true
+		}
+	}
+	return false
 }
 
 // queryKeyNames reports whether an origin may read the query key k as

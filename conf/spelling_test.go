@@ -313,7 +313,7 @@ func TestAllowWithoutPathOrMethod(t *testing.T) {
 }
 
 func TestQueryAndHeaderSpellings(t *testing.T) {
-	deny := hostOf(t, "deny query:beta", "deny query:x_debug", "deny header:x-debug")
+	deny := hostOf(t, "deny query:beta", "deny query:x_debug", "deny header:x-debug", "deny header:anthropic-beta=mcp-client-*")
 	for _, c := range []spelling{
 		{"GET", "/?beta=1", nil, ""},
 		{"GET", "/?BETA=1", nil, ""},
@@ -330,6 +330,9 @@ func TestQueryAndHeaderSpellings(t *testing.T) {
 		{"GET", "/", http.Header{"X-Debug": {"1"}}, ""},
 		{"GET", "/", http.Header{"X_debug": {"1"}}, ""},
 		{"GET", "/", http.Header{"X_DEBUG": {"1"}}, ""},
+		// A list field: origins read each element.
+		{"GET", "/", http.Header{"Anthropic-Beta": {"files-api-2025-04-14, mcp-client-2025-04-04"}}, ""},
+		{"GET", "/", http.Header{"Anthropic-Beta": {"x,mcp-client-2025-04-04 "}}, ""},
 	} {
 		if j := judgeTarget(t, deny, c.method, c.target, c.header, ""); j.Verdict != VerdictDeny {
 			t.Errorf("%s %v: %s", c.target, c.header, j.Verdict)
