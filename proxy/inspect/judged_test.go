@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
 	"runtime"
@@ -14,6 +16,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
 )
 
@@ -335,5 +338,65 @@ func TestStalledBodyTimesOut(t *testing.T) {
 		if err != nil || !strings.Contains(string(rest), "data: last") {
 			t.Fatalf("h2=%v: the stream after a judged body was cut: %q %v", h2, rest, err)
 		}
+	}
+}
+
+// TestSmugglingProbes sends framings a front end and a back end may read
+// differently, each hiding a request the rules deny (DELETE /thing) where
+// a lax reader would find it: the upstream must never read that request.
+// net/http's server reads each framing once and doorman re-frames what
+// it forwards, so the hidden request is either a body's bytes, refused
+// as it stands, or never read; this is the evidence.
+func TestSmugglingProbes(t *testing.T) {
+	b := newBed(t, policy, false)
+	hidden := "DELETE /thing HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+	hl := strconv.Itoa(len(hidden))
+	h := "Host: " + host + "\r\n"
+	probes := []string{
+		// Content-Length beside an obfuscated Transfer-Encoding.
+		"POST /a HTTP/1.1\r\n" + h + "Content-Length: 5\r\nTransfer-Encoding: chunked \r\n\r\n0\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Content-Length: 5\r\nTransfer-Encoding: Chunked\r\n\r\n0\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\nContent-Length: " + hl + "\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: xchunked\r\nContent-Length: " + hl + "\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding:\x0bchunked\r\nContent-Length: " + hl + "\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Content-Length: " + hl + "\r\nContent-Length: 0\r\n\r\n" + hidden,
+		"POST /a HTTP/1.1\r\n" + h + "Content-Length: +" + hl + "\r\n\r\n" + hidden,
+		// Chunk sizes and extensions.
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n0000000000000000000" + strconv.FormatInt(int64(len(hidden)), 16) + "\r\n" + hidden + "\r\n0\r\n\r\n",
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n" + hidden + "\r\n0\r\n\r\n",
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n2;x=\"a\r\n0\r\n\r\n" + hidden + "\"\r\nhi\r\n0\r\n\r\n",
+		"POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n2\nhi\n0\n\n" + hidden,
+		// Bare LF in the head.
+		"POST /a HTTP/1.1\n" + h + "Content-Length: " + hl + "\n\n" + hidden,
+		// 100-continue: a refused request whose body is sent anyway.
+		"DELETE /x HTTP/1.1\r\n" + h + "Expect: 100-continue\r\nContent-Length: " + hl + "\r\n\r\n" + hidden,
+		// An upgrade the upstream does not take: the connection goes on
+		// as HTTP, judged.
+		"GET /a HTTP/1.1\r\n" + h + "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n" + hidden,
+		// Pipelined behind an allowed request, and behind a refused one.
+		"GET /a HTTP/1.1\r\n" + h + "\r\n" + hidden,
+		"DELETE /x HTTP/1.1\r\n" + h + "\r\nGET /a HTTP/1.1\r\n" + h + "\r\n",
+	}
+	for _, p := range probes {
+		data, _ := ca.CertPEM(b.caDir)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(data)
+		c := tls.Client(b.session(host), &tls.Config{ServerName: host, RootCAs: pool, NextProtos: []string{"http/1.1"}})
+		io.WriteString(c, p)
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		io.Copy(io.Discard, c) // every answer, until the server closes or the deadline
+		c.Close()
+	}
+	b.seen.mu.Lock()
+	defer b.seen.mu.Unlock()
+	for _, target := range b.seen.targets {
+		if strings.HasPrefix(target, "DELETE") {
+			t.Errorf("the upstream read %q: %v", target, b.seen.targets)
+		}
+	}
+	t.Logf("the upstream read: %q", b.seen.targets)
+	if !strings.Contains(strings.Join(b.seen.targets, " "), "GET /a") {
+		t.Errorf("no probe reached the upstream: the probes tested nothing (%v)", b.seen.targets)
 	}
 }
