@@ -27,8 +27,9 @@
 //
 // # What a request must be
 //
-//   - Its authority (:authority, Host, or an absolute-form target) names
-//     the session's host, on the session's port if it names one: a
+//   - Its authority (:authority, Host, or an absolute-form target; over
+//     HTTP/2 a Host field beside :authority too) names the session's
+//     host, on the session's port if it names one: a
 //     request for another host inside an inspected session (domain
 //     fronting) is refused. The upstream reads the host in its canonical
 //     spelling, whatever spelling the client sent.

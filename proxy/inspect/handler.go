@@ -81,6 +81,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// forwarded (those the client's Connection names, those only a
 	// proxy may send) and without request trailers, which no rule reads.
 	r.Host = canonicalAuthority(r.Host, sess)
+	delete(r.Header, "Host")
 	dropConnectionFields(r.Header)
 	dropProxyHeaders(r.Header)
 	r.Trailer = nil
@@ -380,6 +381,14 @@ func checkRequest(r *http.Request, sess *Session) string {
 	}
 	if r.URL.Host != "" {
 		if why := checkAuthority(r.URL.Host, sess); why != "" {
+			return why
+		}
+	}
+	// HTTP/2: a Host field beside :authority (net/http reads the
+	// latter, and keeps the field) must name the same host (RFC 9113
+	// 8.3.1).
+	for _, v := range r.Header["Host"] {
+		if why := checkAuthority(v, sess); why != "" {
 			return why
 		}
 	}

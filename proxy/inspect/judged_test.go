@@ -400,3 +400,24 @@ func TestSmugglingProbes(t *testing.T) {
 		t.Errorf("no probe reached the upstream: the probes tested nothing (%v)", b.seen.targets)
 	}
 }
+
+// TestH2HostMustAgree: an HTTP/2 request's Host field, when it has one
+// beside :authority, names the session's host too (RFC 9113 8.3.1: a
+// server should treat a disagreement as malformed); net/http takes
+// :authority and keeps Host among the fields, where a rule would read
+// another host than the one forwarded.
+func TestH2HostMustAgree(t *testing.T) {
+	b := newBed(t, "api.example.test\ninspect api.example.test allow *\n", false)
+	if got := rawH2(t, b, reqSpelling{"GET", "/a", [][2]string{{"host", "other.example.test"}}}); got != "403" && got != "reset" {
+		t.Errorf("Host of another host beside :authority: %s", got)
+	}
+	if len(b.seen.headers) != 0 {
+		t.Fatalf("the upstream got %v", b.seen.hosts)
+	}
+	if got := rawH2(t, b, reqSpelling{"GET", "/a", [][2]string{{"host", "API.example.test"}}}); got != "200" {
+		t.Errorf("Host of the session's host beside :authority: %s", got)
+	}
+	if h, _ := b.seen.last(); h == nil || h.Get("Host") != "" {
+		t.Errorf("the upstream got the fields %v", h)
+	}
+}
