@@ -54,8 +54,12 @@
 //   - Not TRACE or TRACK to a host doorman puts a credential in: the
 //     answer would echo it.
 //   - If a body rule applies, a body of at most the host's limit (413
-//     otherwise), not content-encoded (in any Content-Encoding field). Its buffer grows with the bytes
-//     that arrive, not with the length the client declares.
+//     otherwise), not content-encoded (in any Content-Encoding field),
+//     and coming: 30 s without a byte is 408. Its buffer grows with the
+//     bytes that arrive, not with the length the client declares, and
+//     the bodies held at once share a 64 MiB bound (503 past it); the
+//     rule-set judgements in flight share a bound on their bodies'
+//     objects and arrays (body.go).
 //
 // # Rule sets
 //
