@@ -363,9 +363,10 @@ type Request struct {
 	// Body is the request body, read by the proxy when NeedsBody said
 	// so; nil otherwise.
 	Body []byte
-	// parsed caches the body's JSON once one rule has read it.
-	parsed  any
-	parseOK bool
+	// doc and root are the body's JSON, indexed once one rule reads it
+	// (see jsonDoc); bodyErr says why it is not JSON.
+	doc     *jsonDoc
+	root    jval
 	bodyErr error
 	// spellings caches the request's spellings (see spell), once
 	// spelled is set.
@@ -373,13 +374,15 @@ type Request struct {
 	spelled   bool
 }
 
-// json returns the request body as JSON, parsing it once.
-func (r *Request) json() (any, error) {
-	if !r.parseOK && r.bodyErr == nil {
-		r.parsed, r.bodyErr = ParseStrictJSON(r.Body)
-		r.parseOK = r.bodyErr == nil
+// json returns the request body as a JSON document, checked (one value,
+// valid UTF-8, nested at most maxJSONDepth deep) and indexed once; its
+// objects are read, and their keys checked for duplicates, only where a
+// rule's path goes.
+func (r *Request) json() (*jsonDoc, jval, error) {
+	if r.doc == nil && r.bodyErr == nil {
+		r.doc, r.root, r.bodyErr = newJSONDoc(r.Body)
 	}
-	return r.parsed, r.bodyErr
+	return r.doc, r.root, r.bodyErr
 }
 
 // Judgement is what a host's rules say about one request.
@@ -402,8 +405,9 @@ type Judgement struct {
 // canonical spelling passes it, else the default. A request whose path
 // no rule can be trusted to judge (see ParseTarget) is refused first. A
 // deny rule whose JSON condition cannot be evaluated (the body is not
-// JSON, or has a key twice) refuses the request too: what doorman cannot
-// read it does not pass on a route it was told to read. An allow rule
+// JSON, or repeats a key in an object on the rule's path) refuses the
+// request too: what doorman cannot read it does not pass on a route it
+// was told to read. An allow rule
 // that cannot be evaluated does not match; nor does one with a path or
 // method condition, of a request whose path or method is not in its
 // canonical spelling.
@@ -474,13 +478,14 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 		}
 	}
 	for _, q := range r.Query {
+		want := fold(q.Key)
 		if !matchValues(q.Glob, loose, func(yield func(k string, vs []string) bool) {
 			for k, vs := range req.Query {
-				if fold(k) == fold(q.Key) && !yield(k, vs) {
+				if queryKeyNames(k, want) && !yield(k, vs) {
 					return
 				}
 			}
-		}, q.Key) {
+		}, q.Key, false) {
 			return false, ""
 		}
 	}
@@ -491,7 +496,7 @@ func (r *Rule) matchHead(req *Request, loose bool) (bool, string) {
 					return
 				}
 			}
-		}, h.Key) {
+		}, h.Key, true) {
 			return false, ""
 		}
 	}
@@ -564,14 +569,18 @@ func matchMethodSpellings(sp *spellings, want func(string) bool) ([]string, bool
 // the keys that name it: loose, one value of any such key matching is
 // enough; strict, the key must be there as written and every value of
 // every key that names it must match (an origin may read any of them).
-func matchValues(glob string, loose bool, keys func(yield func(k string, vs []string) bool), exact string) bool {
+//
+// A header's value is also a list to an origin that reads the field as
+// one (Anthropic-Beta, Accept, ...: RFC 9110 5.3, elements separated by
+// commas): loose, one element matching is enough too.
+func matchValues(glob string, loose bool, keys func(yield func(k string, vs []string) bool), exact string, list bool) bool {
 	some, all, present := false, true, false
 	for k, vs := range keys {
 		if k == exact && len(vs) > 0 {
 			present = true
 		}
 		for _, v := range vs {
-			if Glob(glob, v) {
+			if Glob(glob, v) || (loose && list && someElement(glob, v)) {
 				some = true
 			} else {
 				all = false
@@ -582,6 +591,66 @@ func matchValues(glob string, loose bool, keys func(yield func(k string, vs []st
 		return some
 	}
 	return present && all
+}
+
+// someElement reports whether glob matches an element of v read as a
+// comma-separated list, each trimmed of spaces and tabs.
+func someElement(glob, v string) bool {
+	if !strings.Contains(v, ",") {
+		return false
+	}
+	for e := range strings.SplitSeq(v, ",") {
+		if Glob(glob, strings.Trim(e, " \t")) {
+			return true
+		}
+	}
+	return false
+}
+
+// queryKeyNames reports whether an origin may read the query key k as
+// the key whose case folding is want: k itself, case folded, or k as
+// Rack (Rails, Sinatra) reads a key with brackets ("a[]", "a[x]" and
+// "[a]" are a), or as PHP reads it ("a[x]" is a; '.', ' ' and a '[' not
+// closed are '_').
+func queryKeyNames(k, want string) bool {
+	if fold(k) == want {
+		return true
+	}
+	if !strings.ContainsAny(k, "[]. ") {
+		return false
+	}
+	// Rack: the first run of characters that are not brackets, after
+	// any leading ones.
+	rack := strings.TrimLeft(k, "[]")
+	if i := strings.IndexAny(rack, "[]"); i >= 0 {
+		rack = rack[:i]
+	}
+	return fold(rack) == want || fold(phpQueryKey(k)) == want
+}
+
+// phpQueryKey is the name PHP gives a query key (php_register_variable):
+// leading spaces dropped, ' ' and '.' read as '_' up to the first '[',
+// which ends the name if a ']' follows it, and is read as '_' (the rest
+// kept as it is) if none does.
+func phpQueryKey(k string) string {
+	k = strings.TrimLeft(k, " ")
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case ' ', '.':
+			b.WriteByte('_')
+		case '[':
+			if strings.IndexByte(k[i+1:], ']') >= 0 {
+				return b.String()
+			}
+			b.WriteByte('_')
+			b.WriteString(k[i+1:])
+			return b.String()
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // match reports whether r matches req (loose: any spelling of it), and
@@ -595,12 +664,16 @@ func (r *Rule) match(req *Request, loose bool) (bool, string, error) {
 	if len(r.JSON) == 0 {
 		return true, how, nil
 	}
-	v, err := req.json()
+	d, root, err := req.json()
 	if err != nil {
 		return false, "", err
 	}
 	for _, j := range r.JSON {
-		if !j.Path.match(v, j.Glob, loose) {
+		ok, err := j.Path.matchDoc(d, root, j.Glob, loose)
+		if err != nil {
+			return false, "", err
+		}
+		if !ok {
 			return false, "", nil
 		}
 	}

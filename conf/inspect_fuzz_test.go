@@ -46,8 +46,9 @@ func FuzzInspectLine(f *testing.F) {
 }
 
 // FuzzJSONPath checks that parsing a path and a body and matching them
-// never panics, that a path's text is what it was parsed from, and that a
-// strictly parsed body matches "*" at the paths it has.
+// never panics, that a path's text is what it was parsed from, that a
+// strictly parsed body matches "*" at the paths it has, and that the lazy
+// walk host rules judge with (matchDoc) agrees with the parsed tree.
 func FuzzJSONPath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, path, body, glob string) {
 		p, err := ParseJSONPath(path)
@@ -67,6 +68,19 @@ func FuzzJSONPath(f *testing.F) {
 		}
 		if p.Match(v, glob) && !p.Match(v, "*") {
 			t.Fatalf("%q matches %q in %s but not *", path, glob, body)
+		}
+		// The lazy walk rules judge bodies with reads what the parsed
+		// tree says, strictly and loosely, for every body the strict
+		// parser accepts.
+		d, root, err := newJSONDoc([]byte(body))
+		if err != nil {
+			t.Fatalf("%q: ParseStrictJSON accepts it, newJSONDoc does not: %v", body, err)
+		}
+		for _, loose := range []bool{false, true} {
+			got, err := p.matchDoc(d, root, glob, loose)
+			if want := p.match(v, glob, loose); err != nil || got != want {
+				t.Fatalf("%q in %s, glob %q, loose %v: the lazy walk says %v (%v), the tree %v", path, body, glob, loose, got, err, want)
+			}
 		}
 	})
 }

@@ -85,6 +85,32 @@ type jmember struct {
 // errDocDepth is a document nested deeper than a rule set reads.
 var errDocDepth = fmt.Errorf("nested deeper than %d", maxJSONDepth)
 
+// MaxJSONContainers is how many objects and arrays a body judged by
+// request rules or a rule set may hold. A rule set's walk costs some
+// hundreds of bytes for each container on its paths (a candidate, its
+// members or elements): without a bound, 1 MiB of "{}," under tools[]
+// took 150 MiB, and a 32 MiB body gigabytes, in a proxy whose cgroup
+// holds 256 MiB. Real requests hold a few thousand (a long conversation
+// with tool schemas); a body with more cannot be read: deny rules and
+// enforcing rule sets refuse it.
+const MaxJSONContainers = 1 << 17
+
+// errDocContainers is a document with more than MaxJSONContainers
+// objects and arrays.
+var errDocContainers = fmt.Errorf("more than %d objects and arrays", MaxJSONContainers)
+
+// JSONContainerBound is an upper bound of the objects and arrays body
+// holds, at most MaxJSONContainers+1: its '{' and '[' bytes, strings'
+// included. It costs a pass of bytes.Count, and is what judging the
+// body may cost, for a caller that bounds what judgements in flight cost.
+func JSONContainerBound(body []byte) int {
+	n := bytes.Count(body, []byte{'{'})
+	if n <= MaxJSONContainers {
+		n += bytes.Count(body, []byte{'['})
+	}
+	return min(n, MaxJSONContainers+1)
+}
+
 // newJSONDoc checks data: one JSON value (RFC 8259), whitespace around
 // it, valid UTF-8, nested at most maxJSONDepth deep. It returns the
 // document and its top value.
@@ -97,7 +123,11 @@ func newJSONDoc(data []byte) (*jsonDoc, jval, error) {
 	d.mslab, d.eslab, d.objs, d.elems = d.mslabBuf[:0], d.eslabBuf[:0], d.objsBuf[:0], d.elemsBuf[:0]
 	d.mtmp, d.etmp = d.mtmpBuf[:0], d.etmpBuf[:0]
 	if !d.index(maxJSONDepth) {
+		tooMany := len(d.conts) > MaxJSONContainers
 		d.release()
+		if tooMany {
+			return nil, jval{}, errDocContainers
+		}
 		// Not JSON, or nested too deep: say which, and where, as
 		// ParseStrictJSON does.
 		if json.Valid(data) {
@@ -130,8 +160,9 @@ func (d *jsonDoc) release() {
 
 // index reads the document once: it reports whether it is what
 // json.Valid accepts (one JSON value, whitespace around it) with
-// containers nested at most max deep, and fills conts with the span of
-// every object and array, in the order they start.
+// containers nested at most max deep and at most MaxJSONContainers of
+// them, and fills conts with the span of every object and array, in the
+// order they start.
 func (d *jsonDoc) index(max int) bool {
 	b := d.b
 	if len(b) > 1<<31-1 {
@@ -139,7 +170,7 @@ func (d *jsonDoc) index(max int) bool {
 	}
 	// At most as many containers as '{' and '[' bytes (strings hold
 	// some): one allocation.
-	if n := bytes.Count(b, []byte{'{'}) + bytes.Count(b, []byte{'['}); n > len(d.contsBuf) {
+	if n := JSONContainerBound(b); n > len(d.contsBuf) {
 		d.conts = make([]container, 0, n)
 	} else {
 		d.conts = d.contsBuf[:0]
@@ -160,6 +191,9 @@ value:
 			}
 			open = append(open, int32(len(d.conts)))
 			d.conts = append(d.conts, container{s: int32(i)})
+			if len(d.conts) > MaxJSONContainers {
+				return false // newJSONDoc says why
+			}
 			i = skipWS(b, i+1)
 			if i < len(b) && b[i] == c+2 { // '}' or ']': empty
 				break
@@ -449,6 +483,18 @@ func (d *jsonDoc) members(v jval) ([]jmember, error) {
 }
 
 func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
+	ms, err := d.scanMembers(v)
+	if len(ms) == 0 || err != nil {
+		return nil, err
+	}
+	return carve(&d.mslab, ms), nil
+}
+
+// scanMembers returns the members of the object v, in order, in d's
+// scratch (valid until the next read of an object): for a walk that reads
+// each object once and keeps nothing of it. An error if a key is given
+// twice.
+func (d *jsonDoc) scanMembers(v jval) ([]jmember, error) {
 	b := d.b
 	d.mtmp = d.mtmp[:0]
 	i := skipWS(b, v.s+1)
@@ -464,13 +510,10 @@ func (d *jsonDoc) readMembers(v jval) ([]jmember, error) {
 			i = skipWS(b, i+1)
 		}
 	}
-	if len(d.mtmp) == 0 {
-		return nil, nil
-	}
 	if err := checkDuplicateKeys(d.mtmp); err != nil {
 		return nil, err
 	}
-	return carve(&d.mslab, d.mtmp), nil
+	return d.mtmp, nil
 }
 
 // maxSlab is how many members or elements a new slab is made for at

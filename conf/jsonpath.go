@@ -174,6 +174,87 @@ func (p JSONPath) walk(v any, i int, glob string, loose bool) bool {
 	return false
 }
 
+// matchDoc is match on a document read lazily (see jsonDoc): the same
+// walk, over only the objects and arrays on the path, so that judging a
+// body costs its size and a few words per container, not a tree of it
+// (a 1 MiB body of small arrays took some 28 MiB as map[string]any and
+// []any). An object on the path with a key given twice is an error: what
+// would a server read?
+func (p JSONPath) matchDoc(d *jsonDoc, v jval, glob string, loose bool) (bool, error) {
+	return p.walkDoc(d, v, 0, glob, loose)
+}
+
+func (p JSONPath) walkDoc(d *jsonDoc, v jval, i int, glob string, loose bool) (bool, error) {
+	if i == len(p.steps) {
+		return matchDocValue(d, v, glob), nil
+	}
+	st := p.steps[i]
+	if !st.array {
+		if d.kind(v) != '{' {
+			return false, nil
+		}
+		// The members are read into d's scratch (no memo: a walk reads
+		// an object once), and what the walk goes on to is copied out
+		// before it does, since the next object's read reuses it.
+		ms, err := d.scanMembers(v)
+		if err != nil {
+			return false, err
+		}
+		want := fold(st.key)
+		var buf [2]jval
+		next := buf[:0]
+		for k := range ms {
+			switch {
+			case !loose && ms[k].key == st.key:
+				next = append(next, ms[k].val)
+			case fold(ms[k].key) == want:
+				if !loose {
+					return false, nil // another key the host may read as this one
+				}
+				next = append(next, ms[k].val)
+			}
+		}
+		for _, c := range next {
+			if ok, err := p.walkDoc(d, c, i+1, glob, loose); ok || err != nil {
+				return ok, err
+			}
+		}
+		return false, nil
+	}
+	if d.kind(v) != '[' {
+		return false, nil
+	}
+	b := d.b
+	n := 0
+	for e := skipWS(b, v.s+1); e < v.e && b[e] != ']'; n++ {
+		end := d.skip(e)
+		if st.index < 0 || st.index == n {
+			if ok, err := p.walkDoc(d, jval{e, end}, i+1, glob, loose); ok || err != nil || st.index == n {
+				return ok, err
+			}
+		}
+		e = skipWS(b, end)
+		if e < v.e && b[e] == ',' {
+			e = skipWS(b, e+1)
+		}
+	}
+	return false, nil
+}
+
+// matchDocValue is matchJSONValue for a value of a jsonDoc: a string by
+// its text, a number, true, false and null by their JSON text, an object
+// or array only by "*".
+func matchDocValue(d *jsonDoc, v jval, glob string) bool {
+	if glob == "*" {
+		return true
+	}
+	switch d.kind(v) {
+	case '{', '[':
+		return false
+	}
+	return Glob(glob, d.text(v))
+}
+
 func matchJSONValue(v any, glob string) bool {
 	if glob == "*" {
 		return true

@@ -221,3 +221,41 @@ func respellOnce(s string, op byte, pos int) string {
 	}
 	return s
 }
+
+// FuzzQueryKey checks the readings of a query key (queryKeyNames): a key
+// names itself in any case; a key with a bracket suffix names its base,
+// as Rack and PHP read it; what PHP makes of a key without a '[' holds no
+// '.' or ' ', and is never longer than the key; and a deny rule for a key refuses every key that names it. The seed
+// corpus lives in testdata/fuzz/FuzzQueryKey.
+func FuzzQueryKey(f *testing.F) {
+	f.Fuzz(func(t *testing.T, key, suffix string) {
+		if key == "" || !utf8.ValidString(key) || strings.ContainsAny(key, "[]. ") {
+			return
+		}
+		if !queryKeyNames(strings.ToUpper(key), fold(key)) {
+			t.Fatalf("%q does not name itself in upper case", key)
+		}
+		k := key + "[" + strings.ReplaceAll(suffix, "]", "") + "]"
+		if !queryKeyNames(k, fold(key)) {
+			t.Fatalf("%q does not name %q", k, key)
+		}
+		php := phpQueryKey(key + suffix)
+		if len(php) > len(key+suffix) {
+			t.Fatalf("PHP's reading of %q is longer: %q", key+suffix, php)
+		}
+		if !strings.Contains(suffix, "[") && strings.ContainsAny(php, ". ") {
+			t.Fatalf("PHP's reading of %q keeps a '.' or ' ': %q", key+suffix, php)
+		}
+		p, err := ParseFile([]byte("a.test\ninspect a.test deny query:" + url.QueryEscape(key) + "\n"))
+		if err != nil {
+			return // not a key a rule can name
+		}
+		h := p.InspectFor("a.test")
+		r := &Request{Method: "GET", Path: "/", Query: map[string][]string{k: {"1"}}, Header: http.Header{}}
+		if len(h.Deny) == 1 && h.Deny[0].Query[0].Key == key {
+			if j := h.Judge(r); j.Verdict != VerdictDeny {
+				t.Fatalf("deny query:%s passes %q: %+v", key, k, j)
+			}
+		}
+	})
+}

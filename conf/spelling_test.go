@@ -313,14 +313,26 @@ func TestAllowWithoutPathOrMethod(t *testing.T) {
 }
 
 func TestQueryAndHeaderSpellings(t *testing.T) {
-	deny := hostOf(t, "deny query:beta", "deny header:x-debug")
+	deny := hostOf(t, "deny query:beta", "deny query:x_debug", "deny header:x-debug", "deny header:anthropic-beta=mcp-client-*")
 	for _, c := range []spelling{
 		{"GET", "/?beta=1", nil, ""},
 		{"GET", "/?BETA=1", nil, ""},
 		{"GET", "/?B%45TA=1", nil, ""},
+		// Rails, Rack and PHP read "beta[]" and "beta[x]" as beta.
+		{"GET", "/?beta[]=1", nil, ""},
+		{"GET", "/?beta%5B%5D=1", nil, ""},
+		{"GET", "/?Beta[x]=1", nil, ""},
+		// PHP reads '.', ' ' and a '[' it does not close in a key as '_'.
+		{"GET", "/?x.debug=1", nil, ""},
+		{"GET", "/?x+debug=1", nil, ""},
+		{"GET", "/?x[debug=1", nil, ""},
+		{"GET", "/?x.debug[]=1", nil, ""},
 		{"GET", "/", http.Header{"X-Debug": {"1"}}, ""},
 		{"GET", "/", http.Header{"X_debug": {"1"}}, ""},
 		{"GET", "/", http.Header{"X_DEBUG": {"1"}}, ""},
+		// A list field: origins read each element.
+		{"GET", "/", http.Header{"Anthropic-Beta": {"files-api-2025-04-14, mcp-client-2025-04-04"}}, ""},
+		{"GET", "/", http.Header{"Anthropic-Beta": {"x,mcp-client-2025-04-04 "}}, ""},
 	} {
 		if j := judgeTarget(t, deny, c.method, c.target, c.header, ""); j.Verdict != VerdictDeny {
 			t.Errorf("%s %v: %s", c.target, c.header, j.Verdict)
@@ -335,6 +347,9 @@ func TestQueryAndHeaderSpellings(t *testing.T) {
 		{spelling{"GET", "/?ref=main&ref=evil", nil, ""}, false},
 		{spelling{"GET", "/?ref=main&REF=evil", nil, ""}, false},
 		{spelling{"GET", "/?REF=main", nil, ""}, false},
+		{spelling{"GET", "/?ref=main&ref[]=evil", nil, ""}, false},
+		{spelling{"GET", "/?ref=main&ref[x]=evil", nil, ""}, false},
+		{spelling{"GET", "/?ref[]=main", nil, ""}, false},
 		{spelling{"GET", "/", http.Header{"X-Env": {"prod"}}, ""}, true},
 		{spelling{"GET", "/", http.Header{"X-Env": {"prod", "dev"}}, ""}, false},
 		{spelling{"GET", "/", http.Header{"X-Env": {"prod"}, "X_env": {"dev"}}, ""}, false},

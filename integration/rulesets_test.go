@@ -532,3 +532,40 @@ func TestRuleSetProbeReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRuleSetBodyMemory: a request whose body holds many objects on a
+// rule set's paths (1.5 million "{}" under tools[], 4.5 MB) is refused
+// at once, the proxy staying up and serving the next request. Judging
+// such a body cost some hundreds of bytes an object (conf's
+// TestRuleSetJudgeMemory: 320 MB of allocations for 1 MiB of them),
+// gigabytes here, more than the 256 MiB a proxy's cgroup holds by
+// default; before the bound this request was judged for seconds and
+// passed (200).
+func TestRuleSetBodyMemory(t *testing.T) {
+	requireInspectClients(t)
+	e := newRunEnv(t)
+	p := addProviders(e.net)
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy")
+	os.WriteFile(policy, []byte(anthropicName+"\nruleset closed-book\n"), 0o644)
+	script := `a=https://` + anthropicName + `/v1/messages
+echo "C BIG $({ printf '{"model":"m","messages":[],"tools":['; yes '{},' | head -n 1500000 | tr -d '\n'; printf '{}]}'; } | curl -sS -m 60 -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary @- $a)"
+echo "C NEXT $(curl -sS -m 30 -o /dev/null -w '%{http_code}' -H 'content-type: application/json' --data-binary '{"model":"m","max_tokens":1,"messages":[]}' $a)"
+`
+	name := runName()
+	r := e.run(name, []string{"--policy", policy, "--ca-dir", filepath.Join(dir, "ca"), "--upstream-ca-file", e.caFile}, "sh", "-c", script)
+	codes := map[string]string{}
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "C" {
+			codes[f[1]] = f[2]
+		}
+	}
+	if codes["BIG"] != "403" || codes["NEXT"] != "200" {
+		log, _ := os.ReadFile(filepath.Join(e.logDir, name+"-eth0.log"))
+		t.Fatalf("a body of 1.5 million objects: %q, the next request: %q (%v)\n%s", codes["BIG"], codes["NEXT"], r, log)
+	}
+	if got := p.anthropic.ProviderRequests(); len(got) != 1 {
+		t.Errorf("the provider got %d requests, want 1", len(got))
+	}
+	e.assertNothingLeft(name)
+}

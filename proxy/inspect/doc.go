@@ -27,10 +27,16 @@
 //
 // # What a request must be
 //
-//   - Its authority (:authority, Host, or an absolute-form target) names
-//     the session's host, on the session's port if it names one: a
+//   - Its authority (:authority, Host, or an absolute-form target; over
+//     HTTP/2 a Host field beside :authority too) names the session's
+//     host, on the session's port if it names one: a
 //     request for another host inside an inspected session (domain
-//     fronting) is refused.
+//     fronting) is refused. The upstream reads the host in its canonical
+//     spelling, whatever spelling the client sent.
+//   - What the rules read is what is forwarded: the fields the client's
+//     Connection names (but Upgrade and the other hop-by-hop fields) are
+//     dropped before the rules read the request, and request trailers,
+//     which no rule reads, are not forwarded.
 //   - Not CONNECT, and no upgrade but WebSocket (an h2c upgrade would turn
 //     the rest of the connection into HTTP/2 that no rule reads); a
 //     WebSocket's frames are relayed as they are once its handshake passed
@@ -45,8 +51,15 @@
 //     "One request, many spellings"). What only a proxy in front of the
 //     origin may say is dropped, however its name is spelled: Forwarded,
 //     X-Forwarded-*, and the path overrides X-Original-URL and kin.
+//   - Not TRACE or TRACK to a host doorman puts a credential in: the
+//     answer would echo it.
 //   - If a body rule applies, a body of at most the host's limit (413
-//     otherwise), not content-encoded.
+//     otherwise), not content-encoded (in any Content-Encoding field),
+//     and coming: 30 s without a byte is 408. Its buffer grows with the
+//     bytes that arrive, not with the length the client declares, and
+//     the bodies held at once share a 64 MiB bound (503 past it); the
+//     rule-set judgements in flight share a bound on their bodies'
+//     objects and arrays (body.go).
 //
 // # Rule sets
 //

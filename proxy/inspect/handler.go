@@ -10,7 +10,9 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +63,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		line.Log(context.Background(), s.cfg.Logger)
 		rec.sets.release()
 	}()
+	hold := &bodyHold{sem: s.bodies}
+	defer hold.release()
 	refuse := func(status int, rule, reason string) {
 		rec.verdict, rec.rule, rec.reason, rec.status = decisionlog.Deny, rule, reason, status
 		s.writeRefusal(sw, r, sess.Name, status, rule, reason)
@@ -70,6 +74,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "", why)
 		return
 	}
+	// What the rules read is what the upstream reads: the session's host
+	// in its canonical spelling, without the fields that are not
+	// forwarded (those the client's Connection names, those only a
+	// proxy may send) and without request trailers, which no rule reads.
+	r.Host = canonicalAuthority(r.Host, sess)
+	delete(r.Header, "Host")
+	dropConnectionFields(r.Header)
+	dropProxyHeaders(r.Header)
+	r.Trailer = nil
 	var h *conf.InspectHost
 	if pol := s.cfg.Policy(); pol != nil {
 		h = pol.InspectFor(sess.Name)
@@ -94,8 +107,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := &conf.Request{Method: r.Method, Path: target.Path, EscapedPath: target.EscapedPath, Query: query, Header: r.Header}
+	if len(h.Inject) > 0 && (strings.EqualFold(r.Method, "TRACE") || strings.EqualFold(r.Method, "TRACK")) {
+		// An origin that answers TRACE sends the request back, the
+		// credential put into it included.
+		refuse(http.StatusForbidden, "", logSafe(r.Method)+" to a host doorman puts a credential in (the answer would echo it)")
+		return
+	}
 	if h.NeedsBody(req) {
-		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		if ce := contentCoding(r.Header); ce != "" {
 			refuse(http.StatusForbidden, "", "a body rule applies and the body is encoded ("+logSafe(ce)+")")
 			return
 		}
@@ -104,7 +123,18 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit))
 			return
 		}
-		body, err := readBody(r, limit)
+		done := s.watchIdle(sw, r)
+		body, err := readBody(r, limit, hold)
+		done()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			refuse(http.StatusRequestTimeout, "", fmt.Sprintf("the body stalled: no byte for %v while it was read to be judged", s.bodyIdle))
+			return
+		}
+		if errors.Is(err, errBodiesHeld) {
+			sw.Header().Set("Retry-After", "1")
+			refuse(http.StatusServiceUnavailable, "", err.Error())
+			return
+		}
 		if err != nil {
 			refuse(http.StatusBadRequest, "", "reading the body: "+err.Error())
 			return
@@ -125,7 +155,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, j.Rule, j.Reason)
 		return
 	}
-	if !s.applyRuleSets(sw, r, sc, h, req, rec) {
+	if !s.applyRuleSets(sw, r, sc, h, req, rec, hold) {
 		return
 	}
 	for _, in := range h.Inject {
@@ -145,7 +175,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Header.Set(in.Header, prefix+string(secret))
 	}
-	dropProxyHeaders(r.Header)
 	s.relay(sw, r, sc, rec, req.Body)
 }
 
@@ -167,17 +196,47 @@ func dropProxyHeaders(h http.Header) {
 	}
 }
 
-// readBody reads at most limit+1 bytes of a request's body, in one
-// buffer of its declared length if it has one.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength < 0 {
-		return io.ReadAll(io.LimitReader(r.Body, limit+1))
+// contentCoding returns the request's content codings other than
+// identity, "" if none: every Content-Encoding field is read, since an
+// origin applies them all.
+func contentCoding(h http.Header) string {
+	var codings []string
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = textproto.TrimString(c); c != "" && !strings.EqualFold(c, "identity") {
+				codings = append(codings, c)
+			}
+		}
 	}
-	body := make([]byte, r.ContentLength) // at most limit: checked above
-	if _, err := io.ReadFull(r.Body, body); err != nil {
-		return nil, err
+	return strings.Join(codings, ", ")
+}
+
+// dropConnectionFields removes the fields the client's Connection field
+// names (RFC 9110, 7.6.1: they are of its hop only), but for the
+// hop-by-hop fields the relay handles itself (Upgrade above all, which
+// rules read): before the rules read the request, since the relay does
+// not forward them, and an allow rule must not hold for a field the
+// upstream never gets.
+func dropConnectionFields(h http.Header) {
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			name = textproto.TrimString(name)
+			if name != "" && !slices.ContainsFunc(hopHeaders, func(hop string) bool { return strings.EqualFold(hop, name) }) {
+				h.Del(name)
+			}
+		}
 	}
-	return body, nil
+}
+
+// canonicalAuthority is the authority the upstream reads for a request
+// whose authority checkAuthority passed: the session's host as policy
+// names it (not "API.Example.com." or another spelling an origin could
+// route elsewhere), with the port if the client gave one.
+func canonicalAuthority(authority string, sess *Session) string {
+	if _, port, err := net.SplitHostPort(authority); err == nil && port != "" {
+		return net.JoinHostPort(sess.Name, port)
+	}
+	return sess.Name
 }
 
 // checkRequest says why a request may not be relayed whatever the rules,
@@ -194,6 +253,14 @@ func checkRequest(r *http.Request, sess *Session) string {
 	}
 	if r.URL.Host != "" {
 		if why := checkAuthority(r.URL.Host, sess); why != "" {
+			return why
+		}
+	}
+	// HTTP/2: a Host field beside :authority (net/http reads the
+	// latter, and keeps the field) must name the same host (RFC 9113
+	// 8.3.1).
+	for _, v := range r.Header["Host"] {
+		if why := checkAuthority(v, sess); why != "" {
 			return why
 		}
 	}

@@ -62,6 +62,9 @@ type seen struct {
 	protos  []string
 	hosts   []string
 	targets []string // method and request target, as the upstream read them
+	// trailers are the request trailers the upstream read, of requests
+	// the default handler answered.
+	trailers []http.Header
 }
 
 func (s *seen) last() (http.Header, string) {
@@ -181,6 +184,9 @@ func (b *bed) upstream(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	default:
 		body, _ := io.ReadAll(r.Body)
+		b.seen.mu.Lock()
+		b.seen.trailers = append(b.seen.trailers, r.Trailer.Clone())
+		b.seen.mu.Unlock()
 		fmt.Fprintf(w, "upstream got %s %s %d bytes", r.Method, r.URL.Path, len(body))
 	}
 }

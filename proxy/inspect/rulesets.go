@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/doorman-net/doorman/conf"
@@ -89,7 +90,7 @@ func (sc *sessionConn) setsFor(pol *conf.Policy) *sessionSets {
 // removes what a set in strip mode removes (the request then carries the
 // rewritten body), and arms the response tripwire. false means the
 // request was refused and answered.
-func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessionConn, h *conf.InspectHost, req *conf.Request, rec *requestRecord) bool {
+func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessionConn, h *conf.InspectHost, req *conf.Request, rec *requestRecord, hold *bodyHold) bool {
 	sess := sc.s
 	ss := sc.setsFor(s.cfg.Policy())
 	sets := ss.sets
@@ -110,13 +111,28 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessi
 	}
 	if need && req.Body == nil {
 		limit := max(h.BodyLimit(), RuleSetMaxBody)
-		body, why, status := readSetBody(r, limit)
+		done := s.watchIdle(w, r)
+		body, why, status := readSetBody(r, limit, hold)
+		done()
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		if why != "" {
 			return refuse(status, "ruleset "+sets[0].Set.Ref(), why, "")
 		}
 		req.Body = body
 		setBody(r, body)
 		rec.up.Store(int64(len(body)))
+	}
+	if len(req.Body) > 0 {
+		// What judging the body costs grows with its objects and
+		// arrays: the judgements in flight share one bound (a body at
+		// the most a set reads is judged alone), and wait their turn.
+		w := int64(conf.JSONContainerBound(req.Body))
+		if err := s.judging.Acquire(r.Context(), w); err != nil {
+			return refuse(http.StatusServiceUnavailable, "ruleset "+sets[0].Set.Ref(), "waiting to judge the body: "+err.Error(), "")
+		}
+		defer s.judging.Release(w)
 	}
 	for i := range sets {
 		a := &sets[i]
@@ -149,6 +165,7 @@ func (s *Server) applyRuleSets(w http.ResponseWriter, r *http.Request, sc *sessi
 			return refuse(http.StatusForbidden, rule, j.Reason, tool)
 		}
 		if j.Body != nil {
+			hold.take(int64(cap(j.Body))) // made already: counted if the bound has room
 			for _, f := range j.Removed {
 				sr.removed = appendOnce(sr.removed, logSafe(f.String()))
 			}
@@ -181,17 +198,16 @@ func setBody(r *http.Request, body []byte) {
 // decoded, its Content-Encoding dropped): what is judged is what the
 // host gets. Another coding (br, zstd) is refused. why says why the
 // body could not be read, with the status to answer.
-func readSetBody(r *http.Request, limit int64) (body []byte, why string, status int) {
+func readSetBody(r *http.Request, limit int64, hold *bodyHold) (body []byte, why string, status int) {
 	if r.ContentLength > limit {
 		return nil, fmt.Sprintf("%s (%d bytes, limit %d)", decisionlog.ReasonBodyTooLarge, r.ContentLength, limit), http.StatusRequestEntityTooLarge
 	}
-	var raw []byte
-	var err error
-	if r.ContentLength >= 0 {
-		raw = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, raw)
-	} else {
-		raw, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	raw, err := readUpTo(r.Body, r.ContentLength, limit, hold)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, "the body stalled: no byte within the idle timeout while it was read to be judged", http.StatusRequestTimeout
+	}
+	if errors.Is(err, errBodiesHeld) {
+		return nil, err.Error(), http.StatusServiceUnavailable
 	}
 	if err != nil {
 		return nil, "reading the body: " + err.Error(), http.StatusBadRequest
@@ -230,7 +246,10 @@ func readSetBody(r *http.Request, limit int64) (body []byte, why string, status 
 			return nil, "a rule set reads the body and its content coding " + logSafe(list[i]) +
 				" is not one doorman decodes (gzip, deflate)", http.StatusUnsupportedMediaType
 		}
-		out, err := io.ReadAll(io.LimitReader(dec, limit+1))
+		out, err := readUpTo(dec, -1, limit, hold)
+		if errors.Is(err, errBodiesHeld) {
+			return nil, err.Error(), http.StatusServiceUnavailable
+		}
 		if err != nil {
 			return nil, "the " + list[i] + " body does not decode: " + err.Error(), http.StatusBadRequest
 		}

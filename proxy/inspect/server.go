@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/doorman-net/doorman/ca"
 	"github.com/doorman-net/doorman/conf"
 )
@@ -83,6 +85,18 @@ type Server struct {
 
 	mu         sync.Mutex
 	transports map[string]*http.Transport
+
+	// judging bounds the rule-set judgements in flight by what they
+	// may cost: each holds the objects and arrays its body may hold
+	// (conf.JSONContainerBound), at most conf.MaxJSONContainers+1 in
+	// all, so that a sandbox's concurrent requests cannot together
+	// take what one large one may.
+	judging *semaphore.Weighted
+	// bodies bounds the bytes of request bodies held to judge them
+	// (see maxHeldBodies).
+	bodies *semaphore.Weighted
+	// bodyIdle is bodyIdleTimeout (a test's shorter one).
+	bodyIdle time.Duration
 }
 
 // New returns a Server; Close stops it.
@@ -90,7 +104,9 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, ln: newChanListener(), secrets: newSecretCache(), transports: map[string]*http.Transport{}}
+	s := &Server{cfg: cfg, ln: newChanListener(), secrets: newSecretCache(), transports: map[string]*http.Transport{},
+		judging: semaphore.NewWeighted(conf.MaxJSONContainers + 1), bodies: semaphore.NewWeighted(maxHeldBodies),
+		bodyIdle: bodyIdleTimeout}
 	s.tlsConf = &tls.Config{
 		NextProtos: []string{"h2", "http/1.1"},
 		MinVersion: tls.VersionTLS12,
