@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 
-	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -66,9 +65,6 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if args.Netns == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "doorman: CNI_NETNS is empty: nothing to enforce", "")
 	}
-	if err := notOwnNetNS(args.Netns); err != nil {
-		return err
-	}
 	kv := cniArgs(args.Args)
 	a := sandbox.Attachment{
 		Key:     sandboxKey(args.ContainerID, args.IfName),
@@ -100,29 +96,16 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	phasetrace.Mark("add.config")
 	_, err = sandbox.Enforce(sandbox.Request{Attachment: a, Spec: spec, StateDir: n.StateDir})
+	if errors.Is(err, sandbox.ErrRuntimeNetNS) {
+		// Refused before anything was applied (skel's own check comes
+		// only after ADD has run).
+		return types.NewError(types.ErrInvalidNetNS, "doorman: CNI_NETNS "+args.Netns+": "+sandbox.ErrRuntimeNetNS.Error(), "")
+	}
 	if err != nil {
 		return types.NewError(types.ErrInternal, "doorman: cannot enforce the policy", err.Error())
 	}
 	phasetrace.Mark("add.enforced")
 	return types.PrintResult(prev, n.CNIVersion)
-}
-
-// notOwnNetNS refuses a CNI_NETNS that is the plugin's own network
-// namespace (the runtime's, the host's), before anything is applied:
-// doorman's ruleset there would send every TCP connection of the host,
-// the other sandboxes' proxies' upstream dials among them, to this
-// sandbox's proxy. skel makes the same check, but only after ADD has
-// run (and unless CNI_NETNS_OVERRIDE says not to), which would leave the
-// sandbox enforced behind an ADD that failed.
-func notOwnNetNS(path string) error {
-	own, err := cnins.CheckNetNS(path)
-	if err != nil {
-		return err
-	}
-	if own {
-		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("doorman: CNI_NETNS %s is the plugin's own network namespace (the runtime's): doorman enforces a container's namespace, never the one its proxies dial from", path), "")
-	}
-	return nil
 }
 
 // passThrough lets pod, in one of the namespaces the network excludes

@@ -147,13 +147,26 @@ func (hostLayerRules) Remove(runtimeNS, key string) error { return hostlayer.Rem
 // hostNetNS opens the host's namespace files.
 type hostNetNS struct{}
 
-// Check fails unless path is a network namespace.
-func (hostNetNS) Check(path string) error {
+// Check fails unless path is a network namespace other than the
+// runtime's (ErrRuntimeNetNS).
+func (h hostNetNS) Check(path string) error {
 	n, err := ns.GetNS(path)
 	if err != nil {
 		return fmt.Errorf("network namespace %s: %w", path, err)
 	}
-	return n.Close()
+	n.Close()
+	dev, ino, err := h.Identity(path)
+	if err != nil {
+		return err
+	}
+	ownDev, ownIno, err := h.Identity(runtimeNetNS)
+	if err != nil {
+		return err
+	}
+	if dev == ownDev && ino == ownIno {
+		return fmt.Errorf("network namespace %s: %w", path, ErrRuntimeNetNS)
+	}
+	return nil
 }
 
 // Identity returns the device and inode of the namespace file at path.

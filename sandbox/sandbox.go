@@ -253,6 +253,13 @@ func (s *State) install(r Request, present bool) (rulesInstalled bool, err error
 // plugin or hook runs in, where the proxy runs too.
 const runtimeNetNS = "/proc/thread-self/ns/net"
 
+// ErrRuntimeNetNS is Enforce's error for a namespace that is the
+// runtime's own (the host's), refused before anything is applied:
+// doorman's ruleset there would send every TCP connection of the host,
+// the other sandboxes' proxies' upstream dials among them, to this
+// sandbox's proxy.
+var ErrRuntimeNetNS = errors.New("it is the runtime's own network namespace: doorman enforces a container's namespace, never the one its proxies dial from")
+
 // ipam is the host-side layer's Spec.IPAM for r.
 func (r *Request) ipam() map[string][]netip.Addr {
 	if r.IfName == "" || len(r.Addrs) == 0 {
