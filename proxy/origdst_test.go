@@ -16,23 +16,9 @@ func TestOriginalDstFDNotRedirected(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (conntrack)")
 	}
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.AcceptTCP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c, s := tcpPair(t)
 	client := c.LocalAddr().(*net.TCPAddr).AddrPort()
-	port := ln.Addr().(*net.TCPAddr).AddrPort().Port()
+	port := s.LocalAddr().(*net.TCPAddr).AddrPort().Port() // the listener's
 	rc, err := s.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
