@@ -27,18 +27,24 @@ func TestJudgeBodyMemory(t *testing.T) {
 		`{"tools":[` + strings.Repeat(`{"type":"bash","name":"b"},`, size/27) + `{}]}`,
 	} {
 		req := &Request{Method: "POST", Path: "/", Header: http.Header{}, Body: []byte(body)}
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		j := h.Judge(req)
-		runtime.ReadMemStats(&after)
+		var j Judgement
+		grew := allocated(func() { j = h.Judge(req) })
 		if j.Verdict != VerdictDeny || j.Rule != "default deny" {
 			t.Fatalf("%.40s...: %+v", body, j)
 		}
-		if grew := after.TotalAlloc - before.TotalAlloc; grew > 8*uint64(len(body)) {
+		if grew > 8*uint64(len(body)) {
 			t.Errorf("%.40s...: judging %d bytes allocated %d", body, len(body), grew)
 		}
-		runtime.KeepAlive(req)
 	}
+}
+
+// allocated returns the bytes the process allocated while f ran.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
 
 // BenchmarkJudgeBody judges an agent's 256 KiB Messages request by a

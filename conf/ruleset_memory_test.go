@@ -2,7 +2,6 @@ package conf
 
 import (
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -25,11 +24,9 @@ func TestRuleSetJudgeMemory(t *testing.T) {
 	}
 	judge := func(body string) (SetJudgement, uint64) {
 		req := &Request{Method: "POST", Path: "/v1/messages", Header: http.Header{}, Body: []byte(body)}
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		j := sets[0].Judge(req)
-		runtime.ReadMemStats(&after)
-		return j, after.TotalAlloc - before.TotalAlloc
+		var j SetJudgement
+		grew := allocated(func() { j = sets[0].Judge(req) })
+		return j, grew
 	}
 	for _, body := range []string{
 		tools(1 << 20 / 3),
